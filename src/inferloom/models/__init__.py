@@ -1,0 +1,1 @@
+"""Models: synthetic presets built from configs with random weights, and local tokenizers."""

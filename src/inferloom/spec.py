@@ -1,0 +1,183 @@
+"""Workload spec: a YAML file and the same fields as CLI flags, validated.
+
+Every validation problem becomes one :class:`SpecError` whose message is a
+single line naming the key and what was expected (the CLI prints it and exits
+with code 2, no traceback).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+__all__ = [
+    "SpecError",
+    "Traffic",
+    "QualitySpec",
+    "ProtocolSpec",
+    "WorkloadSpec",
+    "load_spec",
+    "spec_hash",
+]
+
+
+class SpecError(ValueError):
+    """A bad spec: the message is one line naming the key and what was expected."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Traffic(_Strict):
+    concurrency: int = Field(8, ge=1, description="requests in flight (one batch)")
+    input_len: int = Field(128, ge=1, description="prompt tokens per request")
+    output_len: int = Field(64, ge=1, description="output tokens per request (EOS disabled)")
+    num_prompts: int | None = Field(
+        None, ge=1, description="requests per timed run (default 4 x concurrency)"
+    )
+    prompts: str = Field(
+        "random",
+        description="'random' (token ids drawn from a seed) or a JSONL file of {\"text\": ...}",
+    )
+
+    @property
+    def requests_per_run(self) -> int:
+        return self.num_prompts if self.num_prompts is not None else 4 * self.concurrency
+
+    @field_validator("prompts")
+    @classmethod
+    def _prompts(cls, v: str) -> str:
+        if v != "random" and not v.endswith(".jsonl"):
+            raise ValueError("expected 'random' or a path to a .jsonl file")
+        return v
+
+
+class QualitySpec(_Strict):
+    """The quality contract. Defaults are justified in docs/quality.md."""
+
+    eval_prompts: int = Field(8, ge=1)
+    heldout_prompts: int = Field(8, ge=1)
+    prompt_len: int = Field(32, ge=1)
+    continuation_len: int = Field(32, ge=1)
+    prompts_file: str | None = Field(None, description="JSONL texts; default random token ids")
+    min_top1_agreement: float = Field(0.97, ge=0.0, le=1.0)
+    max_mean_kl: float = Field(0.02, ge=0.0)
+    min_greedy_agreement: float = Field(0.75, ge=0.0, le=1.0)
+
+
+class ProtocolSpec(_Strict):
+    min_gain: float = Field(0.01, ge=0.0, lt=1.0, description="minimum relative gain to keep")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    min_pairs: int = Field(5, ge=3)
+    max_pairs: int = Field(15, ge=3)
+    pair_step: int = Field(2, ge=1)
+    warmup_runs: int = Field(1, ge=1)
+    bootstrap_resamples: int = Field(4999, ge=199)
+    bootstrap_seed: int = 12345
+
+
+class WorkloadSpec(_Strict):
+    model: str = Field("llama-tiny", description="synthetic preset name or local HF model directory")
+    framework: Literal["transformers"] = "transformers"
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    seed: int = 0
+    objective: Literal["output_tokens_per_s"] = "output_tokens_per_s"
+    traffic: Traffic = Traffic()
+    quality: QualitySpec = QualitySpec()
+    protocol: ProtocolSpec = ProtocolSpec()
+    pinned: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        from inferloom.models.presets import PRESETS
+
+        if v in PRESETS:
+            return v
+        p = Path(v).expanduser()
+        if not p.is_dir():
+            raise ValueError(
+                "expected a preset (" + ", ".join(sorted(PRESETS)) + ") or a local model directory"
+            )
+        if not (p / "config.json").is_file():
+            raise ValueError(f"directory {v} has no config.json; expected a Hugging Face model directory")
+        return str(p.resolve())
+
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def _one_line(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(x) for x in e["loc"]) or "spec"
+    if e["type"] == "extra_forbidden":
+        parent: Any = WorkloadSpec
+        for part in e["loc"][:-1]:
+            ann = parent.model_fields[str(part)].annotation
+            parent = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+            if parent is None:
+                break
+        allowed = ", ".join(parent.model_fields) if parent else "a known key"
+        return f"spec key '{loc}': unknown key, expected one of: {allowed}"
+    msg = e["msg"].removeprefix("Value error, ")
+    got = e.get("input")
+    got_txt = "" if isinstance(got, (dict, list)) else f", got {got!r}"
+    more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    return f"spec key '{loc}': {msg}{got_txt}{more}"
+
+
+def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    cur = d
+    for p in parts[:-1]:
+        nxt = cur.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise SpecError(f"spec key '{dotted}': '{p}' is not a section")
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def load_spec(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> WorkloadSpec:
+    """Read a YAML spec (optional), apply dotted-key overrides (from CLI flags), validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise SpecError(f"spec file '{path}': not found; expected a YAML workload spec")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark else ""
+            raise SpecError(f"spec file '{path}': not valid YAML{where}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise SpecError(f"spec file '{path}': expected a mapping of keys at the top level")
+        data = loaded
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(data, key, value)
+    try:
+        return WorkloadSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(_one_line(err)) from None
+
+
+def spec_hash(spec: WorkloadSpec) -> str:
+    blob = json.dumps(spec.to_dict(), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
