@@ -55,6 +55,8 @@ class Traffic(_Strict):
     def _prompts(cls, v: str) -> str:
         if v != "random" and not v.endswith(".jsonl"):
             raise ValueError("expected 'random' or a path to a .jsonl file")
+        if v != "random" and not Path(v).is_file():
+            raise ValueError(f"prompts file {v} not found; expected 'random' or an existing .jsonl file")
         return v
 
 
@@ -69,6 +71,13 @@ class QualitySpec(_Strict):
     min_top1_agreement: float = Field(0.97, ge=0.0, le=1.0)
     max_mean_kl: float = Field(0.02, ge=0.0)
     min_greedy_agreement: float = Field(0.75, ge=0.0, le=1.0)
+
+    @field_validator("prompts_file")
+    @classmethod
+    def _pf(cls, v: str | None) -> str | None:
+        if v is not None and not Path(v).is_file():
+            raise ValueError(f"file {v} not found; expected an existing .jsonl file of texts")
+        return v
 
 
 class ProtocolSpec(_Strict):

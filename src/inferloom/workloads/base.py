@@ -29,6 +29,7 @@ from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 __all__ = [
     "AdapterError",
+    "ConfigError",
     "Knob",
     "RunRecord",
     "WorkloadAdapter",
@@ -45,6 +46,10 @@ class AdapterError(RuntimeError):
     def __init__(self, message: str, kind: str = "error") -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class ConfigError(ValueError):
+    """A bad configuration (unknown knob, bad value, pinned knob changed): bad input."""
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -81,18 +86,18 @@ class Knob:
                 return True
             if low in _FALSE:
                 return False
-            raise ValueError(f"knob '{self.name}': got {text!r}, expected {self.domain_text()}")
+            raise ConfigError(f"knob '{self.name}': got {text!r}, expected {self.domain_text()}")
         if self.kind == "int":
             try:
                 return self.validate(int(text))
             except ValueError:
-                raise ValueError(
+                raise ConfigError(
                     f"knob '{self.name}': got {text!r}, expected {self.domain_text()}"
                 ) from None
         return self.validate(text)
 
     def validate(self, value: Any) -> Any:
-        bad = ValueError(f"knob '{self.name}': got {value!r}, expected {self.domain_text()}")
+        bad = ConfigError(f"knob '{self.name}': got {value!r}, expected {self.domain_text()}")
         if self.kind == "bool":
             if isinstance(value, bool):
                 return value
@@ -126,7 +131,7 @@ def resolve_config(
     """Stock values, then ``pinned`` (which define stock), then ``overrides``.
 
     An unknown knob, a bad value, or an override of a pinned knob raises
-    ``ValueError`` with a one-line message naming the knob.
+    :class:`ConfigError` with a one-line message naming the knob.
     """
     by_name = {k.name: k for k in knobs}
     pinned = dict(pinned or {})
@@ -134,14 +139,14 @@ def resolve_config(
     for source, values in (("pinned", pinned), ("candidate", overrides)):
         for key, value in values.items():
             if key not in by_name:
-                raise ValueError(
+                raise ConfigError(
                     f"{source} setting '{key}': unknown knob, expected one of "
                     + ", ".join(sorted(by_name))
                 )
             knob = by_name[key]
             parsed = knob.parse(value) if isinstance(value, str) else knob.validate(value)
             if source == "candidate" and key in pinned and parsed != cfg[key]:
-                raise ValueError(
+                raise ConfigError(
                     f"candidate setting '{key}': pinned to {cfg[key]!r} by the spec; "
                     "no candidate may change it"
                 )

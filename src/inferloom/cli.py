@@ -1,0 +1,170 @@
+"""Command line: thin. Parse -> spec -> the job. Errors are one line, no traceback.
+
+Exit codes: 0 success; 1 the job ran and failed (a run or a preparation
+failed); 2 bad input (spec, flags, candidate); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["main", "build_parser"]
+
+# CLI flag -> dotted spec key. Values stay strings; the spec validates them.
+SPEC_FLAGS: dict[str, str] = {
+    "--model": "model",
+    "--framework": "framework",
+    "--device": "device",
+    "--dtype": "dtype",
+    "--seed": "seed",
+    "--concurrency": "traffic.concurrency",
+    "--input-len": "traffic.input_len",
+    "--output-len": "traffic.output_len",
+    "--num-prompts": "traffic.num_prompts",
+    "--prompts": "traffic.prompts",
+    "--min-gain": "protocol.min_gain",
+    "--confidence": "protocol.confidence",
+    "--min-pairs": "protocol.min_pairs",
+    "--max-pairs": "protocol.max_pairs",
+    "--warmup-runs": "protocol.warmup_runs",
+    "--quality-prompts-file": "quality.prompts_file",
+}
+
+
+class UsageError(ValueError):
+    """Bad flags: exit 2."""
+
+    pass
+
+
+def _kv_list(items: Sequence[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} '{item}': expected KEY=VALUE, for example {flag} cache_implementation=static")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _add_spec_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", nargs="?", help="workload spec (YAML); flags below override its fields")
+    g = p.add_argument_group("workload fields (same names as the spec)")
+    for flag, key in SPEC_FLAGS.items():
+        g.add_argument(flag, dest="spec__" + key.replace(".", "__"), metavar="VALUE", help=f"spec field {key}")
+    g.add_argument("--pin", action="append", metavar="KEY=VALUE", help="pin a knob: part of stock, no candidate may change it")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from inferloom import __version__
+
+    parser = argparse.ArgumentParser(prog="inferloom", description="Autonomous, vendor-neutral inference optimizer.")
+    parser.add_argument("--version", action="version", version=f"inferloom {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("bench", help="measure stock vs a candidate (or A/A) through the protocol and quality contract")
+    _add_spec_args(b)
+    b.add_argument("--candidate", action="append", metavar="KEY=VALUE", help="a knob of the candidate (repeatable)")
+    b.add_argument("--aa", action="store_true", help="A/A: measure stock against itself (the noise floor)")
+    b.add_argument("--out", metavar="FILE", help="result JSON (default runs/bench-<time>.json)")
+    b.add_argument("--no-quality", action="store_true", help="skip the quality contract (result marked unscored)")
+    b.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    k = sub.add_parser("knobs", help="list the knob space of the workload's adapter")
+    _add_spec_args(k)
+
+    v = sub.add_parser("validate", help="validate a spec and print it resolved")
+    _add_spec_args(v)
+    return parser
+
+
+def _spec_from_args(args: argparse.Namespace) -> Any:
+    from inferloom.spec import load_spec
+
+    overrides: dict[str, Any] = {}
+    for name, value in vars(args).items():
+        if name.startswith("spec__") and value is not None:
+            overrides[name[len("spec__"):].replace("__", ".")] = value
+    pins = _kv_list(args.pin, "--pin")
+    spec = load_spec(args.spec, overrides)
+    if pins:
+        spec = load_spec(args.spec, {**overrides, "pinned": {**spec.pinned, **pins}})
+    return spec
+
+
+def _cmd_bench(args: argparse.Namespace, console: Any, err: Any) -> int:
+    from inferloom.bench import run_bench, write_json_atomic
+    from inferloom.render import print_bench
+
+    spec = _spec_from_args(args)
+    candidate = _kv_list(args.candidate, "--candidate")
+    if not args.aa and not candidate:
+        raise UsageError("bench needs --candidate KEY=VALUE (see `inferloom knobs`) or --aa for the noise floor")
+    out = Path(args.out) if args.out else Path("runs") / f"{'aa' if args.aa else 'bench'}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    t0 = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            err.print(f"[dim]{time.perf_counter() - t0:7.1f}s[/dim] {msg}", highlight=False)
+
+    progress(f"workload: {spec.model}, device {spec.device}, dtype {spec.dtype}, result -> {out}")
+    res = run_bench(spec, candidate, aa=args.aa, progress=progress, quality=not args.no_quality)
+    write_json_atomic(out, res)
+    print_bench(res, console, str(out))
+    return 1 if res.get("verdict") == "failed" else 0
+
+
+def _cmd_knobs(args: argparse.Namespace, console: Any, err: Any) -> int:
+    from inferloom.render import print_knobs
+    from inferloom.workloads.registry import make_adapter
+
+    spec = _spec_from_args(args)
+    adapter = make_adapter(spec)
+    try:
+        print_knobs(adapter.describe(), adapter.knob_space(), console)
+    finally:
+        adapter.close()
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace, console: Any, err: Any) -> int:
+    import yaml
+
+    spec = _spec_from_args(args)
+    console.print(yaml.safe_dump(spec.to_dict(), sort_keys=False), highlight=False)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rich.console import Console
+
+    from inferloom.spec import SpecError
+    from inferloom.workloads.base import AdapterError, ConfigError
+
+    console = Console()
+    err = Console(stderr=True)
+    args = build_parser().parse_args(argv)
+    handler = {"bench": _cmd_bench, "knobs": _cmd_knobs, "validate": _cmd_validate}[args.command]
+    try:
+        return handler(args, console, err)
+    except (SpecError, UsageError, ConfigError) as exc:
+        err.print(f"inferloom {args.command}: error: {exc}", highlight=False, markup=False)
+        return 2
+    except AdapterError as exc:
+        err.print(
+            f"inferloom {args.command}: failed ({exc.kind}): {exc}. "
+            "Check the knob against `inferloom knobs`, or rerun with fewer changes to isolate it.",
+            highlight=False, markup=False,
+        )
+        return 1
+    except KeyboardInterrupt:
+        err.print("inferloom: interrupted; nothing was written for the unfinished measurement")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

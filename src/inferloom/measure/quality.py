@@ -1,0 +1,179 @@
+"""The quality contract for text generation.
+
+Reference = the stock configuration's own outputs on a fixed prompt set.
+Three checks, each with a declared threshold (defaults and their justification
+in ``docs/quality.md``):
+
+* ``top1_agreement``: teacher-forced on the stock greedy continuations, the
+  fraction of positions where the candidate's most likely next token equals
+  stock's. Must be >= ``min_top1_agreement``.
+* ``mean_kl``: mean over those positions of KL(stock || candidate) in nats.
+  Must be <= ``max_mean_kl``.
+* ``greedy_agreement``: the candidate's own greedy continuation through its
+  real generation path (cache, compile, batching, speculation); per prompt the
+  fraction of the continuation matched before the first differing token,
+  averaged. Must be >= ``min_greedy_agreement``.
+
+The verdict names the first failed check and the measured value. The check
+functions are pure; :func:`capture_reference` and :func:`evaluate` call the
+adapter's probes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+__all__ = [
+    "QualityThresholds",
+    "Reference",
+    "QualityVerdict",
+    "quality_prompt_sets",
+    "teacher_forced_agreement",
+    "greedy_agreement",
+    "judge",
+    "capture_reference",
+    "evaluate",
+]
+
+# Quality prompt seeds are far from the timed runs' seeds (see bench.run_seed_base).
+EVAL_SEED_OFFSET = 7_000_001
+HELDOUT_SEED_OFFSET = 9_000_011
+
+
+@dataclass(frozen=True)
+class QualityThresholds:
+    min_top1_agreement: float = 0.97
+    max_mean_kl: float = 0.02
+    min_greedy_agreement: float = 0.75
+
+    @classmethod
+    def from_spec(cls, q: Any) -> "QualityThresholds":
+        return cls(q.min_top1_agreement, q.max_mean_kl, q.min_greedy_agreement)
+
+
+@dataclass
+class Reference:
+    set_name: str
+    prompts: list[list[int]]
+    continuations: list[list[int]]
+    logprobs: Any  # torch.Tensor [n, T, V], float32, CPU
+
+
+@dataclass
+class QualityVerdict:
+    set_name: str
+    passed: bool
+    failed_check: str | None
+    message: str
+    values: dict[str, float]
+    thresholds: dict[str, float]
+    n_prompts: int
+    positions: int
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def quality_prompt_sets(spec: Any, vocab_size: int, avoid_ids: Sequence[int] = (), tokenizer: Any = None) -> dict[str, list[list[int]]]:
+    """The fixed eval set and the separate held-out set, as token-id prompts.
+
+    Seeds derive from the spec's seed with fixed offsets, so every run of the
+    same spec sees the same sets, and the sets never overlap a timed run's seeds.
+    """
+    from inferloom.workloads import prompts as P
+
+    q = spec.quality
+    out: dict[str, list[list[int]]] = {}
+    for name, n, offset in (
+        ("eval", q.eval_prompts, EVAL_SEED_OFFSET),
+        ("heldout", q.heldout_prompts, HELDOUT_SEED_OFFSET),
+    ):
+        seed = spec.seed + offset
+        if q.prompts_file:
+            texts = P.load_jsonl_texts(q.prompts_file)
+            half = len(texts) // 2
+            if half == 0:
+                raise ValueError(
+                    f"quality.prompts_file '{q.prompts_file}': needs at least 2 texts "
+                    "(half for eval, half held out)"
+                )
+            pool = texts[:half] if name == "eval" else texts[half:]
+            out[name] = P.text_prompts(pool, tokenizer, q.prompt_len, seed, n)
+        else:
+            out[name] = P.random_prompts(seed, n, q.prompt_len, vocab_size, list(avoid_ids))
+    return out
+
+
+def teacher_forced_agreement(ref_logprobs: Any, cand_logprobs: Any) -> dict[str, float]:
+    """Pure: top-1 agreement and KL(ref || cand) over [n, T, V] log-prob tensors."""
+    import torch
+
+    ref = ref_logprobs.to(torch.float64)
+    cand = cand_logprobs.to(torch.float64)
+    if ref.shape != cand.shape:
+        raise ValueError(f"log-prob shapes differ: reference {tuple(ref.shape)}, candidate {tuple(cand.shape)}")
+    if not torch.isfinite(cand).all():
+        # NaN or +inf never passes: report it as total disagreement.
+        return {"top1_agreement": 0.0, "mean_kl": float("inf"), "max_kl": float("inf")}
+    top1 = (ref.argmax(-1) == cand.argmax(-1)).double().mean().item()
+    # exp(ref) * (ref - cand), with 0 * (-inf) := 0 where ref has no mass.
+    p = ref.exp()
+    diff = torch.where(p > 0, ref - cand, torch.zeros_like(ref))
+    kl = (p * diff).sum(-1)
+    return {"top1_agreement": top1, "mean_kl": kl.mean().item(), "max_kl": kl.max().item()}
+
+
+def greedy_agreement(ref: Sequence[Sequence[int]], cand: Sequence[Sequence[int]]) -> dict[str, float]:
+    """Pure: mean fraction of each continuation matched before the first difference."""
+    if len(ref) != len(cand):
+        raise ValueError(f"{len(ref)} reference continuations but {len(cand)} candidate ones")
+    fracs, exact = [], 0
+    for r, c in zip(ref, cand):
+        n = 0
+        for a, b in zip(r, c):
+            if a != b:
+                break
+            n += 1
+        if len(c) != len(r):
+            n = min(n, len(c))
+        fracs.append(n / len(r) if r else 1.0)
+        exact += int(list(r) == list(c))
+    return {
+        "greedy_agreement": sum(fracs) / len(fracs) if fracs else 1.0,
+        "exact_match_rate": exact / len(ref) if ref else 1.0,
+    }
+
+
+def judge(set_name: str, values: dict[str, float], th: QualityThresholds, n: int, positions: int) -> QualityVerdict:
+    """Pure: apply the thresholds; the verdict names the first failed check."""
+    checks = (
+        ("top1_agreement", values["top1_agreement"] >= th.min_top1_agreement, ">=", th.min_top1_agreement),
+        ("mean_kl", values["mean_kl"] <= th.max_mean_kl, "<=", th.max_mean_kl),
+        ("greedy_agreement", values["greedy_agreement"] >= th.min_greedy_agreement, ">=", th.min_greedy_agreement),
+    )
+    for name, ok, op, limit in checks:
+        if not ok:
+            return QualityVerdict(
+                set_name, False, name,
+                f"{set_name}: {name} = {values[name]:.4g}, required {op} {limit:g}",
+                values, asdict(th), n, positions,
+            )
+    return QualityVerdict(set_name, True, None, f"{set_name}: all checks passed", values, asdict(th), n, positions)
+
+
+def capture_reference(adapter: Any, handle: Any, set_name: str, prompts: list[list[int]], continuation_len: int) -> Reference:
+    """Stock's greedy continuations and its teacher-forced log-probs on them."""
+    conts = adapter.greedy(handle, prompts, continuation_len)
+    lp = adapter.score(handle, prompts, conts)
+    return Reference(set_name, prompts, conts, lp)
+
+
+def evaluate(adapter: Any, handle: Any, ref: Reference, th: QualityThresholds) -> QualityVerdict:
+    """Run the candidate's probes against a stock reference and judge them."""
+    cand_conts = adapter.greedy(handle, ref.prompts, len(ref.continuations[0]))
+    cand_lp = adapter.score(handle, ref.prompts, ref.continuations)
+    values = {**teacher_forced_agreement(ref.logprobs, cand_lp), **greedy_agreement(ref.continuations, cand_conts)}
+    positions = int(ref.logprobs.shape[0] * ref.logprobs.shape[1])
+    return judge(ref.set_name, values, th, len(ref.prompts), positions)

@@ -1,0 +1,87 @@
+"""Human-readable tables for bench results (rich). Pure formatting, no measuring."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["print_bench", "print_knobs"]
+
+
+def _pct(ratio: float) -> str:
+    return f"{(ratio - 1) * 100:+.2f}%"
+
+
+def print_bench(res: dict[str, Any], console: Console, out_path: str | None = None) -> None:
+    aa = res["kind"] == "aa"
+    b_label = "stock-2" if aa else "candidate"
+    prot = res.get("protocol", {})
+    t = Table(title="A/A noise measurement (stock vs stock)" if aa else "stock vs candidate, interleaved pairs")
+    for col in ("pair", "order", "seed", "stock tok/s", f"{b_label} tok/s", "ratio"):
+        t.add_column(col, justify="right")
+    for p in prot.get("pairs", []):
+        va, vb = p.get("value_a"), p.get("value_b")
+        t.add_row(
+            str(p["index"] + 1), p["order"], str(p["seed"]),
+            f"{va:,.1f}" if va is not None else "failed",
+            f"{vb:,.1f}" if vb is not None else "failed",
+            f"{vb / va:.4f}" if va and vb else "-",
+        )
+    console.print(t)
+
+    d = prot.get("decision") or {}
+    s = Table(show_header=False, title="result")
+    s.add_column("what", style="bold")
+    s.add_column("value")
+    changed = {k: v for k, v in res["candidate_config"].items() if res["stock_config"].get(k) != v}
+    s.add_row("workload", f"{res['spec']['model']} on {res['adapter'].get('device', '?')}, "
+              f"{res['spec']['dtype']}, concurrency {res['spec']['traffic']['concurrency']}, "
+              f"{res['spec']['traffic']['input_len']} in / {res['spec']['traffic']['output_len']} out")
+    if not aa:
+        s.add_row("candidate", ", ".join(f"{k}={v}" for k, v in changed.items()))
+    va = [p["value_a"] for p in prot.get("pairs", []) if p.get("value_a") is not None]
+    vb = [p["value_b"] for p in prot.get("pairs", []) if p.get("value_b") is not None]
+    if va and vb:
+        s.add_row("median tok/s", f"stock {statistics.median(va):,.1f}  |  {b_label} {statistics.median(vb):,.1f}")
+    if d:
+        s.add_row(f"ratio {b_label}/stock", f"{d['ratio']:.4f} ({_pct(d['ratio'])})")
+        s.add_row(f"{d.get('confidence', 0.95) * 100:.0f}% interval",
+                  f"[{d['ci_low']:.4f}, {d['ci_high']:.4f}]  ({_pct(d['ci_low'])} .. {_pct(d['ci_high'])}); "
+                  f"per-look confidence {d.get('confidence_per_look', float('nan')):.4f}, {d.get('method', '?')} bootstrap, seed {d.get('bootstrap_seed')}")
+        s.add_row("pairs", f"{d['n_pairs']} (min gain to keep {d.get('min_gain', 0) * 100:.1f}%)")
+    s.add_row("protocol verdict", prot.get("verdict", "-") + (f": {res.get('error')}" if res.get("error") else ""))
+    if aa and res.get("noise"):
+        n = res["noise"]
+        s.add_row("noise floor", ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in n.items()))
+    q = res.get("quality", {})
+    if q.get("evaluated"):
+        for qs in q["sets"]:
+            v = qs["values"]
+            s.add_row(
+                f"quality ({qs['set_name']})",
+                ("PASS" if qs["passed"] else f"FAIL: {qs['message']}")
+                + f"  top1 {v['top1_agreement']:.4f}, KL {v['mean_kl']:.3g}, greedy {v['greedy_agreement']:.3f}",
+            )
+    else:
+        s.add_row("quality", "not evaluated")
+    tm = res.get("timings", {})
+    for k in ("compile_overhead_stock_s", "compile_overhead_candidate_s"):
+        if tm.get(k) is not None:
+            s.add_row(k.replace("_", " ").replace(" s", " (s)"), f"{tm[k]:.2f}")
+    s.add_row("verdict", f"[bold]{res.get('verdict', '-')}[/bold]")
+    if out_path:
+        s.add_row("result JSON", out_path)
+    console.print(s)
+
+
+def print_knobs(adapter_desc: dict[str, Any], knobs: list[Any], console: Console) -> None:
+    t = Table(title=f"knob space of {adapter_desc.get('framework', '?')} on {adapter_desc.get('device', '?')}")
+    for col in ("knob", "stock", "domain", "applies to", "changes numerics", "what it does"):
+        t.add_column(col)
+    for k in knobs:
+        t.add_row(k.name, str(k.default), k.domain_text(), ",".join(sorted(k.applies_to)),
+                  "yes" if k.changes_numerics else "no", k.description)
+    console.print(t)

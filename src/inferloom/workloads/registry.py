@@ -1,0 +1,23 @@
+"""Typed registry of adapters: framework name -> lazy "module:Class" target."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["ADAPTERS", "make_adapter"]
+
+ADAPTERS: dict[str, str] = {
+    "transformers": "inferloom.workloads.transformers_engine:TransformersEngine",
+}
+
+
+def make_adapter(spec: Any) -> Any:
+    """Instantiate the adapter for ``spec.framework`` (heavy imports happen here)."""
+    target = ADAPTERS.get(spec.framework)
+    if target is None:
+        raise ValueError(
+            f"framework '{spec.framework}': no adapter, expected one of {', '.join(sorted(ADAPTERS))}"
+        )
+    module, _, cls = target.partition(":")
+    return getattr(importlib.import_module(module), cls)(spec)

@@ -1,0 +1,76 @@
+"""`run_bench` end to end on the deterministic synthetic adapter (fast)."""
+
+import json
+
+import pytest
+
+from inferloom.bench import overall_verdict, run_bench
+from inferloom.spec import load_spec
+from inferloom.workloads.base import ConfigError
+from inferloom.workloads.fake import SyntheticAdapter
+
+SPEC = load_spec(None, {"model": "llama-tiny", "device": "cpu", "protocol.bootstrap_resamples": 999,
+                        "quality.eval_prompts": 4, "quality.heldout_prompts": 4,
+                        "quality.prompt_len": 8, "quality.continuation_len": 8})
+
+
+def bench(candidate, aa=False, **kw):
+    return run_bench(SPEC, candidate, aa=aa, adapter=SyntheticAdapter(noise_sd=0.05, **kw))
+
+
+def test_true_gain_is_kept_and_result_is_json():
+    res = bench({"fast_path": "true"})
+    assert res["protocol"]["verdict"] == "keep"
+    assert res["quality"]["passed"] is True
+    assert res["verdict"] == "keep"
+    d = res["protocol"]["decision"]
+    assert d["ci_low"] > 1.01 and d["ci_low"] < 1.15 < d["ci_high"]
+    json.dumps(res)  # fully serialisable, raw records included
+    assert all("a" in p and "b" in p for p in res["protocol"]["pairs"])
+    assert res["schema_version"] == 1 and res["spec_hash"]
+
+
+def test_no_gain_is_not_kept():
+    res = bench({"useless": "true"})
+    assert res["verdict"] in ("revert", "inconclusive")
+
+
+def test_fast_but_wrong_is_rejected_by_quality():
+    res = bench({"approx_math": "true"})
+    assert res["protocol"]["verdict"] == "keep"  # it is faster...
+    assert res["quality"]["passed"] is False  # ...but it changed the outputs
+    assert res["verdict"] == "reject-quality"
+    assert any("top1_agreement" in m or "greedy_agreement" in m for m in res["quality"]["failed"])
+    assert res["numerics_changing_knobs"] == ["approx_math"]
+
+
+def test_aa_runs_every_planned_pair_and_reports_noise():
+    res = bench({}, aa=True)
+    assert res["kind"] == "aa"
+    assert len(res["protocol"]["pairs"]) == SPEC.protocol.max_pairs
+    assert res["noise"]["n_pairs"] == SPEC.protocol.max_pairs
+    assert res["verdict"] == "noise-measured"
+    assert res["quality"]["passed"] is True
+
+
+def test_bad_candidates_are_input_errors():
+    with pytest.raises(ConfigError, match="equals the stock"):
+        bench({"fast_path": "false"})
+    with pytest.raises(ConfigError, match="unknown knob"):
+        bench({"warp_drive": "on"})
+    with pytest.raises(ConfigError, match="no --candidate"):
+        bench({"fast_path": "true"}, aa=True)
+
+
+def test_failed_run_is_reported_not_hidden():
+    res = bench({"fast_path": "true"}, fail_runs={"fast_path": {True: "synthetic crash"}})
+    assert res["verdict"] == "failed" and "synthetic crash" in res["error"]
+    assert "protocol" not in res  # it failed in warm-up: no numbers were produced
+
+
+def test_overall_verdict_table():
+    assert overall_verdict("keep", True, False) == "keep"
+    assert overall_verdict("keep", False, False) == "reject-quality"
+    assert overall_verdict("keep", None, False) == "keep-unscored"
+    assert overall_verdict("revert", True, False) == "revert"
+    assert overall_verdict("failed", None, False) == "failed"
