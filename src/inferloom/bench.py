@@ -195,9 +195,7 @@ def _quality(spec: WorkloadSpec, adapter: Any, handles: list[Any], b_label: str,
     """Stock's outputs are the reference; the candidate is judged on both sets."""
     t0 = time.perf_counter()
     th = Q.QualityThresholds.from_spec(spec.quality)
-    sets = Q.quality_prompt_sets(
-        spec, adapter.vocab_size, getattr(adapter, "special_ids", ()), getattr(adapter, "tokenizer", None)
-    )
+    sets = Q.quality_prompt_sets(spec, adapter)
     verdicts = []
     for name, prompts in sets.items():
         progress(f"quality contract: stock reference and {b_label} probes on the {name} set ({len(prompts)} prompts)")

@@ -109,7 +109,7 @@ def _cmd_bench(args: argparse.Namespace, console: Any, err: Any) -> int:
 
     def progress(msg: str) -> None:
         if not args.quiet:
-            err.print(f"[dim]{time.perf_counter() - t0:7.1f}s[/dim] {msg}", highlight=False)
+            err.print(f"[dim]{time.perf_counter() - t0:7.1f}s[/dim] {msg}", highlight=False, soft_wrap=True)
 
     progress(f"workload: {spec.model}, device {spec.device}, dtype {spec.dtype}, result -> {out}")
     res = run_bench(spec, candidate, aa=args.aa, progress=progress, quality=not args.no_quality)

@@ -68,9 +68,10 @@ class QualitySpec(_Strict):
     prompt_len: int = Field(32, ge=1)
     continuation_len: int = Field(32, ge=1)
     prompts_file: str | None = Field(None, description="JSONL texts; default random token ids")
-    min_top1_agreement: float = Field(0.97, ge=0.0, le=1.0)
-    max_mean_kl: float = Field(0.02, ge=0.0)
-    min_greedy_agreement: float = Field(0.75, ge=0.0, le=1.0)
+    min_top1_agreement: float = Field(0.98, ge=0.0, le=1.0)
+    max_mean_kl: float = Field(0.01, ge=0.0)
+    min_greedy_agreement: float = Field(0.8, ge=0.0, le=1.0)
+    tie_margin: float = Field(0.1, ge=0.0, description="nats: a flip between tokens this close in stock's log-probs is a tie-break")
 
     @field_validator("prompts_file")
     @classmethod

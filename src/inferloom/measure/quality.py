@@ -43,13 +43,14 @@ HELDOUT_SEED_OFFSET = 9_000_011
 
 @dataclass(frozen=True)
 class QualityThresholds:
-    min_top1_agreement: float = 0.97
-    max_mean_kl: float = 0.02
-    min_greedy_agreement: float = 0.75
+    min_top1_agreement: float = 0.98
+    max_mean_kl: float = 0.01
+    min_greedy_agreement: float = 0.8
+    tie_margin: float = 0.1
 
     @classmethod
     def from_spec(cls, q: Any) -> "QualityThresholds":
-        return cls(q.min_top1_agreement, q.max_mean_kl, q.min_greedy_agreement)
+        return cls(q.min_top1_agreement, q.max_mean_kl, q.min_greedy_agreement, q.tie_margin)
 
 
 @dataclass
@@ -76,38 +77,45 @@ class QualityVerdict:
         return asdict(self)
 
 
-def quality_prompt_sets(spec: Any, vocab_size: int, avoid_ids: Sequence[int] = (), tokenizer: Any = None) -> dict[str, list[list[int]]]:
+def quality_prompt_sets(spec: Any, adapter: Any) -> dict[str, list[list[int]]]:
     """The fixed eval set and the separate held-out set, as token-id prompts.
 
     Seeds derive from the spec's seed with fixed offsets, so every run of the
-    same spec sees the same sets, and the sets never overlap a timed run's seeds.
+    same spec sees the same sets, and never a timed run's prompts. Prompts come
+    from the adapter (random ids, or its texts), or from ``quality.prompts_file``.
     """
-    from inferloom.workloads import prompts as P
-
     q = spec.quality
     out: dict[str, list[list[int]]] = {}
+    texts = None
+    if q.prompts_file:
+        from inferloom.workloads import prompts as P
+
+        texts = P.load_jsonl_texts(q.prompts_file)
+        if len(texts) < 2:
+            raise ValueError(f"quality.prompts_file '{q.prompts_file}': needs at least 2 texts (half eval, half held out)")
     for name, n, offset in (
         ("eval", q.eval_prompts, EVAL_SEED_OFFSET),
         ("heldout", q.heldout_prompts, HELDOUT_SEED_OFFSET),
     ):
         seed = spec.seed + offset
-        if q.prompts_file:
-            texts = P.load_jsonl_texts(q.prompts_file)
+        if texts is not None:
             half = len(texts) // 2
-            if half == 0:
-                raise ValueError(
-                    f"quality.prompts_file '{q.prompts_file}': needs at least 2 texts "
-                    "(half for eval, half held out)"
-                )
             pool = texts[:half] if name == "eval" else texts[half:]
-            out[name] = P.text_prompts(pool, tokenizer, q.prompt_len, seed, n)
+            out[name] = P.text_prompts(pool, adapter.tokenizer, q.prompt_len, seed, n)
         else:
-            out[name] = P.random_prompts(seed, n, q.prompt_len, vocab_size, list(avoid_ids))
+            out[name] = adapter.prompts(seed, n, q.prompt_len)
     return out
 
 
-def teacher_forced_agreement(ref_logprobs: Any, cand_logprobs: Any) -> dict[str, float]:
-    """Pure: top-1 agreement and KL(ref || cand) over [n, T, V] log-prob tensors."""
+def teacher_forced_agreement(ref_logprobs: Any, cand_logprobs: Any, tie_margin: float = 0.0) -> dict[str, float]:
+    """Pure: top-1 agreement and KL(ref || cand) over [n, T, V] log-prob tensors.
+
+    ``top1_agreement`` counts a position as agreeing when the candidate's top
+    token is stock's top token *or a near-tie of it*: its stock log-prob is
+    within ``tie_margin`` nats of stock's best. Rounding-level changes flip
+    exact ties and near-ties; a broken computation picks tokens stock
+    considered clearly worse. ``top1_exact`` is the strict rate.
+    """
     import torch
 
     ref = ref_logprobs.to(torch.float64)
@@ -116,21 +124,37 @@ def teacher_forced_agreement(ref_logprobs: Any, cand_logprobs: Any) -> dict[str,
         raise ValueError(f"log-prob shapes differ: reference {tuple(ref.shape)}, candidate {tuple(cand.shape)}")
     if not torch.isfinite(cand).all():
         # NaN or +inf never passes: report it as total disagreement.
-        return {"top1_agreement": 0.0, "mean_kl": float("inf"), "max_kl": float("inf")}
-    top1 = (ref.argmax(-1) == cand.argmax(-1)).double().mean().item()
+        return {"top1_agreement": 0.0, "top1_exact": 0.0, "mean_kl": float("inf"), "max_kl": float("inf")}
+    cand_top = cand.argmax(-1)
+    exact = (ref.argmax(-1) == cand_top).double().mean().item()
+    gap = ref.max(-1).values - ref.gather(-1, cand_top.unsqueeze(-1)).squeeze(-1)
+    top1 = (gap <= tie_margin).double().mean().item()
     # exp(ref) * (ref - cand), with 0 * (-inf) := 0 where ref has no mass.
     p = ref.exp()
     diff = torch.where(p > 0, ref - cand, torch.zeros_like(ref))
     kl = (p * diff).sum(-1)
-    return {"top1_agreement": top1, "mean_kl": kl.mean().item(), "max_kl": kl.max().item()}
+    return {"top1_agreement": top1, "top1_exact": exact, "mean_kl": kl.mean().item(), "max_kl": kl.max().item()}
 
 
-def greedy_agreement(ref: Sequence[Sequence[int]], cand: Sequence[Sequence[int]]) -> dict[str, float]:
-    """Pure: mean fraction of each continuation matched before the first difference."""
+def greedy_agreement(
+    ref: Sequence[Sequence[int]],
+    cand: Sequence[Sequence[int]],
+    ref_logprobs: Any = None,
+    tie_margin: float = 0.0,
+) -> dict[str, float]:
+    """Pure: per prompt, the fraction of the continuation matched before the
+    first difference, averaged (``greedy_prefix``).
+
+    ``greedy_agreement`` is the same, except that a divergence at a stock
+    near-tie (the candidate's token within ``tie_margin`` nats of stock's best
+    at that position, read from ``ref_logprobs`` [n, T, V], which at the first
+    difference conditions on exactly the shared prefix) counts as agreement:
+    after a legitimate tie-break the two texts may differ entirely.
+    """
     if len(ref) != len(cand):
         raise ValueError(f"{len(ref)} reference continuations but {len(cand)} candidate ones")
-    fracs, exact = [], 0
-    for r, c in zip(ref, cand):
+    fracs, tie_fracs, exact, tie_breaks = [], [], 0, 0
+    for i, (r, c) in enumerate(zip(ref, cand)):
         n = 0
         for a, b in zip(r, c):
             if a != b:
@@ -138,11 +162,22 @@ def greedy_agreement(ref: Sequence[Sequence[int]], cand: Sequence[Sequence[int]]
             n += 1
         if len(c) != len(r):
             n = min(n, len(c))
-        fracs.append(n / len(r) if r else 1.0)
-        exact += int(list(r) == list(c))
+        frac = n / len(r) if r else 1.0
+        fracs.append(frac)
+        same = list(r) == list(c)
+        exact += int(same)
+        tie = False
+        if not same and ref_logprobs is not None and n < len(r) and n < len(c):
+            row = ref_logprobs[i, n]
+            tie = float(row.max() - row[int(c[n])]) <= tie_margin
+        tie_breaks += int(tie)
+        tie_fracs.append(1.0 if tie else frac)
+    k = len(ref)
     return {
-        "greedy_agreement": sum(fracs) / len(fracs) if fracs else 1.0,
-        "exact_match_rate": exact / len(ref) if ref else 1.0,
+        "greedy_agreement": sum(tie_fracs) / k if k else 1.0,
+        "greedy_prefix": sum(fracs) / k if k else 1.0,
+        "exact_match_rate": exact / k if k else 1.0,
+        "tie_break_divergences": float(tie_breaks),
     }
 
 
@@ -174,6 +209,9 @@ def evaluate(adapter: Any, handle: Any, ref: Reference, th: QualityThresholds) -
     """Run the candidate's probes against a stock reference and judge them."""
     cand_conts = adapter.greedy(handle, ref.prompts, len(ref.continuations[0]))
     cand_lp = adapter.score(handle, ref.prompts, ref.continuations)
-    values = {**teacher_forced_agreement(ref.logprobs, cand_lp), **greedy_agreement(ref.continuations, cand_conts)}
+    values = {
+        **teacher_forced_agreement(ref.logprobs, cand_lp, th.tie_margin),
+        **greedy_agreement(ref.continuations, cand_conts, ref.logprobs, th.tie_margin),
+    }
     positions = int(ref.logprobs.shape[0] * ref.logprobs.shape[1])
     return judge(ref.set_name, values, th, len(ref.prompts), positions)

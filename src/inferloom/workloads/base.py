@@ -14,6 +14,8 @@ Contract (every implementation is checked by ``tests/test_adapter_conformance.py
   from ``seed`` and returns a raw :class:`RunRecord`. A failure is data:
   ``success=False`` with ``error`` set, never an exception escaping to the
   caller (programming errors excepted).
+* ``prompts(seed, n, length)`` draws the token-id prompts a run or a quality
+  probe uses (random ids or the workload's texts), deterministically.
 * ``greedy(handle, prompts, max_new_tokens)`` and ``score(handle, prompts,
   continuations)`` answer the quality contract's probes (see
   ``inferloom.measure.quality``).
@@ -195,6 +197,11 @@ class WorkloadAdapter(Protocol):
     def prepare(self, config: Mapping[str, Any]) -> Any: ...
 
     def run(self, handle: Any, seed: int) -> RunRecord: ...
+
+    def prompts(self, seed: int, n: int, length: int) -> list[list[int]]:
+        """``n`` prompts of ``length`` token ids drawn from ``seed`` (the same
+        seed always gives the same prompts)."""
+        ...
 
     def greedy(
         self, handle: Any, prompts: list[list[int]], max_new_tokens: int

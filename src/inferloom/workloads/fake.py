@@ -249,6 +249,10 @@ class SyntheticAdapter:
 
     # -- quality probes ---------------------------------------------------------------
 
+    def prompts(self, seed: int, n: int, length: int) -> list[list[int]]:
+        rng = np.random.default_rng([self.seed & _MASK, int(seed) & _MASK])
+        return rng.integers(0, self.vocab_size, size=(n, length)).tolist()
+
     def _logits(self, h: SyntheticHandle, context: Sequence[int]) -> np.ndarray:
         ctx = np.asarray(context, dtype=np.int64)
         if ctx.size and (ctx.min() < 0 or ctx.max() >= self.vocab_size):
