@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+DEMO_CANDIDATE ?= compile_mode=default
+
 demo: $(STAMP)
 	$(VENV)/bin/inferloom bench examples/llama-tiny.yaml --candidate $(DEMO_CANDIDATE)
 

@@ -92,6 +92,7 @@ def run_bench(
     progress: Progress = lambda _m: None,
     quality: bool = True,
     on_pair: Callable[[Any, Any], None] | None = None,
+    out_hint: str | None = None,
 ) -> dict[str, Any]:
     """Measure stock vs candidate (or A/A). Returns the JSON-able result dict."""
     from inferloom.workloads.registry import make_adapter
@@ -108,6 +109,9 @@ def run_bench(
     cand_cfg = resolve_config(knobs, candidate, spec.pinned)
     if not aa and cand_cfg == stock_cfg:
         raise ConfigError("the candidate equals the stock configuration; give at least one --candidate key=value that differs")
+    progress(f"workload: {spec.model}, device {spec.resolved_device()}, dtype {spec.dtype}, "
+             f"concurrency {spec.traffic.concurrency}, {spec.traffic.input_len} in / {spec.traffic.output_len} out"
+             + (f"; result -> {out_hint}" if out_hint else ""))
     numerics = sorted(k.name for k in knobs if k.changes_numerics and cand_cfg[k.name] != stock_cfg[k.name])
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,

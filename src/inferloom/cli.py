@@ -111,8 +111,7 @@ def _cmd_bench(args: argparse.Namespace, console: Any, err: Any) -> int:
         if not args.quiet:
             err.print(f"[dim]{time.perf_counter() - t0:7.1f}s[/dim] {msg}", highlight=False, soft_wrap=True)
 
-    progress(f"workload: {spec.model}, device {spec.device}, dtype {spec.dtype}, result -> {out}")
-    res = run_bench(spec, candidate, aa=args.aa, progress=progress, quality=not args.no_quality)
+    res = run_bench(spec, candidate, aa=args.aa, progress=progress, quality=not args.no_quality, out_hint=str(out))
     write_json_atomic(out, res)
     print_bench(res, console, str(out))
     return 1 if res.get("verdict") == "failed" else 0
@@ -145,24 +144,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     from inferloom.spec import SpecError
     from inferloom.workloads.base import AdapterError, ConfigError
 
-    console = Console()
+    # Not a terminal (a pipe, a log, CI): wide enough that tables don't truncate names.
+    console = Console(width=None if sys.stdout.isatty() else 160)
     err = Console(stderr=True)
     args = build_parser().parse_args(argv)
     handler = {"bench": _cmd_bench, "knobs": _cmd_knobs, "validate": _cmd_validate}[args.command]
     try:
         return handler(args, console, err)
     except (SpecError, UsageError, ConfigError) as exc:
-        err.print(f"inferloom {args.command}: error: {exc}", highlight=False, markup=False)
+        print(f"inferloom {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except AdapterError as exc:
-        err.print(
+        print(
             f"inferloom {args.command}: failed ({exc.kind}): {exc}. "
             "Check the knob against `inferloom knobs`, or rerun with fewer changes to isolate it.",
-            highlight=False, markup=False,
+            file=sys.stderr,
         )
         return 1
     except KeyboardInterrupt:
-        err.print("inferloom: interrupted; nothing was written for the unfinished measurement")
+        print("inferloom: interrupted; nothing was written for the unfinished measurement", file=sys.stderr)
         return 130
 
 

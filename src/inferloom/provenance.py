@@ -27,11 +27,17 @@ RUN_ENV_VARS = (
     "TOKENIZERS_PARALLELISM",
     "HF_HUB_OFFLINE",
     "INFERLOOM_CACHE",
+    "INFERLOOM_GIT_REVISION",
 )
 
 
 def git_revision() -> str:
-    """The git revision of the inferloom source tree, with '-dirty' when modified."""
+    """The git revision of the inferloom source tree, with '-dirty' when modified.
+
+    ``INFERLOOM_GIT_REVISION`` overrides it, for copies of the tree without
+    their git history (a remote GPU machine, an unpacked archive)."""
+    if os.environ.get("INFERLOOM_GIT_REVISION"):
+        return os.environ["INFERLOOM_GIT_REVISION"]
     here = Path(__file__).resolve().parent
     try:
         rev = subprocess.run(

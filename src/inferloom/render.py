@@ -68,9 +68,10 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
     else:
         s.add_row("quality", "not evaluated")
     tm = res.get("timings", {})
-    for k in ("compile_overhead_stock_s", "compile_overhead_candidate_s"):
+    for k, label in (("compile_overhead_stock_s", "compile/warm-up overhead, stock"),
+                     ("compile_overhead_candidate_s", f"compile/warm-up overhead, {b_label}")):
         if tm.get(k) is not None:
-            s.add_row(k.replace("_", " ").replace(" s", " (s)"), f"{tm[k]:.2f}")
+            s.add_row(label, f"{tm[k]:.2f} s (first warm-up run minus the median timed run)")
     s.add_row("verdict", f"[bold]{res.get('verdict', '-')}[/bold]")
     if out_path:
         s.add_row("result JSON", out_path)

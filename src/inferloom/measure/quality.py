@@ -32,6 +32,7 @@ __all__ = [
     "teacher_forced_agreement",
     "greedy_agreement",
     "judge",
+    "self_consistency",
     "capture_reference",
     "evaluate",
 ]
@@ -198,6 +199,23 @@ def judge(set_name: str, values: dict[str, float], th: QualityThresholds, n: int
     return QualityVerdict(set_name, True, None, f"{set_name}: all checks passed", values, asdict(th), n, positions)
 
 
+def self_consistency(ref: Reference) -> dict[str, float]:
+    """Pure: how often stock's own greedy path (incremental decoding) picked a
+    token other than the argmax of stock's own teacher-forced forward: the
+    rounding noise between two computations of the *same* configuration, a
+    yardstick for the candidate's disagreements."""
+    lp = ref.logprobs
+    import torch
+
+    chosen = torch.tensor(ref.continuations, dtype=torch.long)
+    flips = lp.argmax(-1) != chosen
+    gap = lp.max(-1).values - lp.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+    return {
+        "stock_path_flip_rate": flips.double().mean().item(),
+        "stock_path_max_gap_nats": gap.max().item(),
+    }
+
+
 def capture_reference(adapter: Any, handle: Any, set_name: str, prompts: list[list[int]], continuation_len: int) -> Reference:
     """Stock's greedy continuations and its teacher-forced log-probs on them."""
     conts = adapter.greedy(handle, prompts, continuation_len)
@@ -214,4 +232,6 @@ def evaluate(adapter: Any, handle: Any, ref: Reference, th: QualityThresholds) -
         **greedy_agreement(ref.continuations, cand_conts, ref.logprobs, th.tie_margin),
     }
     positions = int(ref.logprobs.shape[0] * ref.logprobs.shape[1])
-    return judge(ref.set_name, values, th, len(ref.prompts), positions)
+    verdict = judge(ref.set_name, values, th, len(ref.prompts), positions)
+    verdict.details["reference"] = self_consistency(ref)
+    return verdict

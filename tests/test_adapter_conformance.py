@@ -1,0 +1,77 @@
+"""One conformance class run against every WorkloadAdapter implementation."""
+
+import pytest
+import torch
+
+from inferloom.spec import load_spec
+from inferloom.workloads.base import Knob, RunRecord, WorkloadAdapter, resolve_config
+
+
+def _synthetic():
+    from inferloom.workloads.fake import SyntheticAdapter
+
+    return SyntheticAdapter()
+
+
+def _transformers():
+    from inferloom.workloads.transformers_engine import TransformersEngine
+
+    spec = load_spec(None, {"model": "llama-tiny", "device": "cpu", "traffic.concurrency": "2",
+                            "traffic.input_len": "8", "traffic.output_len": "4", "traffic.num_prompts": "4"})
+    return TransformersEngine(spec)
+
+
+@pytest.fixture(params=[_synthetic, _transformers], ids=["synthetic", "transformers"], scope="module")
+def adapter(request):
+    a = request.param()
+    yield a
+    a.close()
+
+
+class TestConformance:
+    def test_is_a_workload_adapter(self, adapter):
+        assert isinstance(adapter, WorkloadAdapter)
+        assert isinstance(adapter.name, str) and adapter.name
+
+    def test_describe_is_json(self, adapter):
+        import json
+
+        json.dumps(adapter.describe())
+
+    def test_knobs_have_stock_values_in_their_domain(self, adapter):
+        knobs = adapter.knob_space()
+        assert knobs and all(isinstance(k, Knob) for k in knobs)
+        assert len({k.name for k in knobs}) == len(knobs)
+        for k in knobs:
+            assert k.validate(k.default) == k.default
+            assert k.applies_to and k.description
+
+    def test_run_returns_a_raw_record_with_exact_tokens(self, adapter):
+        h = adapter.prepare(resolve_config(adapter.knob_space(), {}))
+        try:
+            rec = adapter.run(h, 7)
+            assert isinstance(rec, RunRecord) and rec.success, rec.error
+            assert rec.seed == 7 and rec.wall_s > 0
+            assert rec.output_tokens == rec.expected_output_tokens > 0
+        finally:
+            adapter.release(h)
+
+    def test_prompts_are_seeded(self, adapter):
+        assert adapter.prompts(3, 2, 5) == adapter.prompts(3, 2, 5)
+        assert adapter.prompts(3, 2, 5) != adapter.prompts(4, 2, 5)
+        assert all(len(p) == 5 for p in adapter.prompts(3, 2, 5))
+
+    def test_quality_probes(self, adapter):
+        h = adapter.prepare(resolve_config(adapter.knob_space(), {}))
+        try:
+            prompts = adapter.prompts(11, 2, 6)
+            conts = adapter.greedy(h, prompts, 3)
+            assert len(conts) == 2 and all(len(c) == 3 for c in conts)
+            lp = adapter.score(h, prompts, conts)
+            assert lp.shape[:2] == (2, 3) and lp.dtype == torch.float32
+            assert torch.allclose(lp.exp().sum(-1), torch.ones(2, 3), atol=1e-4)
+            # the greedy continuation is (near) the argmax of the teacher-forced distribution
+            top = lp.argmax(-1)
+            assert (top == torch.tensor(conts)).float().mean() >= 0.5
+        finally:
+            adapter.release(h)

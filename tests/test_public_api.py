@@ -1,0 +1,27 @@
+"""Pin the public API of the modules other parts of inferloom build on."""
+
+import importlib
+
+import pytest
+
+API = {
+    "inferloom.workloads.base": {"AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter",
+                                 "resolve_config", "config_key"},
+    "inferloom.spec": {"SpecError", "Traffic", "QualitySpec", "ProtocolSpec", "WorkloadSpec", "load_spec", "spec_hash"},
+    "inferloom.bench": {"SCHEMA_VERSION", "run_bench", "run_seed_base", "write_json_atomic", "overall_verdict"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(API))
+def test_exported_members(module):
+    mod = importlib.import_module(module)
+    assert set(mod.__all__) == API[module]
+    for name in mod.__all__:
+        assert hasattr(mod, name)
+
+
+def test_protocol_exports_the_decision_api():
+    from inferloom.measure import protocol
+
+    for name in ("ProtocolSettings", "decide", "run_paired", "noise_floor"):
+        assert name in protocol.__all__
