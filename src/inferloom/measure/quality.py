@@ -33,6 +33,8 @@ __all__ = [
     "greedy_agreement",
     "judge",
     "self_consistency",
+    "path_gap_noise",
+    "effective_tie_margin",
     "capture_reference",
     "evaluate",
 ]
@@ -60,6 +62,31 @@ class Reference:
     prompts: list[list[int]]
     continuations: list[list[int]]
     logprobs: Any  # torch.Tensor [n, T, V], float32, CPU
+    path_noise_nats: float | None = None  # stock's own decode-vs-forward gap noise
+
+
+def path_gap_noise(incremental: Any, forward: Any) -> float:
+    """Pure: the largest change, over all positions, of the log-prob gap between
+    the two most likely tokens when the *same* configuration computes the same
+    sequence two ways (incremental decoding with a cache vs one full forward).
+    That change is rounding noise by construction: a flip between two tokens
+    closer than this is a tie-break, not an error."""
+    import torch
+
+    inc = incremental.to(torch.float64)
+    fwd = forward.to(torch.float64)
+    if inc.shape != fwd.shape:
+        raise ValueError(f"path noise: shapes differ {tuple(inc.shape)} vs {tuple(fwd.shape)}")
+    top2 = fwd.topk(2, dim=-1).indices
+    gap_f = fwd.gather(-1, top2[..., :1]) - fwd.gather(-1, top2[..., 1:])
+    gap_i = inc.gather(-1, top2[..., :1]) - inc.gather(-1, top2[..., 1:])
+    d = (gap_f - gap_i).abs()
+    return float(d.max().item()) if torch.isfinite(d).all() else float("inf")
+
+
+# A candidate's rounding differs from stock's by up to the sum of two paths'
+# noise; the calibrated margin is this multiple of stock's own path noise.
+PATH_NOISE_FACTOR = 2.0
 
 
 @dataclass
@@ -217,21 +244,45 @@ def self_consistency(ref: Reference) -> dict[str, float]:
 
 
 def capture_reference(adapter: Any, handle: Any, set_name: str, prompts: list[list[int]], continuation_len: int) -> Reference:
-    """Stock's greedy continuations and its teacher-forced log-probs on them."""
-    conts = adapter.greedy(handle, prompts, continuation_len)
-    lp = adapter.score(handle, prompts, conts)
-    return Reference(set_name, prompts, conts, lp)
+    """Stock's greedy continuations and its teacher-forced log-probs on them.
+
+    When the adapter offers the optional ``greedy_logprobs`` probe, stock's
+    decode-path log-probs are compared with its forward-path ones to measure
+    the rounding noise of this model, dtype and device (``path_noise_nats``)."""
+    noise = None
+    if hasattr(adapter, "greedy_logprobs"):
+        conts, inc_lp = adapter.greedy_logprobs(handle, prompts, continuation_len)
+        lp = adapter.score(handle, prompts, conts)
+        noise = path_gap_noise(inc_lp, lp)
+    else:
+        conts = adapter.greedy(handle, prompts, continuation_len)
+        lp = adapter.score(handle, prompts, conts)
+    return Reference(set_name, prompts, conts, lp, noise)
+
+
+def effective_tie_margin(ref: Reference, th: QualityThresholds) -> float:
+    """The declared tie margin, widened to PATH_NOISE_FACTOR x stock's own path
+    noise when that was measured (it never narrows the declared margin)."""
+    if ref.path_noise_nats is None or ref.path_noise_nats != ref.path_noise_nats:
+        return th.tie_margin
+    return max(th.tie_margin, PATH_NOISE_FACTOR * ref.path_noise_nats)
 
 
 def evaluate(adapter: Any, handle: Any, ref: Reference, th: QualityThresholds) -> QualityVerdict:
     """Run the candidate's probes against a stock reference and judge them."""
     cand_conts = adapter.greedy(handle, ref.prompts, len(ref.continuations[0]))
     cand_lp = adapter.score(handle, ref.prompts, ref.continuations)
+    margin = effective_tie_margin(ref, th)
     values = {
-        **teacher_forced_agreement(ref.logprobs, cand_lp, th.tie_margin),
-        **greedy_agreement(ref.continuations, cand_conts, ref.logprobs, th.tie_margin),
+        **teacher_forced_agreement(ref.logprobs, cand_lp, margin),
+        **greedy_agreement(ref.continuations, cand_conts, ref.logprobs, margin),
     }
     positions = int(ref.logprobs.shape[0] * ref.logprobs.shape[1])
     verdict = judge(ref.set_name, values, th, len(ref.prompts), positions)
-    verdict.details["reference"] = self_consistency(ref)
+    verdict.details["reference"] = {
+        **self_consistency(ref),
+        "stock_path_noise_nats": ref.path_noise_nats,
+        "tie_margin_declared": th.tie_margin,
+        "tie_margin_used": margin,
+    }
     return verdict

@@ -548,6 +548,34 @@ class TransformersEngine:
                 out.extend(new.cpu().tolist())
         return out
 
+    def greedy_logprobs(
+        self, handle: TransformersHandle, prompts: list[list[int]], max_new_tokens: int
+    ) -> tuple[list[list[int]], torch.Tensor]:
+        """Greedy continuations plus the log-probabilities the generate() path
+        itself computed at each step (incremental decoding with its cache):
+        float32 on CPU, [n, T, V]. Optional probe: the quality contract uses it
+        on stock to measure the rounding noise between stock's two paths."""
+        micro = int(handle.config["micro_batch"])
+        conts: list[list[int]] = []
+        chunks: list[torch.Tensor] = []
+        with self._state(handle):
+            for j in range(0, len(prompts), micro):
+                ids, mask = self._batch_tensors(prompts[j:j + micro])
+                out = handle.model.generate(
+                    input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                    min_new_tokens=max_new_tokens, output_logits=True, return_dict_in_generate=True,
+                )
+                new = out.sequences[:, ids.shape[1]:]
+                if new.shape[1] != max_new_tokens or len(out.logits) != max_new_tokens:
+                    raise _TokenCountError(
+                        f"generate() produced {new.shape[1]} tokens / {len(out.logits)} logit rows, expected {max_new_tokens}"
+                    )
+                conts.extend(new.cpu().tolist())
+                steps = torch.stack([step.float() for step in out.logits], dim=1)
+                chunks.append(torch.log_softmax(steps, dim=-1).cpu())
+                del out, steps
+        return conts, torch.cat(chunks, dim=0)
+
     def score(
         self, handle: TransformersHandle, prompts: list[list[int]], continuations: list[list[int]]
     ) -> torch.Tensor:
