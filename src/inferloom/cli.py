@@ -74,6 +74,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-quality", action="store_true", help="skip the quality contract (result marked unscored)")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
 
+    o = sub.add_parser("optimize", help="run an optimization session (PRELUDE -> FRAMEWORK -> ... -> CLOSE)")
+    _add_spec_args(o)
+    o.add_argument("--budget-minutes", type=float, default=30.0, metavar="N", help="wall-clock budget (default 30)")
+    o.add_argument("--max-trials", type=int, default=20, metavar="N", help="candidate trials at most (default 20)")
+    o.add_argument("--cycles", type=int, default=3, metavar="N", help="cycle ceiling (default 3)")
+    o.add_argument("--no-sweep", action="store_true", help="skip the SWEEP phase")
+    o.add_argument("--out", metavar="DIR", help="session directory (default runs/session-<time>)")
+    o.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    r = sub.add_parser("resume", help="continue a session after a crash, a kill or a stop")
+    r.add_argument("dir", help="session directory")
+    r.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    rep = sub.add_parser("report", help="re-render report.md and session_breakdown.json from the ledger alone")
+    rep.add_argument("dir", help="session directory")
+
     k = sub.add_parser("knobs", help="list the knob space of the workload's adapter")
     _add_spec_args(k)
 
@@ -109,12 +125,67 @@ def _cmd_bench(args: argparse.Namespace, console: Any, err: Any) -> int:
 
     def progress(msg: str) -> None:
         if not args.quiet:
-            err.print(f"[dim]{time.perf_counter() - t0:7.1f}s[/dim] {msg}", highlight=False, soft_wrap=True)
+            from rich.markup import escape
+
+            err.print(f"[dim]{time.perf_counter() - t0:7.1f}s[/dim] {escape(msg)}", highlight=False, soft_wrap=True)
 
     res = run_bench(spec, candidate, aa=args.aa, progress=progress, quality=not args.no_quality, out_hint=str(out))
     write_json_atomic(out, res)
     print_bench(res, console, str(out))
     return 1 if res.get("verdict") == "failed" else 0
+
+
+def _progress(args: argparse.Namespace, err: Any) -> Any:
+    t0 = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        if not getattr(args, "quiet", False):
+            from rich.markup import escape
+
+            err.print(f"[dim]{time.perf_counter() - t0:7.1f}s[/dim] {escape(msg)}", highlight=False, soft_wrap=True)
+
+    return progress
+
+
+def _print_session(directory: Path, console: Any) -> None:
+    report = directory / "report.md"
+    if report.is_file():
+        console.print(report.read_text(), highlight=False, markup=False)
+    console.print(f"session directory: {directory} (report.md, session_breakdown.json, ledger.jsonl, state.json)",
+                  highlight=False, markup=False)
+
+
+def _cmd_optimize(args: argparse.Namespace, console: Any, err: Any) -> int:
+    from inferloom.session.runner import start
+
+    spec = _spec_from_args(args)
+    out = Path(args.out) if args.out else Path("runs") / f"session-{time.strftime('%Y%m%d-%H%M%S')}"
+    progress = _progress(args, err)
+    progress(f"session directory: {out}; budget {args.budget_minutes:g} min, {args.max_trials} trials; "
+             f"`inferloom resume {out}` continues it if interrupted")
+    start(out, spec, budget_minutes=args.budget_minutes, max_trials=args.max_trials, progress=progress,
+          cycle_ceiling=args.cycles, sweep=not args.no_sweep)
+    _print_session(out, console)
+    return 0
+
+
+def _cmd_resume(args: argparse.Namespace, console: Any, err: Any) -> int:
+    from inferloom.session.runner import resume
+
+    resume(args.dir, progress=_progress(args, err))
+    _print_session(Path(args.dir), console)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace, console: Any, err: Any) -> int:
+    from inferloom.session.close import write_artifacts
+
+    d = Path(args.dir)
+    if not (d / "ledger.jsonl").is_file():
+        raise UsageError(f"{d}: no ledger.jsonl; not a session directory")
+    write_artifacts(d)
+    _print_session(d, console)
+    return 0
 
 
 def _cmd_knobs(args: argparse.Namespace, console: Any, err: Any) -> int:
@@ -142,16 +213,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
 
     from inferloom.spec import SpecError
+    from inferloom.session.manifest import ManifestError
+    from inferloom.session.runner import SessionExists
+    from inferloom.session.state import StateError
     from inferloom.workloads.base import AdapterError, ConfigError
 
     # Not a terminal (a pipe, a log, CI): wide enough that tables don't truncate names.
     console = Console(width=None if sys.stdout.isatty() else 160)
     err = Console(stderr=True)
     args = build_parser().parse_args(argv)
-    handler = {"bench": _cmd_bench, "knobs": _cmd_knobs, "validate": _cmd_validate}[args.command]
+    handler = {"bench": _cmd_bench, "knobs": _cmd_knobs, "validate": _cmd_validate, "optimize": _cmd_optimize,
+               "resume": _cmd_resume, "report": _cmd_report}[args.command]
     try:
         return handler(args, console, err)
-    except (SpecError, UsageError, ConfigError) as exc:
+    except (SpecError, UsageError, ConfigError, SessionExists, StateError, ManifestError) as exc:
         print(f"inferloom {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except AdapterError as exc:

@@ -94,7 +94,7 @@ class ProtocolSpec(_Strict):
 
 class WorkloadSpec(_Strict):
     model: str = Field("llama-tiny", description="synthetic preset name or local HF model directory")
-    framework: Literal["transformers"] = "transformers"
+    framework: Literal["transformers", "synthetic"] = "transformers"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     seed: int = 0

@@ -112,6 +112,12 @@ class SessionState(_Model):
     cycle: int = Field(0, ge=0, description="FRAMEWORK cycles started; 0 before the first")
     budget: Budget
     used: Used = Field(default_factory=Used)
+    device: str = Field("cpu", description="the resolved device: cpu or cuda")
+    knobs: list[dict[str, Any]] = Field(default_factory=list, description="the adapter's knob space (Knob.to_dict())")
+    pinned: dict[str, Any] = Field(default_factory=dict, description="knobs pinned by the spec")
+    workload: dict[str, Any] = Field(default_factory=dict, description="model, dtype, concurrency, input/output length")
+    trials: list[dict[str, Any]] = Field(default_factory=list, description="every measured candidate, in order")
+    extra: dict[str, Any] = Field(default_factory=dict, description="coordinator bookkeeping (stock objective, sweep, final)")
     stock_config: dict[str, Any] = Field(default_factory=dict)
     stack: dict[str, Any] = Field(default_factory=dict, description="current kept configuration")
     noise_floor: dict[str, Any] | None = Field(

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -133,6 +134,7 @@ class SyntheticAdapter:
         drift_per_run: float = 0.0,
         fail_runs: Mapping[str, Mapping[Any, str]] | None = None,
         fail_prepare: Mapping[str, Mapping[Any, str]] | None = None,
+        delay_s: float = 0.0,
     ) -> None:
         if noise_sd < 0 or base_tps <= 0 or vocab_size < 2 or logit_scale <= 0:
             raise ValueError("SyntheticAdapter: need noise_sd >= 0, base_tps > 0, vocab_size >= 2, logit_scale > 0")
@@ -158,6 +160,7 @@ class SyntheticAdapter:
         self.num_requests, self.concurrency = int(num_requests), int(concurrency)
         self.input_len, self.output_len = int(input_len), int(output_len)
         self.drift_per_run = float(drift_per_run)
+        self.delay_s = float(delay_s)  # real sleep per run, for crash/resume tests
         self._ids = itertools.count(1)
         self._handles: dict[int, SyntheticHandle] = {}
         self._clock = 0.0
@@ -225,6 +228,8 @@ class SyntheticAdapter:
                 return RunRecord(config_id=h.config_id, seed=seed, success=False, started_at=started,
                                  num_requests=self.num_requests, error=f"{k}={v}: {msg}",
                                  extra={"kind": "synthetic", "handle_id": h.id})
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
         ss = np.random.SeedSequence([self.seed & _MASK, h.id, int(seed) & _MASK])
         z = float(np.random.default_rng(ss).standard_normal())
         drift = math.exp(self.drift_per_run * self._total_runs)
@@ -313,3 +318,18 @@ class SyntheticAdapter:
     def close(self) -> None:
         for h in list(self._handles.values()):
             self.release(h)
+
+
+def from_spec(spec: Any) -> SyntheticAdapter:
+    """The adapter behind ``framework: synthetic`` (tests and demos of the
+    coordinator; its numbers are synthetic, and its describe() says so).
+    Environment: INFERLOOM_SYNTHETIC_NOISE (per-run sd, default 0.05) and
+    INFERLOOM_SYNTHETIC_DELAY_S (real sleep per run, default 0)."""
+    import os
+
+    t = spec.traffic
+    return SyntheticAdapter(
+        seed=spec.seed, noise_sd=float(os.environ.get("INFERLOOM_SYNTHETIC_NOISE", "0.05")),
+        delay_s=float(os.environ.get("INFERLOOM_SYNTHETIC_DELAY_S", "0")),
+        num_requests=t.requests_per_run, concurrency=t.concurrency, input_len=t.input_len, output_len=t.output_len,
+    )

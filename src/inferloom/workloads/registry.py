@@ -9,6 +9,8 @@ __all__ = ["ADAPTERS", "make_adapter"]
 
 ADAPTERS: dict[str, str] = {
     "transformers": "inferloom.workloads.transformers_engine:TransformersEngine",
+    # deterministic fake with known true effects: tests and demos of the coordinator
+    "synthetic": "inferloom.workloads.fake:from_spec",
 }
 
 

@@ -1,0 +1,1 @@
+"""Agents: Protocols (base.py) and deterministic default implementations (rules.py)."""

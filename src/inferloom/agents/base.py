@@ -1,0 +1,75 @@
+"""Agent Protocols. The coordinator (code) runs every benchmark and keeps or
+reverts; agents only propose and rule on evidence they are handed.
+
+Every agent's input and output is written to the ledger by the coordinator.
+An output that is malformed (not a dict, unknown action, unknown knob, value
+outside the knob's domain, a configuration already measured) is refused by the
+coordinator with a named rule, and the session goes on. An LLM-backed agent
+must fit the same Protocols; the deterministic ones in ``rules.py`` are the
+default and work offline.
+
+The state an agent sees is the JSON dict of ``state.json`` as loaded from disk
+(never the coordinator's memory): keys used by agents are documented in
+``inferloom.session.state`` (``phase``, ``cycle``, ``device``, ``knobs`` (list of
+Knob dicts), ``stock_config``, ``stack`` (the current kept configuration),
+``trials`` (list of {config, changes, verdict, ratio, ci_low, ci_high,
+quality_passed, rule, agent}), ``noise_floor``, ``workload`` (concurrency,
+input_len, output_len, dtype, model)).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+__all__ = ["ACTIONS", "Orchestrator", "Critic", "Robustness"]
+
+# Every action name an agent may emit; which phase admits which is the
+# coordinator's allowlist (session/coordinator.py).
+ACTIONS = (
+    "try_config",   # FRAMEWORK: measure stack+changes against the stack
+    "end_phase",    # FRAMEWORK: nothing more worth trying this cycle
+    "stop",         # any phase: ask the coordinator to close the session
+)
+
+
+@runtime_checkable
+class Orchestrator(Protocol):
+    """Chooses the next action from the state file alone, re-read every tick.
+
+    ``propose(state) -> dict`` returns
+    ``{"action": "try_config", "changes": {knob: value, ...},
+    "predicted_gain": float | None, "rationale": str, "source": "prior" | "search"}``
+    or ``{"action": "end_phase", "rationale": str}``. ``changes`` are relative
+    to ``state["stack"]``; the resulting full configuration must not have been
+    measured before (``state["trials"]``)."""
+
+    name: str
+
+    def propose(self, state: Mapping[str, Any]) -> Any: ...
+
+
+@runtime_checkable
+class Critic(Protocol):
+    """Created fresh for each keep/revert decision; sees only the evidence.
+
+    ``judge(evidence) -> {"decision": "keep" | "revert", "lesson": str}``
+    where ``evidence`` holds the protocol verdict and decision (ratio,
+    interval, pairs), the quality verdict, the noise floor and the changes.
+    The Critic may never keep what the protocol did not keep or what failed
+    the quality contract; the coordinator enforces this too."""
+
+    name: str
+
+    def judge(self, evidence: Mapping[str, Any]) -> Any: ...
+
+
+@runtime_checkable
+class Robustness(Protocol):
+    """Circuit breaker. ``check(state, now) -> None`` when all is well, else
+    ``{"action": "end_phase" | "stop", "rule": str, "reason": str}`` when it
+    detects N consecutive failures, a repeated proposal, or no progress (no
+    keep) for T minutes of session time."""
+
+    name: str
+
+    def check(self, state: Mapping[str, Any], now: float) -> Any: ...

@@ -1,0 +1,397 @@
+"""Deterministic default agents: they work offline and the same input always
+gives the same output (see the Protocols in ``inferloom.agents.base``).
+
+* :class:`RuleOrchestrator` reads only the state dict. It proposes expert
+  priors first (``inferloom.agents.priors``, ranked for device, concurrency and
+  the current dtype), then a Bayesian search (Optuna TPE) over the knobs that
+  apply to the device and are not pinned. It never proposes a full
+  configuration that was already measured: stock, the stack, every
+  ``trials[i]["config"]`` and every ``measured_config_keys`` entry count as
+  measured. When nothing unmeasured is left it answers ``end_phase``.
+* :class:`RuleCritic` keeps only what the protocol kept, what passed quality,
+  and whose interval's lower bound clears the noise floor; its lesson is one
+  line naming the change, the measured gain and interval, and why.
+* :class:`RuleRobustness` trips on N consecutive failed trials, two identical
+  proposals in a row, or no keep for T minutes; else it returns ``None``.
+
+State keys read besides those in ``agents/base.py``: ``pinned`` (knob ->
+value, never changed), ``kb_failures`` (change-sets that failed before: such a
+prior is tried last, never banned), ``measured_config_keys``, ``proposals``
+(change-sets proposed this cycle), ``started_at`` / ``cycle_started_at`` (unix
+time), and ``trials[i]["finished_at"]`` / ``["cycle"]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import warnings
+from typing import Any, Iterator, Mapping
+
+from inferloom.agents.priors import Prior, rank_priors
+from inferloom.workloads.base import ConfigError, Knob, config_key
+
+__all__ = ["RuleOrchestrator", "RuleCritic", "RuleRobustness", "knob_from_dict"]
+
+# Objective given to TPE for a trial that failed, was refused or failed quality:
+# the log-gain of the stack it was compared with, plus log(0.5).
+PENALTY_LOG = math.log(0.5)
+MAX_ASKS = 50  # TPE samples per call before falling back to enumeration
+ENUM_LIMIT = 20_000  # candidate configurations the enumeration looks at, at most
+_INT_FULL = 32  # int knobs with at most this many values are enumerated in full
+_BAD = {"failed", "refused", "reject-quality"}
+
+
+def knob_from_dict(d: Mapping[str, Any]) -> Knob:
+    """Rebuild a :class:`Knob` from ``Knob.to_dict()`` output (JSON-loaded)."""
+    choices = d.get("choices")
+    return Knob(
+        name=str(d["name"]), kind=d["kind"], default=d.get("default"),
+        description=str(d.get("description", "")),
+        choices=tuple(choices) if choices is not None else None,
+        low=d.get("low"), high=d.get("high"),
+        applies_to=frozenset(d.get("applies_to", ("cpu", "cuda"))),
+        changes_numerics=bool(d.get("changes_numerics", False)),
+    )
+
+
+def _fmt(changes: Mapping[str, Any]) -> str:
+    text = ", ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in changes.items())
+    return text or "(no change)"
+
+
+class _View:
+    """What the orchestrator needs from one state dict, parsed once."""
+
+    def __init__(self, state: Mapping[str, Any]) -> None:
+        self.knobs = [knob_from_dict(k) for k in state.get("knobs", [])]
+        self.by_name = {k.name: k for k in self.knobs}
+        self.device = str(state.get("device", "cpu"))
+        self.pinned = dict(state.get("pinned") or {})
+        base = {k.name: k.default for k in self.knobs}
+        self.stock = self.full(state.get("stock_config") or {}, base)
+        self.stack = self.full(state.get("stack") or {}, self.stock)
+        self.space = [k for k in self.knobs if self.device in k.applies_to and k.name not in self.pinned
+                      and (k.choices if k.kind == "choice" else k.kind == "bool" or None not in (k.low, k.high))]
+        self.trials = [t for t in state.get("trials", []) if isinstance(t, Mapping)]
+        # (trial, its full config): ``config`` if recorded, else the replayed stack + ``changes``
+        self.replayed: list[tuple[Mapping[str, Any], dict[str, Any]]] = []
+        stack = self.stock
+        for t in self.trials:
+            raw = t.get("config") if isinstance(t.get("config"), Mapping) else (
+                {**stack, **t["changes"]} if isinstance(t.get("changes"), Mapping) else None)
+            if raw is not None:
+                self.replayed.append((t, self.full(raw, self.stock)))
+                stack = self.replayed[-1][1] if t.get("verdict") == "keep" else stack
+        self.seen = {config_key(self.stock), config_key(self.stack)}
+        self.seen.update(str(x) for x in state.get("measured_config_keys") or [])
+        self.seen.update(config_key(cfg) for _, cfg in self.replayed)
+        self.workload = dict(state.get("workload") or {})
+
+    def full(self, cfg: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+        return {n: cfg.get(n, base[n]) for n in self.by_name}
+
+    def candidate(self, changes: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+        cfg = {**self.stack, **changes}
+        return cfg, config_key(cfg)
+
+
+def _distribution(knob: Knob) -> Any:
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    if knob.kind == "int":
+        return IntDistribution(int(knob.low), int(knob.high))
+    return CategoricalDistribution((False, True) if knob.kind == "bool" else tuple(knob.choices or ()))
+
+
+def _domain(knob: Knob, keep: Any) -> tuple[list[Any], bool]:
+    """Values enumerated for ``knob`` and whether that is its whole domain."""
+    if knob.kind == "bool":
+        return [False, True], True
+    if knob.kind == "choice":
+        return list(knob.choices or ()), True
+    lo, hi = int(knob.low), int(knob.high)
+    if hi - lo < _INT_FULL:
+        return list(range(lo, hi + 1)), True
+    vals = {lo, hi, knob.default, keep} | {2**i for i in range(hi.bit_length()) if lo <= 2**i <= hi}
+    return sorted(v for v in vals if isinstance(v, int) and lo <= v <= hi), False
+
+
+class RuleOrchestrator:
+    """Expert priors first, then Optuna TPE; deterministic for a given state.
+
+    ``propose(state)`` returns ``{"action": "try_config", "changes", "predicted_gain",
+    "rationale", "source": "prior" | "search"}`` or ``{"action": "end_phase",
+    "rationale"}``. TPE is rebuilt in memory on every call from
+    ``state["trials"]`` with ``TPESampler(seed=seed + len(trials))``; a trial's
+    objective is its log-gain over stock, reconstructed by replaying the trials
+    in order from stock (a ``keep`` moves the baseline); failed, refused and
+    quality-rejected trials get the baseline's log-gain plus ``log(0.5)``. A
+    search proposal changes at most ``max_changes`` knobs (default 1, so every
+    kept step is attributable; ``None``: all the knobs the sample changed): a
+    sample changing more is cut to a seeded-random subset of them. When
+    ``MAX_ASKS`` samples are all measured (or optuna is missing), configs within
+    ``max_changes`` of the stack are enumerated, fewest changes first; when
+    none is left, ``end_phase``. ``prior_table``
+    replaces :data:`~inferloom.agents.priors.DEFAULT_PRIORS`. ``phase`` is not
+    consulted: the coordinator's allowlist decides what is admitted."""
+
+    name = "rule-orchestrator"
+
+    def __init__(
+        self, seed: int = 0, prior_table: Any = None, *, max_changes: int | None = 1,
+        n_startup_trials: int = 5,
+    ) -> None:
+        if max_changes is not None and max_changes < 1:
+            raise ValueError("RuleOrchestrator: max_changes must be >= 1 or None")
+        self.seed, self.prior_table = int(seed), prior_table
+        self.max_changes, self.n_startup_trials = max_changes, int(n_startup_trials)
+
+    def propose(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        view = _View(state)
+        if not view.space:
+            return {"action": "end_phase", "rationale": f"no unpinned knob applies to device {view.device}"}
+        return self._from_priors(view, state) or self._search(view)
+
+    # ---------------------------------------------------------------- priors
+    def _resolve(self, prior: Prior, view: _View) -> dict[str, Any] | None:
+        """The prior's full change-set checked against the domain, or None."""
+        out: dict[str, Any] = {}
+        for name, value in prior.changes.items():
+            knob = view.by_name.get(name)
+            if knob is None or view.device not in knob.applies_to:
+                return None
+            if knob.kind == "int" and value in ("max", "min"):
+                value = knob.high if value == "max" else knob.low
+            try:
+                value = knob.validate(value)
+            except ConfigError:
+                return None
+            if name in view.pinned and value != view.stack[name]:
+                return None
+            out[name] = value
+        return out
+
+    def _from_priors(self, view: _View, state: Mapping[str, Any]) -> dict[str, Any] | None:
+        dtype = view.stack.get("dtype") or view.workload.get("dtype")
+        concurrency = int(view.workload.get("concurrency") or 1)
+        failures = [dict(f) for f in state.get("kb_failures") or [] if isinstance(f, Mapping) and f]
+        first: list[tuple[Prior, dict[str, Any], bool]] = []
+        last: list[tuple[Prior, dict[str, Any], bool]] = []
+        for prior in rank_priors(view.device, concurrency, dtype, self.prior_table):
+            full = self._resolve(prior, view)
+            if full is None:
+                continue
+            changes = {k: v for k, v in full.items() if v != view.stack[k]}
+            if not changes or view.candidate(changes)[1] in view.seen:
+                continue
+            failed = any(all(k in full and full[k] == v for k, v in f.items()) for f in failures)
+            (last if failed else first).append((prior, changes, failed))
+        if not first and not last:
+            return None
+        prior, changes, failed = (first + last)[0]
+        note = " (ranked down: a change in it failed before)" if failed else ""
+        return {
+            "action": "try_config", "changes": changes, "predicted_gain": prior.predicted_gain,
+            "rationale": f"expert prior '{prior.name}'{note}: {prior.rationale}", "source": "prior",
+        }
+
+    # ---------------------------------------------------------------- search
+    def _history(self, view: _View) -> Iterator[tuple[dict[str, Any], float]]:
+        base_value = 0.0
+        for t, cfg in view.replayed:
+            ratio, verdict = t.get("ratio"), t.get("verdict")
+            ok = isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio < math.inf
+            if verdict in _BAD or not ok:
+                value = base_value + (PENALTY_LOG if verdict in _BAD else 0.0)
+            else:
+                value = base_value + math.log(ratio)
+            params = {k.name: cfg[k.name] for k in view.space}
+            if all(self._in_domain(k, params[k.name]) for k in view.space):
+                yield params, value
+            if verdict == "keep" and ok:
+                base_value = value
+
+    @staticmethod
+    def _in_domain(knob: Knob, value: Any) -> bool:
+        if knob.kind == "bool":
+            return isinstance(value, bool)
+        try:
+            return knob.validate(value) == value
+        except ConfigError:
+            return False
+
+    def _search(self, view: _View) -> dict[str, Any]:
+        try:
+            import optuna
+        except ImportError:  # optuna missing (e.g. a bare GPU host): enumerate instead
+            return self._enumerate(view, "optuna is not installed")
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        dists = {k.name: _distribution(k) for k in view.space}
+        rng = random.Random(self.seed * 1_000_003 + len(view.trials))
+        tried: set[str] = set()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sampler = optuna.samplers.TPESampler(
+                seed=self.seed + len(view.trials), n_startup_trials=self.n_startup_trials
+            )
+            study = optuna.create_study(direction="maximize", sampler=sampler)
+            for params, value in self._history(view):
+                study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
+            n_known = len(study.trials)
+            for _ in range(MAX_ASKS):
+                trial = study.ask(dists)  # left running: TPE's constant liar steers off repeats
+                diff = [k for k, v in trial.params.items() if v != view.stack[k]]
+                rng.shuffle(diff)
+                r = min(len(diff), self.max_changes or len(diff))
+                for names in itertools.combinations(diff, r) if r else ():
+                    changes = {k: trial.params[k] for k in sorted(names, key=list(dists).index)}
+                    key = view.candidate(changes)[1]
+                    if key not in view.seen and key not in tried:
+                        trimmed = f", {r} of the {len(diff)} knobs it changed" if r < len(diff) else ""
+                        return {
+                            "action": "try_config", "changes": changes, "predicted_gain": None,
+                            "rationale": f"TPE sample over {len(dists)} knobs given {n_known} measured "
+                            f"trials{trimmed}", "source": "search",
+                        }
+                    tried.add(key)
+        return self._enumerate(view, f"TPE drew only measured configurations in {MAX_ASKS} asks")
+
+    def _enumerate(self, view: _View, why: str) -> dict[str, Any]:
+        domains = {k.name: _domain(k, view.stack[k.name]) for k in view.space}
+        whole = all(full for _, full in domains.values())
+        top = min(len(view.space), self.max_changes or len(view.space))
+        combos = (
+            dict(zip(names, values))
+            for r in range(1, top + 1)
+            for names in itertools.combinations(list(domains), r)
+            for values in itertools.product(*[[v for v in domains[n][0] if v != view.stack[n]] for n in names])
+        )
+        for looked, changes in enumerate(itertools.islice(combos, ENUM_LIMIT + 1)):
+            if looked == ENUM_LIMIT:
+                whole = False
+            elif view.candidate(changes)[1] not in view.seen:
+                return {
+                    "action": "try_config", "changes": changes, "predicted_gain": None,
+                    "rationale": f"{why}; first unmeasured configuration changing {len(changes)} "
+                    "knob(s), in enumeration order",
+                    "source": "search",
+                }
+        scope = "every" if whole and top == len(view.space) else "every enumerated"
+        within = f" within {top} change(s) of the stack" if top < len(view.space) else ""
+        return {"action": "end_phase", "rationale": f"search space exhausted: {scope} configuration"
+                f"{within} over the {len(view.space)} searchable knobs was already measured"}
+
+
+def _pct(ratio: float) -> str:
+    return f"{(ratio - 1.0) * 100:+.1f}%"
+
+
+class RuleCritic:
+    """Keep iff ``protocol_verdict == "keep"``, ``quality_passed is True`` (or,
+    with ``allow_unscored=True``, ``None``: counted as an unscored keep by the
+    coordinator) and ``ci_low - 1 > noise_floor``; everything else, including
+    malformed evidence, is reverted (fail-closed). ``judge`` returns
+    ``{"decision": "keep" | "revert", "lesson": one line}``."""
+
+    name = "rule-critic"
+
+    def __init__(self, allow_unscored: bool = False) -> None:
+        self.allow_unscored = allow_unscored
+
+    def judge(self, evidence: Mapping[str, Any]) -> dict[str, str]:
+        what = _fmt(evidence.get("changes") or {})
+        verdict = evidence.get("protocol_verdict")
+        err = str(evidence.get("error") or "").strip().splitlines()
+        verdict_text = f"{verdict} ({err[0][:200]})" if err else f"{verdict}"
+        try:
+            ratio, lo, hi = (float(evidence[k]) for k in ("ratio", "ci_low", "ci_high"))
+            floor = float(evidence.get("noise_floor") or 0.0)
+            if not all(math.isfinite(x) for x in (ratio, lo, hi, floor)):
+                raise ValueError
+        except (KeyError, TypeError, ValueError):
+            return {"decision": "revert", "lesson": f"{what}: protocol verdict {verdict_text}, "
+                    "no usable ratio / interval / noise floor in the evidence: reverted"}
+        n = evidence.get("n_pairs")
+        head = f"{what}: {_pct(ratio)} [{_pct(lo)}, {_pct(hi)}] over {n} pairs"
+        passed = evidence.get("quality_passed")
+        failed = "; ".join(str(x) for x in evidence.get("quality_failed") or [])
+        quality = f"failed quality ({failed})" if failed else "failed quality"
+
+        if verdict == "revert":
+            return self._revert(f"{head}: reverted (slower)" + (f"; also {quality}" if passed is False else ""))
+        if verdict == "inconclusive":
+            return self._revert(f"{what}: {_pct(ratio)} [{_pct(lo)}, {_pct(hi)}], inconclusive after {n} pairs: reverted")
+        if verdict != "keep":
+            return self._revert(f"{head}: protocol verdict {verdict_text}: reverted")
+        if passed is False:
+            return self._revert(f"{head}, faster but {quality}: reverted")
+        if passed is None and not self.allow_unscored:
+            return self._revert(f"{head}, faster but has no quality verdict: reverted")
+        if not lo - 1.0 > floor:
+            return self._revert(f"{head}: reverted (lower bound {_pct(lo)} does not clear the noise floor "
+                                f"{floor * 100:.1f}%)")
+        scored = "quality passed" if passed is True else "quality not scored (unscored keep)"
+        return {"decision": "keep", "lesson": f"{head}, {scored}: kept"}
+
+    @staticmethod
+    def _revert(lesson: str) -> dict[str, str]:
+        return {"decision": "revert", "lesson": lesson}
+
+
+class RuleRobustness:
+    """Circuit breaker over the state (see the module docstring).
+
+    Rules, checked in this order, each giving ``{"action": "end_phase", "rule",
+    "reason"}``: ``consecutive_failures`` (the last ``max_consecutive_failures``
+    trials of this cycle all have a verdict in ``failure_verdicts``),
+    ``repeated_proposal`` (the last two of ``state["proposals"]`` are the same
+    change-set), ``no_progress`` (``now`` minus the latest of ``started_at``,
+    ``cycle_started_at`` and the last keep's ``finished_at`` exceeds
+    ``stall_minutes``). Trials carrying a ``cycle`` key count only when it
+    equals ``state["cycle"]``, so a new cycle starts with a clean slate."""
+
+    name = "rule-robustness"
+
+    def __init__(
+        self,
+        max_consecutive_failures: int = 3,
+        stall_minutes: float = 30.0,
+        failure_verdicts: tuple[str, ...] = ("failed", "refused"),
+    ) -> None:
+        if max_consecutive_failures < 1 or stall_minutes <= 0:
+            raise ValueError("RuleRobustness: need max_consecutive_failures >= 1 and stall_minutes > 0")
+        self.max_consecutive_failures = int(max_consecutive_failures)
+        self.stall_minutes = float(stall_minutes)
+        self.failure_verdicts = tuple(failure_verdicts)
+
+    def check(self, state: Mapping[str, Any], now: float) -> dict[str, str] | None:
+        trials = [t for t in state.get("trials", []) if isinstance(t, Mapping)]
+        cycle = state.get("cycle")
+        current = [t for t in trials if "cycle" not in t or t["cycle"] == cycle]
+        n = self.max_consecutive_failures
+        tail = current[-n:]
+        if len(tail) == n and all(t.get("verdict") in self.failure_verdicts for t in tail):
+            return {"action": "end_phase", "rule": "consecutive_failures",
+                    "reason": f"the last {n} trials failed ({', '.join(str(t.get('verdict')) for t in tail)})"}
+
+        props = [p.get("changes", p) if isinstance(p, Mapping) else p for p in state.get("proposals") or []]
+        if len(props) >= 2 and _canon(props[-1]) == _canon(props[-2]):
+            return {"action": "end_phase", "rule": "repeated_proposal",
+                    "reason": f"the same change-set was proposed twice in a row: {_canon(props[-1])}"}
+
+        marks = [state.get("started_at"), state.get("cycle_started_at")]
+        marks += [t.get("finished_at") for t in trials if t.get("verdict") == "keep"]
+        marks = [float(m) for m in marks if isinstance(m, (int, float)) and not isinstance(m, bool)]
+        if marks and now - max(marks) > self.stall_minutes * 60.0:
+            return {"action": "end_phase", "rule": "no_progress",
+                    "reason": f"no keep for {(now - max(marks)) / 60.0:.1f} min "
+                    f"(limit {self.stall_minutes:g} min)"}
+        return None
+
+
+def _canon(x: Any) -> str:
+    return json.dumps(x, sort_keys=True, default=str)

@@ -1,0 +1,169 @@
+"""CLOSE: the final stack against stock once more (paired, quality on the
+held-out set: the headline number), then ``session_breakdown.json`` and
+``report.md``. Both artifacts are pure functions of the ledger
+(:func:`breakdown_from_ledger`), so ``inferloom report DIR`` re-renders them
+from the ledger alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from inferloom.session import ledger as L
+from inferloom.session.atomic import write_json_atomic
+from inferloom.session.compare import compare, stock_references
+from inferloom.session.state import Phase, SessionState
+
+__all__ = ["BREAKDOWN_SCHEMA_VERSION", "close_step", "breakdown_from_ledger", "render_report", "write_artifacts"]
+
+BREAKDOWN_SCHEMA_VERSION = 1
+
+
+def close_step(c: Any, st: SessionState) -> None:
+    from inferloom.session.coordinator import _key, _seed_base
+
+    if st.stack != st.stock_config:
+        key = _key("final_compare", st.session_id, sorted(st.stack.items()))
+        refs = stock_references(c.adapter, c.spec, st.stock_config, ("heldout",), c.refs, c.progress)
+        c.progress("CLOSE: final stack against stock (paired, quality on the held-out set)")
+        c._measured(key, L.MEASUREMENT, lambda: {
+            "action": "final_compare", **compare(
+                c.adapter, c.spec, st.stock_config, st.stack, settings=c.settings,
+                seed_base=_seed_base(st, 90_000), refs=refs, quality_set="heldout", progress=c.progress,
+                labels=("stock", "final"))})
+    st.stop_reason = st.stop_reason or "converged"
+    elapsed = st.used.elapsed_s + max(0.0, c.clock() - c._tick_t)
+    c.ledger.append(L.CLOSE, {"stop_reason": st.stop_reason, "stock_config": st.stock_config,
+                              "final_config": st.stack, "elapsed_s": elapsed, "trials": st.used.trials,
+                              "cycles": st.cycle}, key=_key("close", st.session_id))
+    c._phase(st, Phase.DONE, f"closed: {st.stop_reason}")
+    write_artifacts(c.dir)
+
+
+def _decision(m: dict[str, Any]) -> dict[str, Any]:
+    return (m.get("protocol") or {}).get("decision") or {}
+
+
+def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Everything in the breakdown comes from ledger entries; each number cites its seq."""
+    meas = [e for e in entries if e["kind"] == L.MEASUREMENT]
+    verdicts = [e for e in entries if e["kind"] == L.VERDICT]
+    proposals = {e.get("trial"): e for e in entries if e["kind"] == L.PROPOSAL}
+    refusals = [e for e in entries if e["kind"] == L.REFUSAL]
+    close = next((e for e in entries if e["kind"] == L.CLOSE), None)
+    stock = next((m for m in meas if m.get("action") == "measure_stock"), None)
+    final = next((m for m in meas if m.get("action") == "final_compare"), None)
+    out: dict[str, Any] = {"schema_version": BREAKDOWN_SCHEMA_VERSION}
+    if stock and stock.get("protocol"):
+        vals = [p["value_a"] for p in stock["protocol"]["pairs"]] + [p["value_b"] for p in stock["protocol"]["pairs"]]
+        vals.sort()
+        out["stock"] = {"objective_median": vals[len(vals) // 2] if len(vals) % 2 else sum(vals[len(vals) // 2 - 1:len(vals) // 2 + 1]) / 2,
+                        "noise": stock.get("noise"), "ledger_seq": stock["seq"]}
+    if final and final.get("protocol"):
+        d = _decision(final)
+        vb = sorted(p["value_b"] for p in final["protocol"]["pairs"])
+        va = sorted(p["value_a"] for p in final["protocol"]["pairs"])
+        q = final.get("quality") or {}
+        out["final"] = {"objective_median": vb[len(vb) // 2], "stock_median_same_run": va[len(va) // 2],
+                        "ratio": d.get("ratio"), "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"),
+                        "n_pairs": d.get("n_pairs"), "protocol_verdict": final.get("verdict"),
+                        "quality_passed": q.get("passed") if q.get("evaluated") else None,
+                        "quality_failed": q.get("failed", []), "ledger_seq": final["seq"]}
+    else:
+        out["final"] = {"ratio": 1.0, "note": "nothing was kept: the final stack is stock"}
+    out["action_path"] = [{"trial": v["trial"], "cycle": v["cycle"], "changes": v["changes"], "ratio": v.get("ratio"),
+                           "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high"), "lesson": v.get("lesson"),
+                           "quality_passed": v.get("quality_passed"), "ledger_seq": v["seq"]}
+                          for v in verdicts if v.get("kept")]
+    out["rejected"] = [{"trial": v["trial"], "changes": v["changes"], "outcome": v["outcome"], "ratio": v.get("ratio"),
+                        "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high"), "lesson": v.get("lesson"),
+                        "ledger_seq": v["seq"]} for v in verdicts if not v.get("kept")]
+    out["refusals"] = [{"rule": r["rule"], "why": r["why"], "agent": r.get("agent"), "ledger_seq": r["seq"]} for r in refusals]
+    out["unscored_keep_count"] = sum(1 for v in verdicts if v.get("kept") and v.get("quality_passed") is None)
+    out["predicted_vs_measured"] = [{"trial": v["trial"], "changes": v["changes"],
+                                     "predicted_gain": (proposals.get(v["trial"]) or {}).get("predicted_gain"),
+                                     "measured_ratio": v.get("ratio"), "ledger_seq": v["seq"]} for v in verdicts]
+    bench = sum((m.get("timings") or {}).get("timed_runs_s", 0.0) for m in meas)
+    comp = sum(max(0.0, (m.get("timings") or {}).get(k) or 0.0) for m in meas
+               for k in ("compile_overhead_base_s", "compile_overhead_candidate_s"))
+    warm = sum((m.get("timings") or {}).get("warmup_s", 0.0) for m in meas)
+    quality = sum((m.get("quality") or {}).get("seconds", 0.0) for m in meas)
+    total = close["elapsed_s"] if close else (entries[-1]["ts"] - entries[0]["ts"] if entries else 0.0)
+    out["time_s"] = {"total": total, "benchmark_runs": bench, "compilation": comp,
+                     "warmup_excluding_compilation": max(0.0, warm - comp), "quality_probes": quality,
+                     "harness": max(0.0, total - bench - warm - quality)}
+    out["stop_reason"] = close["stop_reason"] if close else None
+    out["final_config"] = close["final_config"] if close else None
+    out["stock_config"] = close["stock_config"] if close else None
+    out["close_ledger_seq"] = close["seq"] if close else None
+    out["sweep"] = [{"point": m.get("point"), "cycle": m.get("cycle"), "ratio": _decision(m).get("ratio"),
+                     "ci_low": _decision(m).get("ci_low"), "ci_high": _decision(m).get("ci_high"),
+                     "ledger_seq": m["seq"]} for m in meas if m.get("action") == "sweep"]
+    out["phases"] = [{"from": e.get("from"), "to": e.get("to"), "why": e.get("why") or e.get("reason"),
+                      "ledger_seq": e["seq"]} for e in entries if e["kind"] == L.PHASE]
+    return out
+
+
+def _pct(r: float | None) -> str:
+    return "n/a" if r is None else f"{(r - 1) * 100:+.1f}%"
+
+
+def render_report(b: dict[str, Any]) -> str:
+    lines = ["# inferloom session report", ""]
+    s, f = b.get("stock") or {}, b.get("final") or {}
+    if s:
+        lines.append(f"- Stock: {s['objective_median']:,.1f} output tok/s (median of the A/A runs; ledger #{s['ledger_seq']}).")
+        nz = s.get("noise") or {}
+        if nz:
+            lines.append(f"- Noise floor (A/A): +/-{nz.get('ci_half_width_pct', float('nan')):.2f}% over {nz.get('n_pairs')} pairs (ledger #{s['ledger_seq']}).")
+    if f.get("ledger_seq"):
+        lines.append(f"- **Final stack vs stock: x{f['ratio']:.3f} ({_pct(f['ratio'])}), interval [{_pct(f['ci_low'])}, {_pct(f['ci_high'])}]**, "
+                     f"{f['n_pairs']} pairs, protocol {f['protocol_verdict']}, held-out quality "
+                     f"{'pass' if f['quality_passed'] else 'FAIL' if f['quality_passed'] is False else 'not evaluated'} "
+                     f"({f['objective_median']:,.1f} vs {f['stock_median_same_run']:,.1f} tok/s; ledger #{f['ledger_seq']}).")
+    else:
+        lines.append("- Final stack = stock: nothing was kept.")
+    lines.append(f"- Stop reason: {b.get('stop_reason')} (ledger #{b.get('close_ledger_seq')}).")
+    lines.append(f"- Kept without a quality verdict (unscored): {b.get('unscored_keep_count', 0)}.")
+    lines += ["", "## Kept, in order", ""]
+    for a in b.get("action_path", []):
+        lines.append(f"- trial {a['trial']} (cycle {a['cycle']}): `{_fmt(a['changes'])}` {_pct(a['ratio'])} "
+                     f"[{_pct(a['ci_low'])}, {_pct(a['ci_high'])}] vs the stack before it (ledger #{a['ledger_seq']})")
+    if not b.get("action_path"):
+        lines.append("- nothing")
+    lines += ["", "## Rejected, and why", ""]
+    for r in b.get("rejected", []):
+        lines.append(f"- trial {r['trial']}: `{_fmt(r['changes'])}`: {r['outcome']}, {_pct(r['ratio'])} "
+                     f"[{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]: {r['lesson']} (ledger #{r['ledger_seq']})")
+    for r in b.get("refusals", []):
+        lines.append(f"- refused ({r['rule']}) from {r['agent']}: {r['why']} (ledger #{r['ledger_seq']})")
+    if b.get("sweep"):
+        lines += ["", "## Sweep: final stack vs stock", "", "| cycle | concurrency | input len | ratio | interval | ledger |", "| --- | --- | --- | --- | --- | --- |"]
+        for p in b["sweep"]:
+            lines.append(f"| {p['cycle']} | {p['point'][0]} | {p['point'][1]} | {p['ratio']:.3f} | "
+                         f"[{p['ci_low']:.3f}, {p['ci_high']:.3f}] | #{p['ledger_seq']} |")
+    t = b.get("time_s", {})
+    lines += ["", "## Where the time went", ""]
+    for k in ("total", "benchmark_runs", "compilation", "warmup_excluding_compilation", "quality_probes", "harness"):
+        lines.append(f"- {k.replace('_', ' ')}: {t.get(k, 0.0):.1f} s")
+    lines += ["", "## Predicted vs measured", ""]
+    for p in b.get("predicted_vs_measured", []):
+        pg = p["predicted_gain"]
+        lines.append(f"- trial {p['trial']} `{_fmt(p['changes'])}`: predicted {'n/a' if pg is None else f'{pg * 100:+.0f}%'}, "
+                     f"measured {_pct(p['measured_ratio'])} (ledger #{p['ledger_seq']})")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(changes: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in changes.items())
+
+
+def write_artifacts(directory: Path | str) -> dict[str, Any]:
+    """Write session_breakdown.json and report.md from the ledger alone."""
+    d = Path(directory)
+    b = breakdown_from_ledger(L.read_entries(d))
+    write_json_atomic(d / "session_breakdown.json", b)
+    tmp = d / ".report.md.tmp"
+    tmp.write_text(render_report(b))
+    tmp.replace(d / "report.md")
+    return b

@@ -1,0 +1,256 @@
+"""The coordinator: code, not an agent. It runs every benchmark, applies and
+reverts changes, enforces the phase allowlists, and persists state.
+
+Phases: PRELUDE (stock baseline + A/A noise floor) -> ENABLEMENT (only when
+stock fails) -> FRAMEWORK (configuration search) -> KERNEL (skipped, with its
+reason, until a kernel backend exists) -> SWEEP (final stack vs stock over a
+concurrency x input-length grid; skipped with its reason when nothing was
+kept this cycle) -> another cycle at FRAMEWORK, or CLOSE.
+
+Every tick re-reads ``state.json`` (the source of truth), does one step, and
+writes it back atomically before the next. A step that measures first records
+itself as ``pending_action`` with a ledger key; its ledger entries carry keys
+derived from it, so after a crash ``resume`` reuses a measurement that reached
+the ledger instead of measuring again, and never duplicates an entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any, Callable, Mapping
+
+from inferloom.agents.base import ACTIONS
+from inferloom.measure import protocol as proto
+from inferloom.session import ledger as L
+from inferloom.session.compare import References, compare, stock_references
+from inferloom.session.state import Phase, PendingAction, SessionState, load_state, save_state
+from inferloom.workloads.base import ConfigError, config_key, resolve_config
+
+__all__ = ["PHASE_ALLOWLIST", "Coordinator", "validate_proposal"]
+
+# Which action each phase admits. Anything else is refused with rule
+# "action_not_allowed_in_phase" and the refusal goes into the ledger.
+PHASE_ALLOWLIST: dict[str, frozenset[str]] = {
+    "PRELUDE": frozenset({"measure_stock"}),
+    "ENABLEMENT": frozenset({"enablement_rung", "stop"}),
+    "FRAMEWORK": frozenset({"try_config", "end_phase", "stop"}),
+    "KERNEL": frozenset({"skip_phase"}),
+    "SWEEP": frozenset({"sweep", "skip_phase"}),
+    "CLOSE": frozenset({"final_compare", "write_artifacts"}),
+}
+
+MAX_CONSECUTIVE_REFUSALS = 5
+Progress = Callable[[str], None]
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def validate_proposal(raw: Any, phase: str, state: Mapping[str, Any], knobs: list[Any]) -> tuple[dict[str, Any] | None, str | None, str]:
+    """Check an agent's output. Returns (proposal, None, "") or (None, rule, why)."""
+    if not isinstance(raw, Mapping):
+        return None, "malformed_output", f"expected a mapping, got {type(raw).__name__}"
+    action = raw.get("action")
+    if action not in ACTIONS:
+        return None, "unknown_action", f"action {action!r} is not one of {', '.join(ACTIONS)}"
+    if action not in PHASE_ALLOWLIST.get(phase, frozenset()):
+        return None, "action_not_allowed_in_phase", f"{action!r} is not allowed in {phase}"
+    if action != "try_config":
+        return dict(raw), None, ""
+    changes = raw.get("changes")
+    if not isinstance(changes, Mapping) or not changes:
+        return None, "malformed_output", "try_config needs a non-empty 'changes' mapping"
+    by_name = {k.name: k for k in knobs}
+    for name in changes:
+        if name not in by_name:
+            return None, "unknown_knob", f"knob {name!r} is not in the knob space"
+        if state.get("device") not in by_name[name].applies_to:
+            return None, "knob_not_applicable", f"knob {name!r} does not apply to {state.get('device')}"
+        if name in (state.get("pinned") or {}):
+            return None, "pinned_knob", f"knob {name!r} is pinned by the spec"
+    try:
+        full = resolve_config(knobs, {**state["stack"], **dict(changes)}, state.get("pinned") or {})
+    except ConfigError as exc:
+        return None, "bad_value", str(exc)
+    if full == state["stack"]:
+        return None, "no_change", "the changes equal the current stack"
+    if config_key(full) in state.get("measured_config_keys", []):
+        return None, "already_measured", f"{config_key(full)} was measured before"
+    pg = raw.get("predicted_gain")
+    if pg is not None and not isinstance(pg, (int, float)):
+        return None, "malformed_output", "predicted_gain must be a number or null"
+    return {**dict(raw), "changes": dict(changes), "config": full}, None, ""
+
+
+class Coordinator:
+    """Drives one session directory. ``run()`` returns when the session is DONE."""
+
+    def __init__(self, directory: Any, spec: Any, adapter: Any, *, orchestrator: Any, critic_factory: Callable[[], Any],
+                 robustness: Any, progress: Progress = lambda _m: None, cycle_ceiling: int = 3,
+                 sweep: bool = True, sweep_pairs: int = 3, adapter_factory: Callable[[Any], Any] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        from pathlib import Path
+
+        self.dir = Path(directory)
+        self.spec = spec
+        self.adapter = adapter
+        self.orchestrator = orchestrator
+        self.critic_factory = critic_factory
+        self.robustness = robustness
+        self.progress = progress
+        self.cycle_ceiling = cycle_ceiling
+        self.do_sweep = sweep
+        self.sweep_pairs = sweep_pairs
+        self.adapter_factory = adapter_factory or (lambda _spec: adapter)
+        self.clock = clock
+        self.knobs = adapter.knob_space()
+        self.settings = proto.ProtocolSettings.from_spec(spec.protocol)
+        self.refs = References()
+        self.ledger = L.Ledger(self.dir)
+        if self.ledger.recovered_torn_line:
+            self.ledger.append(L.ERROR, {"what": "recovered a torn last ledger line after a crash",
+                                         "dropped_bytes": len(getattr(self.ledger, "torn_bytes", b"") or b"")})
+        self._tick_t = self.clock()
+
+    # ---------------------------------------------------------------- helpers
+    def _save(self, st: SessionState) -> None:
+        now = self.clock()
+        st.used.elapsed_s += max(0.0, now - self._tick_t)
+        self._tick_t = now
+        st.last_ledger_seq = self.ledger.last_seq
+        save_state(self.dir, st)
+
+    def _budget_reason(self, st: SessionState) -> str | None:
+        if st.used.elapsed_s >= st.budget.minutes * 60:
+            return f"budget: {st.budget.minutes:g} wall-clock minutes used"
+        if st.used.trials >= st.budget.trials:
+            return f"budget: {st.budget.trials} trials used"
+        return None
+
+    def _phase(self, st: SessionState, phase: Phase, why: str) -> None:
+        self.ledger.append(L.PHASE, {"from": st.phase.value, "to": phase.value, "cycle": st.cycle, "why": why},
+                           key=_key("phase", st.session_id, st.phase.value, phase.value, st.cycle, len(st.trials)))
+        self.progress(f"phase {st.phase.value} -> {phase.value}: {why}")
+        st.phase = phase
+
+    def _refuse(self, st: SessionState, rule: str, why: str, raw: Any, agent: str) -> None:
+        self.ledger.append(L.REFUSAL, {"rule": rule, "why": why, "agent": agent, "output": _jsonable(raw),
+                                       "phase": st.phase.value, "cycle": st.cycle},
+                           key=_key("refusal", st.session_id, st.cycle, len(st.trials),
+                                    st.extra.get("refusals_total", 0), rule))
+        self.progress(f"refused ({rule}): {why}")
+        st.extra["refusals_in_a_row"] = st.extra.get("refusals_in_a_row", 0) + 1
+        st.extra.setdefault("proposals", []).append(_jsonable(raw.get("changes") if isinstance(raw, Mapping) else raw))
+
+    def _measured(self, key: str, kind: str, fn: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], int]:
+        """Reuse a measurement already in the ledger under ``key``, else take it."""
+        found = self.ledger.find(key)
+        if found is not None:
+            self.progress("resume: reusing the measurement already in the ledger")
+            return found, found["seq"]
+        res = fn()
+        seq = self.ledger.append(kind, res, key=key)
+        return res, seq
+
+    # ------------------------------------------------------------------ run
+    def close(self) -> None:
+        self.ledger.close()
+
+    def run(self) -> SessionState:
+        while True:
+            st = load_state(self.dir)
+            if st.phase == Phase.DONE:
+                return st
+            reason = self._budget_reason(st)
+            if reason and st.phase not in (Phase.CLOSE, Phase.PRELUDE) and not st.stop_reason:
+                st.stop_reason = reason
+                self._phase(st, Phase.CLOSE, reason)
+                self._save(st)
+                continue
+            step = getattr(self, "_step_" + st.phase.value.lower())
+            step(st)
+            self._save(st)
+
+    # --------------------------------------------------------------- PRELUDE
+    def _step_prelude(self, st: SessionState) -> None:
+        key = _key("measure_stock", st.session_id)
+        st.pending_action = PendingAction(action="measure_stock", key=key)
+        self._save(st)
+        self.progress("PRELUDE: stock baseline and A/A noise floor (stock against itself)")
+        res, seq = self._measured(key, L.MEASUREMENT, lambda: {
+            "action": "measure_stock", **compare(
+                self.adapter, self.spec, st.stock_config, st.stock_config, settings=self.settings,
+                seed_base=_seed_base(st, 0), refs=None, quality_set=None, progress=self.progress,
+                stop_early=False, labels=("stock", "stock-2"))})
+        st.pending_action = None
+        if res["verdict"] == "failed":
+            st.extra["stock_failure"] = {"error": res.get("error"), "kind": res.get("error_kind", "error"), "seq": seq}
+            self._phase(st, Phase.ENABLEMENT, f"stock failed: {res.get('error')}")
+            return
+        pairs = res["protocol"]["pairs"]
+        values = [p["value_a"] for p in pairs] + [p["value_b"] for p in pairs]
+        from statistics import median
+
+        noise = res["noise"]
+        st.noise_floor = {**noise, "ledger_seq": seq}
+        st.extra["stock_objective"] = {"median": median(values), "n_runs": len(values), "ledger_seq": seq}
+        st.measured_config_keys.append(config_key(st.stock_config))
+        st.cycle = 1
+        self._phase(st, Phase.FRAMEWORK, f"stock {median(values):,.1f} tok/s; A/A half-width "
+                    f"{noise.get('ci_half_width_pct', float('nan')):.2f}%")
+
+    # ------------------------------------------------------------ ENABLEMENT
+    def _step_enablement(self, st: SessionState) -> None:
+        from inferloom.session.enablement import climb
+
+        outcome = climb(self, st)
+        if outcome is None:
+            st.stop_reason = st.stop_reason or "enablement: stock could not be made to run"
+            self._phase(st, Phase.CLOSE, st.stop_reason)
+        else:
+            st.stock_config = outcome
+            st.stack = dict(outcome)
+            self._phase(st, Phase.PRELUDE, "enablement recovered stock; re-measuring the baseline")
+
+    # ------------------------------------------------------------- FRAMEWORK
+    def _step_framework(self, st: SessionState) -> None:
+        from inferloom.session.framework import framework_step
+
+        framework_step(self, st)
+
+    # ---------------------------------------------------------------- KERNEL
+    def _step_kernel(self, st: SessionState) -> None:
+        self.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "KERNEL", "cycle": st.cycle,
+                                     "reason": "no kernel backend is available yet (issue 7)"})
+        self._phase(st, Phase.SWEEP, "KERNEL skipped: no kernel backend yet")
+
+    # ----------------------------------------------------------------- SWEEP
+    def _step_sweep(self, st: SessionState) -> None:
+        from inferloom.session.sweep import sweep_step
+
+        sweep_step(self, st)
+
+    # ----------------------------------------------------------------- CLOSE
+    def _step_close(self, st: SessionState) -> None:
+        from inferloom.session.close import close_step
+
+        close_step(self, st)
+
+
+def _seed_base(st: SessionState, n: int) -> int:
+    """Fresh prompts for every measurement: a distinct block of seeds per step
+    ``n`` (stable across resume: derived from the session id, not ``hash()``)."""
+    import zlib
+
+    return 1_000 + 1_000 * (n + 1) + (zlib.crc32(st.session_id.encode()) % 997) * 1_000_000
+
+
+def _jsonable(x: Any) -> Any:
+    try:
+        json.dumps(x, allow_nan=False)
+        return x
+    except (TypeError, ValueError):
+        return repr(x)[:2000]

@@ -1,0 +1,83 @@
+"""ENABLEMENT: entered only when the stock baseline fails. Classify the
+failure, then climb the ladder from least to most invasive; each rung and its
+result goes into the ledger. Rungs 1 (read-only diagnosis) and 2 (flag or
+environment change) work now; rungs 3-6 are declared, and a session that
+would need them stops with that stated as its reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferloom.session import ledger as L
+from inferloom.session.state import SessionState
+from inferloom.workloads.base import AdapterError, ConfigError, resolve_config
+
+__all__ = ["RUNGS", "climb", "recovery_options"]
+
+RUNGS = ("read-only diagnosis", "flag or environment change", "source patch", "alternate environment",
+         "upstream diff", "rebuild")
+
+
+def recovery_options(kind: str, stock: dict[str, Any], knobs: list[Any]) -> list[dict[str, Any]]:
+    """Least invasive configuration changes for a failure kind (generic rules;
+    an adapter may offer its own through ``recovery_options(kind, config)``)."""
+    names = {k.name for k in knobs}
+    opts: list[dict[str, Any]] = []
+    if kind == "oom" and "micro_batch" in names:
+        mb = int(stock["micro_batch"])
+        while mb > 1:
+            mb //= 2
+            opts.append({"micro_batch": mb})
+    if kind in ("compile", "error") and "compile_mode" in names and stock.get("compile_mode") != "off":
+        opts.append({"compile_mode": "off"})
+    if kind in ("error", "unsupported") and "attn_implementation" in names and stock.get("attn_implementation") != "eager":
+        opts.append({"attn_implementation": "eager"})
+    return opts
+
+
+def climb(c: Any, st: SessionState) -> dict[str, Any] | None:
+    """Returns a working stock configuration, or None (the session closes)."""
+    from inferloom.session.coordinator import _key
+
+    fail = st.extra.get("stock_failure") or {}
+    kind = fail.get("kind", "error")
+    c.ledger.append(L.ENABLEMENT_RUNG, {"rung": 1, "name": RUNGS[0], "failure_kind": kind, "error": fail.get("error"),
+                                        "outcome": f"classified as '{kind}'"}, key=_key("rung1", st.session_id))
+    own = getattr(c.adapter, "recovery_options", None)
+    options = own(kind, dict(st.stock_config)) if callable(own) else recovery_options(kind, st.stock_config, c.knobs)
+    for i, change in enumerate(options):
+        if any(k in st.pinned for k in change):
+            c.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "change": change,
+                                                "outcome": "skipped: touches a pinned knob"},
+                            key=_key("rung2", st.session_id, i))
+            continue
+        try:
+            cfg = resolve_config(c.knobs, {**st.stock_config, **change}, st.pinned)
+        except ConfigError as exc:
+            c.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "change": change, "outcome": f"invalid: {exc}"},
+                            key=_key("rung2", st.session_id, i))
+            continue
+        ok, err = _smoke(c, cfg)
+        c.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "change": change,
+                                            "outcome": "runs" if ok else f"still fails: {err}"},
+                        key=_key("rung2", st.session_id, i))
+        c.progress(f"ENABLEMENT rung 2 {change}: {'runs' if ok else 'still fails'}")
+        if ok:
+            return cfg
+    c.ledger.append(L.ENABLEMENT_RUNG, {"rung": 3, "name": RUNGS[2], "outcome": "not available in this version: stopping"},
+                    key=_key("rung3", st.session_id))
+    st.stop_reason = (f"enablement: stock fails ({kind}: {fail.get('error')}); rungs 1-2 did not recover it and "
+                      "rung 3 (source patch) is not available yet")
+    return None
+
+
+def _smoke(c: Any, cfg: dict[str, Any]) -> tuple[bool, str | None]:
+    try:
+        h = c.adapter.prepare(cfg)
+    except AdapterError as exc:
+        return False, str(exc)
+    try:
+        rec = c.adapter.run(h, 1)
+        return rec.success, rec.error
+    finally:
+        c.adapter.release(h)

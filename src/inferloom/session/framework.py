@@ -1,0 +1,200 @@
+"""FRAMEWORK phase: one tick = one robustness check, one orchestrator
+proposal (validated against the allowlist and the knob space), and at most one
+measured trial judged by a fresh Critic. The coordinator, not an agent, keeps
+or reverts: a change is kept only when the protocol keeps it, the quality
+contract passes, the gain clears the A/A noise floor, and the Critic agrees.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Mapping
+
+from inferloom.session import ledger as L
+from inferloom.session.compare import compare, stock_references
+from inferloom.session.state import Phase, PendingAction, SessionState
+from inferloom.workloads.base import config_key
+
+__all__ = ["agent_view", "framework_step", "noise_floor_gain"]
+
+
+def agent_view(st: SessionState) -> dict[str, Any]:
+    """What agents see: the state as written to disk, plus two derived keys."""
+    d = st.to_dict()
+    d["started_at"] = st.created_at
+    d["proposals"] = list(st.extra.get("proposals", []))
+    d["kb_failures"] = list(st.extra.get("kb_failures", []))
+    d["cycle_started_at"] = st.extra.get("cycle_started_at", st.created_at)
+    return d
+
+
+def noise_floor_gain(st: SessionState) -> float:
+    """The A/A floor as a relative gain: how far stock measured against a second
+    instance of itself landed from 1 (|ratio - 1|). A true no-op measures as
+    that much by instance effects alone (seen on an H200: -6%), so a kept gain's
+    lower bound must clear it as well as ``min_gain``. Random noise is already
+    in each trial's own interval; this floor is for the systematic part.
+    0.0 when no A/A was measured."""
+    nf = st.noise_floor or {}
+    r = nf.get("ratio")
+    return abs(float(r) - 1.0) if isinstance(r, (int, float)) and math.isfinite(r) else 0.0
+
+
+def _tick_key(c: Any, st: SessionState, what: str) -> str:
+    from inferloom.session.coordinator import _key
+
+    return _key(what, st.session_id, st.cycle, len(st.trials), st.extra.get("refusals_total", 0))
+
+
+def framework_step(c: Any, st: SessionState) -> None:
+    if st.pending_action is not None and st.pending_action.action == "try_config":
+        _execute(c, st, dict(st.pending_action.params), st.pending_action.key)
+        return
+    view = agent_view(st)
+    forced = c.robustness.check(view, c.clock())
+    if forced is not None:
+        c.ledger.append(L.AGENT_IO, {"agent": c.robustness.name, "role": "robustness", "output": forced},
+                        key=_tick_key(c, st, "robustness"))
+        if not isinstance(forced, Mapping) or forced.get("action") not in ("end_phase", "stop"):
+            c._refuse(st, "malformed_output", "robustness must return end_phase or stop", forced, c.robustness.name)
+            st.extra["refusals_total"] = st.extra.get("refusals_total", 0) + 1
+            return
+        why = f"robustness ({forced.get('rule', '?')}): {forced.get('reason', '')}"
+        if forced["action"] == "stop":
+            st.stop_reason = why
+            c._phase(st, Phase.CLOSE, why)
+        else:
+            _end(c, st, why)
+        return
+    if st.extra.get("refusals_in_a_row", 0) >= _max_refusals():
+        _end(c, st, f"coordinator (refusal_limit): {_max_refusals()} consecutive refused proposals")
+        return
+    from inferloom.session.coordinator import validate_proposal
+
+    try:
+        raw = c.orchestrator.propose(view)
+    except Exception as exc:  # noqa: BLE001 - an agent's crash is a refusal, not the session's end
+        raw = {"error": f"{type(exc).__name__}: {exc}"}
+    c.ledger.append(L.AGENT_IO, {"agent": c.orchestrator.name, "role": "orchestrator", "output": _safe(raw)},
+                    key=_tick_key(c, st, "orchestrator"))
+    proposal, rule, why = validate_proposal(raw, "FRAMEWORK", view, c.knobs)
+    if rule:
+        c._refuse(st, rule, why, raw, c.orchestrator.name)
+        st.extra["refusals_total"] = st.extra.get("refusals_total", 0) + 1
+        return
+    st.extra["refusals_in_a_row"] = 0
+    if proposal["action"] == "end_phase":
+        _end(c, st, f"orchestrator: {proposal.get('rationale', 'nothing left to try')}")
+        return
+    if proposal["action"] == "stop":
+        st.stop_reason = f"orchestrator asked to stop: {proposal.get('rationale', '')}"
+        c._phase(st, Phase.CLOSE, st.stop_reason)
+        return
+    from inferloom.session.coordinator import _key
+
+    key = _key("try_config", st.session_id, st.cycle, config_key(proposal["config"]))
+    st.extra.setdefault("proposals", []).append(proposal["changes"])
+    c.ledger.append(L.PROPOSAL, {"agent": c.orchestrator.name, "cycle": st.cycle, "trial": len(st.trials) + 1,
+                                 "changes": proposal["changes"], "config": proposal["config"],
+                                 "predicted_gain": proposal.get("predicted_gain"),
+                                 "source": proposal.get("source"), "rationale": proposal.get("rationale")},
+                    key=key + ":proposal")
+    st.pending_action = PendingAction(action="try_config", params=_safe(proposal), key=key)
+    c._save(st)
+    _execute(c, st, proposal, key)
+
+
+def _max_refusals() -> int:
+    from inferloom.session.coordinator import MAX_CONSECUTIVE_REFUSALS
+
+    return MAX_CONSECUTIVE_REFUSALS
+
+
+def _end(c: Any, st: SessionState, why: str) -> None:
+    st.extra["proposals"] = []
+    c._phase(st, Phase.KERNEL, why)
+
+
+def _execute(c: Any, st: SessionState, proposal: Mapping[str, Any], key: str) -> None:
+    from inferloom.session.coordinator import _seed_base
+
+    n = len(st.trials) + 1
+    base, cand = dict(st.stack), dict(proposal["config"])
+    changes = dict(proposal["changes"])
+    left = st.budget.minutes * 60 - st.used.elapsed_s
+    c.progress(f"FRAMEWORK cycle {st.cycle}, trial {n}/{st.budget.trials}: "
+               f"{', '.join(f'{k}={v}' for k, v in changes.items())}  "
+               f"(best so far x{_best(st):.3f} vs stock; {max(0.0, left) / 60:.1f} min left)")
+    refs = stock_references(c.adapter, c.spec, st.stock_config, ("eval",), c.refs, c.progress)
+    res, mseq = c._measured(key + ":measurement", L.MEASUREMENT, lambda: {
+        "action": "try_config", "trial": n, "cycle": st.cycle, "changes": changes, **compare(
+            c.adapter, c.spec, base, cand, settings=c.settings, seed_base=_seed_base(st, n), refs=refs,
+            quality_set="eval", progress=c.progress, labels=("stack", "candidate"))})
+    d = (res.get("protocol") or {}).get("decision") or {}
+    q = res.get("quality") or {}
+    evidence = {"changes": changes, "protocol_verdict": res.get("verdict"), "ratio": d.get("ratio"),
+                "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"), "n_pairs": d.get("n_pairs"),
+                "quality_passed": q.get("passed") if q.get("evaluated") else None,
+                "quality_failed": q.get("failed", []), "noise_floor": noise_floor_gain(st),
+                "error": res.get("error")}
+    critic = c.critic_factory()  # fresh for every decision: no memory of earlier turns
+    try:
+        ruling = critic.judge(evidence)
+    except Exception as exc:  # noqa: BLE001
+        ruling = {"error": f"{type(exc).__name__}: {exc}"}
+    c.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "critic", "input": evidence, "output": _safe(ruling)},
+                    key=key + ":critic")
+    ok_shape = isinstance(ruling, Mapping) and ruling.get("decision") in ("keep", "revert")
+    if not ok_shape:
+        c._refuse(st, "malformed_output", "critic must return decision keep|revert and a lesson", ruling, critic.name)
+    allowed = (res.get("verdict") == "keep" and evidence["quality_passed"] is True
+               and d.get("ci_low") is not None and d["ci_low"] - 1.0 > noise_floor_gain(st))
+    keep = bool(ok_shape and ruling["decision"] == "keep" and allowed)
+    if ok_shape and ruling["decision"] == "keep" and not allowed:
+        c._refuse(st, "critic_keep_without_evidence", "the protocol, quality or noise floor did not support a keep",
+                  ruling, critic.name)
+    outcome = _outcome(res, evidence, keep)
+    lesson = ruling.get("lesson") if ok_shape and isinstance(ruling.get("lesson"), str) else f"{changes}: {outcome}"
+    vseq = c.ledger.append(L.VERDICT, {"trial": n, "cycle": st.cycle, "changes": changes, "config": cand,
+                                       "outcome": outcome, "kept": keep, "lesson": lesson,
+                                       "protocol_verdict": res.get("verdict"), "ratio": d.get("ratio"),
+                                       "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"),
+                                       "quality_passed": evidence["quality_passed"],
+                                       "predicted_gain": proposal.get("predicted_gain"),
+                                       "measurement_seq": mseq}, key=key + ":verdict")
+    st.trials.append({"trial": n, "cycle": st.cycle, "changes": changes, "config": cand, "verdict": outcome,
+                      "kept": keep, "ratio": d.get("ratio"), "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"),
+                      "n_pairs": d.get("n_pairs"), "quality_passed": evidence["quality_passed"],
+                      "predicted_gain": proposal.get("predicted_gain"), "source": proposal.get("source"),
+                      "agent": c.orchestrator.name, "lesson": lesson, "measurement_seq": mseq,
+                      "verdict_seq": vseq, "finished_at": time.time()})
+    st.measured_config_keys.append(config_key(cand))
+    st.used.trials += 1
+    if keep:
+        st.stack = cand
+        st.extra["stack_ratio"] = _best(st) * float(d["ratio"])
+    st.pending_action = None
+    c.progress(f"  -> {outcome}: {lesson}")
+
+
+def _outcome(res: Mapping[str, Any], ev: Mapping[str, Any], keep: bool) -> str:
+    if keep:
+        return "keep"
+    if res.get("verdict") == "failed":
+        return "failed"
+    if res.get("verdict") == "keep" and ev.get("quality_passed") is False:
+        return "reject-quality"
+    if res.get("verdict") == "keep":
+        return "below-noise-floor"
+    return str(res.get("verdict"))
+
+
+def _best(st: SessionState) -> float:
+    return float(st.extra.get("stack_ratio", 1.0))
+
+
+def _safe(x: Any) -> Any:
+    from inferloom.session.coordinator import _jsonable
+
+    return _jsonable(x)

@@ -1,0 +1,94 @@
+"""Start or resume a session directory: the glue between the CLI and the
+coordinator. ``optimize`` writes manifest.json and the first state.json, then
+runs; ``resume`` restores the workload from manifest.json and continues."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+from inferloom.session.manifest import build_manifest, read_manifest, write_manifest
+from inferloom.session.state import Budget, SessionState, load_state, new_session_id, save_state
+from inferloom.workloads.base import resolve_config
+
+__all__ = ["SessionExists", "default_agents", "start", "resume"]
+
+
+class SessionExists(ValueError):
+    """The output directory already holds a session."""
+
+
+def default_agents(spec: Any) -> dict[str, Any]:
+    from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
+
+    return {"orchestrator": RuleOrchestrator(seed=spec.seed), "critic_factory": RuleCritic,
+            "robustness": RuleRobustness()}
+
+
+def _coordinator(directory: Path, spec: Any, adapter: Any, agents: dict[str, Any] | None,
+                 progress: Callable[[str], None], **kw: Any) -> Any:
+    from inferloom.session.coordinator import Coordinator
+    from inferloom.workloads.registry import make_adapter
+
+    return Coordinator(directory, spec, adapter, progress=progress, adapter_factory=kw.pop("adapter_factory", make_adapter),
+                       **(agents or default_agents(spec)), **kw)
+
+
+def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials: int, adapter: Any = None,
+          agents: dict[str, Any] | None = None, progress: Callable[[str], None] = lambda _m: None,
+          **kw: Any) -> SessionState:
+    from inferloom.workloads.registry import make_adapter
+
+    d = Path(directory)
+    if (d / "state.json").exists() or (d / "ledger.jsonl").exists():
+        raise SessionExists(f"{d} already holds a session; continue it with `inferloom resume {d}` or choose another --out")
+    if not (budget_minutes > 0 and math.isfinite(budget_minutes)):
+        raise ValueError(f"--budget-minutes: got {budget_minutes}, expected a positive number")
+    if max_trials < 1:
+        raise ValueError(f"--max-trials: got {max_trials}, expected an integer >= 1")
+    d.mkdir(parents=True, exist_ok=True)
+    own = adapter is None
+    adapter = adapter if adapter is not None else make_adapter(spec)
+    try:
+        knobs = adapter.knob_space()
+        stock = resolve_config(knobs, {}, spec.pinned)
+        st = SessionState(session_id=new_session_id(), budget=Budget(minutes=budget_minutes, trials=max_trials),
+                          device=spec.resolved_device(), knobs=[k.to_dict() for k in knobs], pinned=dict(spec.pinned),
+                          workload={"model": spec.model, "dtype": spec.dtype, **spec.traffic.model_dump()},
+                          stock_config=stock, stack=dict(stock))
+        write_manifest(d, build_manifest(spec, adapter.describe(), {
+            "spec_seed": spec.seed, "bootstrap_seed": spec.protocol.bootstrap_seed, "session_id": st.session_id}))
+        save_state(d, st)
+        c = _coordinator(d, spec, adapter, agents, progress, **kw)
+        try:
+            return c.run()
+        finally:
+            c.close()
+    finally:
+        if own:
+            adapter.close()
+
+
+def resume(directory: str | Path, *, adapter: Any = None, agents: dict[str, Any] | None = None,
+           progress: Callable[[str], None] = lambda _m: None, **kw: Any) -> SessionState:
+    from inferloom.spec import WorkloadSpec
+    from inferloom.workloads.registry import make_adapter
+
+    d = Path(directory)
+    manifest = read_manifest(d)
+    st = load_state(d)
+    spec = WorkloadSpec.model_validate(manifest["spec"])
+    progress(f"resuming session {st.session_id} in phase {st.phase.value}, cycle {st.cycle}, "
+             f"{st.used.trials} trials and {st.used.elapsed_s / 60:.1f} min used")
+    own = adapter is None
+    adapter = adapter if adapter is not None else make_adapter(spec)
+    try:
+        c = _coordinator(d, spec, adapter, agents, progress, **kw)
+        try:
+            return c.run()
+        finally:
+            c.close()
+    finally:
+        if own:
+            adapter.close()

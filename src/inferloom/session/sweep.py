@@ -1,0 +1,76 @@
+"""SWEEP phase: re-measure the final stack against stock over a small grid of
+concurrency x input length (descriptive: a fixed number of pairs per point, no
+early stop). Skipped, with its reason, when nothing was kept this cycle. Then
+another cycle starts at FRAMEWORK, or the session closes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferloom.session import ledger as L
+from inferloom.session.compare import compare
+from inferloom.session.state import Phase, SessionState
+
+__all__ = ["grid", "sweep_step"]
+
+
+def grid(spec: Any) -> list[tuple[int, int]]:
+    t = spec.traffic
+    conc = sorted({max(1, t.concurrency // 2), t.concurrency})
+    inl = sorted({max(8, t.input_len // 2), t.input_len})
+    return [(c_, i_) for c_ in conc for i_ in inl]
+
+
+def sweep_step(c: Any, st: SessionState) -> None:
+    from inferloom.session.coordinator import _key, _seed_base
+
+    kept_now = any(t["kept"] and t["cycle"] == st.cycle for t in st.trials)
+    done = st.extra.setdefault("sweep", {}).setdefault(str(st.cycle), [])
+    if not c.do_sweep or not kept_now:
+        reason = "sweep disabled" if not c.do_sweep else f"nothing was kept in cycle {st.cycle}"
+        c.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "SWEEP", "cycle": st.cycle, "reason": reason},
+                        key=_key("sweep-skip", st.session_id, st.cycle))
+        _next(c, st, kept_now)
+        return
+    points = grid(c.spec)
+    todo = [p for p in points if list(p) not in [d["point"] for d in done]]
+    if not todo:
+        _next(c, st, kept_now)
+        return
+    conc, inl = todo[0]
+    spec2 = c.spec.model_copy(update={"traffic": c.spec.traffic.model_copy(
+        update={"concurrency": conc, "input_len": inl, "num_prompts": None})})
+    settings = c.settings.__class__(**{**c.settings.to_dict(), "min_pairs": c.sweep_pairs, "max_pairs": c.sweep_pairs})
+    adapter = c.adapter_factory(spec2)
+    c.progress(f"SWEEP cycle {st.cycle}: concurrency {conc}, input {inl} ({len(done) + 1}/{len(points)})")
+    key = _key("sweep", st.session_id, st.cycle, conc, inl)
+    try:
+        res, seq = c._measured(key, L.MEASUREMENT, lambda: {
+            "action": "sweep", "cycle": st.cycle, "point": [conc, inl], **compare(
+                adapter, spec2, st.stock_config, st.stack, settings=settings,
+                seed_base=_seed_base(st, 50_000 + 100 * st.cycle + len(done)), refs=None, quality_set=None,
+                progress=c.progress, stop_early=False, labels=("stock", "stack"))})
+    finally:
+        if adapter is not c.adapter:
+            adapter.close()
+    d = (res.get("protocol") or {}).get("decision") or {}
+    done.append({"point": [conc, inl], "ratio": d.get("ratio"), "ci_low": d.get("ci_low"),
+                 "ci_high": d.get("ci_high"), "verdict": res.get("verdict"), "ledger_seq": seq})
+
+
+def _next(c: Any, st: SessionState, kept_now: bool) -> None:
+    reason = c._budget_reason(st)
+    if reason:
+        st.stop_reason = reason
+        c._phase(st, Phase.CLOSE, reason)
+    elif not kept_now:
+        st.stop_reason = f"converged: cycle {st.cycle} kept nothing"
+        c._phase(st, Phase.CLOSE, st.stop_reason)
+    elif st.cycle >= c.cycle_ceiling:
+        st.stop_reason = f"cycle ceiling ({c.cycle_ceiling}) reached"
+        c._phase(st, Phase.CLOSE, st.stop_reason)
+    else:
+        st.cycle += 1
+        st.extra["proposals"] = []
+        st.extra["cycle_started_at"] = c.clock()
+        c._phase(st, Phase.FRAMEWORK, f"cycle {st.cycle - 1} kept something; another cycle from the established stack")
