@@ -17,10 +17,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-DEMO_CANDIDATE ?= compile_mode=default
+DEMO_ARGS ?= --budget-minutes 8 --max-trials 4
 
 demo: $(STAMP)
-	$(VENV)/bin/inferloom bench examples/llama-tiny.yaml --candidate $(DEMO_CANDIDATE)
+	$(VENV)/bin/inferloom optimize examples/llama-tiny.yaml $(DEMO_ARGS) --out runs/demo-session-$$(date +%Y%m%d-%H%M%S)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -ra

@@ -140,6 +140,9 @@ def render_report(b: dict[str, Any]) -> str:
     if b.get("sweep"):
         lines += ["", "## Sweep: final stack vs stock", "", "| cycle | concurrency | input len | ratio | interval | ledger |", "| --- | --- | --- | --- | --- | --- |"]
         for p in b["sweep"]:
+            if p.get("ratio") is None:
+                lines.append(f"| {p['cycle']} | {p['point'][0]} | {p['point'][1]} | failed | | #{p['ledger_seq']} |")
+                continue
             lines.append(f"| {p['cycle']} | {p['point'][0]} | {p['point'][1]} | {p['ratio']:.3f} | "
                          f"[{p['ci_low']:.3f}, {p['ci_high']:.3f}] | #{p['ledger_seq']} |")
     t = b.get("time_s", {})

@@ -123,6 +123,9 @@ class Coordinator:
         st.last_ledger_seq = self.ledger.last_seq
         save_state(self.dir, st)
 
+    def time_left_s(self, st: SessionState) -> float:
+        return st.budget.minutes * 60 - st.used.elapsed_s
+
     def _budget_reason(self, st: SessionState) -> str | None:
         if st.used.elapsed_s >= st.budget.minutes * 60:
             return f"budget: {st.budget.minutes:g} wall-clock minutes used"
@@ -165,9 +168,13 @@ class Coordinator:
             if st.phase == Phase.DONE:
                 return st
             reason = self._budget_reason(st)
-            if reason and st.phase not in (Phase.CLOSE, Phase.PRELUDE) and not st.stop_reason:
+            if reason and not st.stop_reason and st.phase in (Phase.FRAMEWORK, Phase.ENABLEMENT):
+                # The search stops; the stack found so far is still swept (time
+                # permitting) and compared against stock at CLOSE.
                 st.stop_reason = reason
-                self._phase(st, Phase.CLOSE, reason)
+                st.pending_action = None
+                st.extra["proposals"] = []
+                self._phase(st, Phase.KERNEL if st.phase == Phase.FRAMEWORK else Phase.CLOSE, reason)
                 self._save(st)
                 continue
             step = getattr(self, "_step_" + st.phase.value.lower())

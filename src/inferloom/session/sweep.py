@@ -10,6 +10,7 @@ from typing import Any
 from inferloom.session import ledger as L
 from inferloom.session.compare import compare
 from inferloom.session.state import Phase, SessionState
+from inferloom.workloads.base import ConfigError, resolve_config
 
 __all__ = ["grid", "sweep_step"]
 
@@ -26,8 +27,10 @@ def sweep_step(c: Any, st: SessionState) -> None:
 
     kept_now = any(t["kept"] and t["cycle"] == st.cycle for t in st.trials)
     done = st.extra.setdefault("sweep", {}).setdefault(str(st.cycle), [])
-    if not c.do_sweep or not kept_now:
-        reason = "sweep disabled" if not c.do_sweep else f"nothing was kept in cycle {st.cycle}"
+    out_of_time = c.time_left_s(st) <= 0
+    if not c.do_sweep or not kept_now or out_of_time:
+        reason = ("sweep disabled" if not c.do_sweep else f"nothing was kept in cycle {st.cycle}" if not kept_now
+                  else "the wall-clock budget is used up")
         c.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "SWEEP", "cycle": st.cycle, "reason": reason},
                         key=_key("sweep-skip", st.session_id, st.cycle))
         _next(c, st, kept_now)
@@ -44,10 +47,23 @@ def sweep_step(c: Any, st: SessionState) -> None:
     adapter = c.adapter_factory(spec2)
     c.progress(f"SWEEP cycle {st.cycle}: concurrency {conc}, input {inl} ({len(done) + 1}/{len(points)})")
     key = _key("sweep", st.session_id, st.cycle, conc, inl)
+    # Stock and the stack at this operating point: stock's defaults there (e.g.
+    # micro_batch follows concurrency), plus the changes the session kept.
+    knobs2 = adapter.knob_space()
+    changes = {k: v for k, v in st.stack.items() if st.stock_config.get(k) != v}
+    try:
+        stock2 = resolve_config(knobs2, {}, st.pinned)
+        stack2 = resolve_config(knobs2, {**stock2, **changes}, st.pinned)
+    except ConfigError as exc:
+        if adapter is not c.adapter:
+            adapter.close()
+        c.ledger.append(L.ERROR, {"what": "sweep point not applicable", "point": [conc, inl], "error": str(exc)}, key=key)
+        done.append({"point": [conc, inl], "verdict": "not-applicable", "error": str(exc)})
+        return
     try:
         res, seq = c._measured(key, L.MEASUREMENT, lambda: {
             "action": "sweep", "cycle": st.cycle, "point": [conc, inl], **compare(
-                adapter, spec2, st.stock_config, st.stack, settings=settings,
+                adapter, spec2, stock2, stack2, settings=settings,
                 seed_base=_seed_base(st, 50_000 + 100 * st.cycle + len(done)), refs=None, quality_set=None,
                 progress=c.progress, stop_early=False, labels=("stock", "stack"))})
     finally:
@@ -59,7 +75,7 @@ def sweep_step(c: Any, st: SessionState) -> None:
 
 
 def _next(c: Any, st: SessionState, kept_now: bool) -> None:
-    reason = c._budget_reason(st)
+    reason = st.stop_reason or c._budget_reason(st)
     if reason:
         st.stop_reason = reason
         c._phase(st, Phase.CLOSE, reason)

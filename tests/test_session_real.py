@@ -1,0 +1,43 @@
+"""A real short `inferloom optimize` session on llama-tiny on CPU, through the CLI."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from inferloom.session import ledger as L
+from inferloom.session.state import Phase, load_state
+
+
+@pytest.mark.slow
+def test_real_session_on_llama_tiny(tmp_path):
+    d = tmp_path / "session"
+    p = subprocess.run(
+        [sys.executable, "-m", "inferloom.cli", "optimize", "--model", "llama-tiny", "--device", "cpu",
+         "--concurrency", "4", "--input-len", "32", "--output-len", "16", "--num-prompts", "8",
+         "--min-pairs", "3", "--max-pairs", "5", "--budget-minutes", "6", "--max-trials", "2", "--out", str(d)],
+        capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    st = load_state(d)
+    assert st.phase == Phase.DONE and st.used.trials == 2 and st.stop_reason
+    entries = L.read_entries(d)
+    assert [e["seq"] for e in entries] == list(range(1, len(entries) + 1))
+    stock = [e for e in entries if e["kind"] == L.MEASUREMENT and e.get("action") == "measure_stock"]
+    assert len(stock) == 1 and stock[0]["noise"]["n_pairs"] == 5
+    for m in (e for e in entries if e["kind"] == L.MEASUREMENT):
+        for pair in (m.get("protocol") or {}).get("pairs", []):
+            assert pair["a"]["output_tokens"] == pair["a"]["expected_output_tokens"]
+    verdicts = [e for e in entries if e["kind"] == L.VERDICT]
+    assert len(verdicts) == 2 and all(v["protocol_verdict"] for v in verdicts)
+    props = [e for e in entries if e["kind"] == L.PROPOSAL]
+    assert props[0]["source"] == "prior" and props[0]["agent"]  # expert priors come first
+    b = json.loads((d / "session_breakdown.json").read_text())
+    assert b["stop_reason"] == st.stop_reason
+    if b["action_path"]:  # something kept: final compare on held-out, and a sweep
+        assert b["final"]["quality_passed"] is not None and b["final"]["ledger_seq"]
+        assert b["sweep"], "the final stack is swept across operating points"
+    assert b["time_s"]["compilation"] >= 0 and b["time_s"]["total"] > 0
+    report = (d / "report.md").read_text()
+    assert "Where the time went" in report and "ledger #" in report
+    assert "FRAMEWORK cycle 1, trial 1/2" in p.stderr  # live progress
