@@ -29,7 +29,7 @@ def close_step(c: Any, st: SessionState) -> None:
         c._measured(key, L.MEASUREMENT, lambda: {
             "action": "final_compare", **compare(
                 c.adapter, c.spec, st.stock_config, st.stack, settings=c.settings,
-                seed_base=_seed_base(st, 90_000), refs=refs, quality_set="heldout", progress=c.progress,
+                seed_base=_seed_base(st, 90_000), refs=refs, quality_sets=("heldout",), progress=c.progress,
                 labels=("stock", "final"))})
     st.stop_reason = st.stop_reason or "converged"
     elapsed = st.used.elapsed_s + max(0.0, c.clock() - c._tick_t)

@@ -1,20 +1,26 @@
-"""One paired comparison inside a session: base vs candidate configuration,
-through the measurement protocol, with the quality contract against stock's
-reference outputs. Returns a JSON-able record for the ledger; never decides
-keep / revert itself (the protocol's verdict is in the record).
+"""One paired comparison: base vs candidate configuration, through the
+measurement protocol, with the quality contract against stock's reference
+outputs. Used by `inferloom bench` and by every measuring step of a session.
+Returns a JSON-able record; never decides keep / revert itself (the
+protocol's verdict is in the record).
+
+Order of work: prepare both configurations -> warm up each (compilation and
+warm-up time recorded, never inside a timed run) -> interleaved timed pairs
+-> quality probes (after timing, so they never disturb it).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-from inferloom.bench import _compile_overhead, _timed_pairs, _warmup
 from inferloom.measure import protocol as proto
 from inferloom.measure import quality as Q
-from inferloom.workloads.base import AdapterError
+from inferloom.measure.metrics import output_tokens_per_s
+from inferloom.workloads.base import AdapterError, RunRecord
 
-__all__ = ["References", "compare", "stock_references"]
+__all__ = ["References", "compare", "stock_references", "warmup", "compile_overhead", "timed_pairs"]
 
 Progress = Callable[[str], None]
 
@@ -28,20 +34,59 @@ class References:
         self.sets: dict[str, Q.Reference] = {}
 
 
-def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], names: tuple[str, ...],
-                     refs: References, progress: Progress) -> References:
+def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], names: Sequence[str],
+                     refs: References, progress: Progress, handle: Any = None) -> References:
+    """Capture the missing references with ``handle`` (a prepared stock) or a fresh stock handle."""
     missing = [n for n in names if n not in refs.sets]
     if not missing:
         return refs
     progress(f"quality: capturing stock's reference outputs ({', '.join(missing)})")
     sets = Q.quality_prompt_sets(spec, adapter)
-    h = adapter.prepare(dict(stock_cfg))
+    h = handle if handle is not None else adapter.prepare(dict(stock_cfg))
     try:
         for n in missing:
             refs.sets[n] = Q.capture_reference(adapter, h, n, sets[n], spec.quality.continuation_len)
     finally:
-        adapter.release(h)
+        if handle is None:
+            adapter.release(h)
     return refs
+
+
+def warmup(adapter: Any, handle: Any, n: int, seed0: int, label: str, progress: Progress) -> list[dict[str, Any]]:
+    """``n`` untimed runs; a failed one raises AdapterError (the configuration doesn't run)."""
+    out = []
+    for i in range(n):
+        progress(f"warm-up {label} {i + 1}/{n} (compilation, if any, happens here)")
+        rec: RunRecord = adapter.run(handle, seed0 - i)
+        if not rec.success:
+            raise AdapterError(f"{label} warm-up run failed: {rec.error}", kind=rec.extra.get("kind", "error"))
+        out.append({"seed": rec.seed, "wall_s": rec.wall_s, "output_tokens_per_s": output_tokens_per_s(rec)})
+    return out
+
+
+def compile_overhead(warmups: list[dict[str, Any]], timed_walls: list[float]) -> float | None:
+    """First warm-up wall time minus the median timed run: time spent compiling/loading lazily."""
+    if not warmups or not timed_walls:
+        return None
+    return max(0.0, warmups[0]["wall_s"] - statistics.median(timed_walls))
+
+
+def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int, labels: tuple[str, str],
+                progress: Progress, on_pair: Callable[[Any, Any], None] | None = None,
+                stop_early: bool = True) -> Any:
+    h_a, h_b = handles
+
+    def _on_pair(pair: Any, decision: Any) -> None:
+        va = f"{pair.value_a:,.1f}" if pair.value_a is not None else "failed"
+        vb = f"{pair.value_b:,.1f}" if pair.value_b is not None else "failed"
+        tail = (f" -> {decision.verdict}, ratio {decision.ratio:.4f} "
+                f"[{decision.ci_low:.4f}, {decision.ci_high:.4f}]") if decision else ""
+        progress(f"pair {pair.index + 1}/{settings.max_pairs} ({pair.order}): {labels[0]} {va} vs {labels[1]} {vb} tok/s{tail}")
+        if on_pair:
+            on_pair(pair, decision)
+
+    return proto.run_paired(lambda s: adapter.run(h_a, s), lambda s: adapter.run(h_b, s), settings,
+                            seed_base=seed_base, on_pair=_on_pair, stop_early=stop_early)
 
 
 def compare(
@@ -53,48 +98,61 @@ def compare(
     settings: proto.ProtocolSettings,
     seed_base: int,
     refs: References | None,
-    quality_set: str | None,
+    quality_sets: Sequence[str] = (),
     progress: Progress,
     stop_early: bool = True,
     labels: tuple[str, str] = ("base", "candidate"),
+    on_pair: Callable[[Any, Any], None] | None = None,
+    stock_is_base: bool = False,
 ) -> dict[str, Any]:
     """Measure ``cand_cfg`` against ``base_cfg``. Failures are data: a
-    preparation or warm-up failure gives ``verdict='failed'`` with the error."""
+    preparation or warm-up failure gives ``verdict='failed'`` with the error.
+    With ``stop_early=False`` (A/A) every planned pair runs and ``noise`` is
+    reported. Quality is judged on each of ``quality_sets`` against ``refs``
+    (captured from the base handle when ``stock_is_base`` and missing)."""
     t0 = time.perf_counter()
     out: dict[str, Any] = {"base_config": dict(base_cfg), "candidate_config": dict(cand_cfg), "seed_base": seed_base}
     handles: list[Any] = []
     try:
+        timings: dict[str, Any] = {}
         try:
-            timings: dict[str, Any] = {}
             for label, cfg in zip(labels, (base_cfg, cand_cfg)):
+                progress(f"preparing {label}")
                 t1 = time.perf_counter()
                 handles.append(adapter.prepare(dict(cfg)))
                 timings[f"prepare_{label}_s"] = time.perf_counter() - t1
-            timings["warmup_base"] = _warmup(adapter, handles[0], settings.warmup_runs, seed_base - 1, labels[0], progress)
-            timings["warmup_candidate"] = _warmup(adapter, handles[1], settings.warmup_runs, seed_base - 1, labels[1], progress)
+            timings["warmup_base"] = warmup(adapter, handles[0], settings.warmup_runs, seed_base - 1, labels[0], progress)
+            timings["warmup_candidate"] = warmup(adapter, handles[1], settings.warmup_runs, seed_base - 1, labels[1], progress)
         except AdapterError as exc:
-            out.update(verdict="failed", error=str(exc), error_kind=exc.kind, quality={"evaluated": False})
+            out.update(verdict="failed", error=str(exc), error_kind=exc.kind, quality={"evaluated": False},
+                       timings=timings)
             return out
-        pres = _timed_pairs(adapter, handles, settings, seed_base, not stop_early, progress, None)
+        pres = timed_pairs(adapter, handles, settings, seed_base, labels, progress, on_pair, stop_early)
         out["protocol"] = pres.to_dict()
         out["verdict"] = pres.verdict
+        out["error"] = pres.error
         if not stop_early and pres.verdict != "failed":
             out["noise"] = proto.noise_floor(pres)
-        out["error"] = pres.error
         walls_a = [p.a.wall_s for p in pres.pairs if p.a.success]
         walls_b = [p.b.wall_s for p in pres.pairs if p.b.success]
-        timings["compile_overhead_base_s"] = _compile_overhead(timings["warmup_base"], walls_a)
-        timings["compile_overhead_candidate_s"] = _compile_overhead(timings["warmup_candidate"], walls_b)
+        timings["compile_overhead_base_s"] = compile_overhead(timings["warmup_base"], walls_a)
+        timings["compile_overhead_candidate_s"] = compile_overhead(timings["warmup_candidate"], walls_b)
         timings["timed_runs_s"] = sum(walls_a) + sum(walls_b)
         timings["warmup_s"] = sum(w["wall_s"] for w in timings["warmup_base"] + timings["warmup_candidate"])
         out["timings"] = timings
         q: dict[str, Any] = {"evaluated": False}
-        if quality_set and refs is not None and pres.verdict != "failed":
+        if quality_sets and refs is not None and pres.verdict != "failed":
             tq = time.perf_counter()
+            if stock_is_base:
+                stock_references(adapter, spec, base_cfg, quality_sets, refs, progress, handle=handles[0])
             th = Q.QualityThresholds.from_spec(spec.quality)
-            v = Q.evaluate(adapter, handles[1], refs.sets[quality_set], th)
-            q = {"evaluated": True, "set": quality_set, "passed": v.passed, "failed": [] if v.passed else [v.message],
-                 "sets": [v.to_dict()], "seconds": time.perf_counter() - tq}
+            verdicts = []
+            for name in quality_sets:
+                progress(f"quality contract: {labels[1]} against stock's reference on the {name} set")
+                verdicts.append(Q.evaluate(adapter, handles[1], refs.sets[name], th))
+            q = {"evaluated": True, "passed": all(v.passed for v in verdicts),
+                 "sets": [v.to_dict() for v in verdicts],
+                 "failed": [v.message for v in verdicts if not v.passed], "seconds": time.perf_counter() - tq}
         out["quality"] = q
         return out
     finally:

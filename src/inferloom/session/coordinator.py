@@ -190,7 +190,7 @@ class Coordinator:
         res, seq = self._measured(key, L.MEASUREMENT, lambda: {
             "action": "measure_stock", **compare(
                 self.adapter, self.spec, st.stock_config, st.stock_config, settings=self.settings,
-                seed_base=_seed_base(st, 0), refs=None, quality_set=None, progress=self.progress,
+                seed_base=_seed_base(st, 0), refs=None, progress=self.progress,
                 stop_early=False, labels=("stock", "stock-2"))})
         st.pending_action = None
         if res["verdict"] == "failed":

@@ -130,7 +130,7 @@ def _execute(c: Any, st: SessionState, proposal: Mapping[str, Any], key: str) ->
     res, mseq = c._measured(key + ":measurement", L.MEASUREMENT, lambda: {
         "action": "try_config", "trial": n, "cycle": st.cycle, "changes": changes, **compare(
             c.adapter, c.spec, base, cand, settings=c.settings, seed_base=_seed_base(st, n), refs=refs,
-            quality_set="eval", progress=c.progress, labels=("stack", "candidate"))})
+            quality_sets=("eval",), progress=c.progress, labels=("stack", "candidate"))})
     d = (res.get("protocol") or {}).get("decision") or {}
     q = res.get("quality") or {}
     evidence = {"changes": changes, "protocol_verdict": res.get("verdict"), "ratio": d.get("ratio"),
