@@ -41,6 +41,13 @@ def noise_floor_gain(st: SessionState) -> float:
     return abs(float(r) - 1.0) if isinstance(r, (int, float)) and math.isfinite(r) else 0.0
 
 
+def _input_ref(st: SessionState) -> dict[str, Any]:
+    """How an agent's input is recorded: the state it read is state.json at this
+    point, identified by the ledger seq it had reached and its counters."""
+    return {"state_last_ledger_seq": st.last_ledger_seq, "phase": st.phase.value, "cycle": st.cycle,
+            "trials": len(st.trials), "stack": dict(st.stack)}
+
+
 def _tick_key(c: Any, st: SessionState, what: str) -> str:
     from inferloom.session.coordinator import _key
 
@@ -54,7 +61,8 @@ def framework_step(c: Any, st: SessionState) -> None:
     view = agent_view(st)
     forced = c.robustness.check(view, c.clock())
     if forced is not None:
-        c.ledger.append(L.AGENT_IO, {"agent": c.robustness.name, "role": "robustness", "output": forced},
+        c.ledger.append(L.AGENT_IO, {"agent": c.robustness.name, "role": "robustness", "input": _input_ref(st),
+                                     "output": _safe(forced)},
                         key=_tick_key(c, st, "robustness"))
         if not isinstance(forced, Mapping) or forced.get("action") not in ("end_phase", "stop"):
             c._refuse(st, "malformed_output", "robustness must return end_phase or stop", forced, c.robustness.name)
@@ -76,7 +84,8 @@ def framework_step(c: Any, st: SessionState) -> None:
         raw = c.orchestrator.propose(view)
     except Exception as exc:  # noqa: BLE001 - an agent's crash is a refusal, not the session's end
         raw = {"error": f"{type(exc).__name__}: {exc}"}
-    c.ledger.append(L.AGENT_IO, {"agent": c.orchestrator.name, "role": "orchestrator", "output": _safe(raw)},
+    c.ledger.append(L.AGENT_IO, {"agent": c.orchestrator.name, "role": "orchestrator", "input": _input_ref(st),
+                                 "output": _safe(raw)},
                     key=_tick_key(c, st, "orchestrator"))
     proposal, rule, why = validate_proposal(raw, "FRAMEWORK", view, c.knobs)
     if rule:
