@@ -90,6 +90,20 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="re-render report.md and session_breakdown.json from the ledger alone")
     rep.add_argument("dir", help="session directory")
 
+    kb = sub.add_parser("kb", help="the recipe knowledge base: lookup, list, show, export, import")
+    kb.add_argument("--kb", metavar="URL", help="SQL URL or SQLite path (default $INFERLOOM_KB or ~/.cache/inferloom/kb.sqlite)")
+    kbs = kb.add_subparsers(dest="kb_command", required=True)
+    kl = kbs.add_parser("lookup", help="show each lookup tier tried for a workload spec and what it found")
+    _add_spec_args(kl)
+    kl.add_argument("--min-confidence", type=float, default=0.0)
+    kbs.add_parser("list", help="every recipe, a line each")
+    ks = kbs.add_parser("show", help="one recipe in full (JSON)")
+    ks.add_argument("id", help="recipe id")
+    ke = kbs.add_parser("export", help="write the whole KB as JSON")
+    ke.add_argument("file")
+    ki = kbs.add_parser("import", help="merge a JSON export (strict rules, idempotent)")
+    ki.add_argument("file")
+
     k = sub.add_parser("knobs", help="list the knob space of the workload's adapter")
     _add_spec_args(k)
 
@@ -188,6 +202,36 @@ def _cmd_report(args: argparse.Namespace, console: Any, err: Any) -> int:
     return 0
 
 
+def _cmd_kb(args: argparse.Namespace, console: Any, err: Any) -> int:
+    import json
+
+    from inferloom.kb import RecipeStore, WorkloadKey, format_lookup
+
+    with RecipeStore(args.kb) as store:
+        if args.kb_command == "lookup":
+            spec = _spec_from_args(args)
+            res = store.lookup(WorkloadKey.from_spec(spec), min_confidence=args.min_confidence)
+            console.print(format_lookup(res), highlight=False, markup=False)
+        elif args.kb_command == "list":
+            recipes = store.list_recipes()
+            if not recipes:
+                console.print("the knowledge base holds no recipe yet", highlight=False)
+            for r in recipes:
+                w = r.winner or {}
+                ratio = f"x{w['ratio']:.3f}" if w.get("ratio") else "no winner"
+                console.print(f"#{r.id} {r.status:5s} {ratio:10s} " + " | ".join(str(v) for v in r.key.to_dict().values()),
+                              highlight=False, markup=False)
+        elif args.kb_command == "show":
+            console.print(json.dumps(store.show(args.id).to_dict(), indent=2, default=str), highlight=False, markup=False)
+        elif args.kb_command == "export":
+            doc = store.export_json(args.file)
+            console.print(f"exported {len(doc.get('recipes', []))} recipes to {args.file}", highlight=False)
+        elif args.kb_command == "import":
+            r = store.import_json(args.file)
+            console.print(f"imported {args.file}: {r}", highlight=False, markup=False)
+    return 0
+
+
 def _cmd_knobs(args: argparse.Namespace, console: Any, err: Any) -> int:
     from inferloom.render import print_knobs
     from inferloom.workloads.registry import make_adapter
@@ -213,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
 
     from inferloom.spec import SpecError
+    from inferloom.kb import KBError
     from inferloom.session.manifest import ManifestError
     from inferloom.session.runner import SessionExists
     from inferloom.session.state import StateError
@@ -223,10 +268,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     err = Console(stderr=True)
     args = build_parser().parse_args(argv)
     handler = {"bench": _cmd_bench, "knobs": _cmd_knobs, "validate": _cmd_validate, "optimize": _cmd_optimize,
-               "resume": _cmd_resume, "report": _cmd_report}[args.command]
+               "resume": _cmd_resume, "report": _cmd_report, "kb": _cmd_kb}[args.command]
     try:
         return handler(args, console, err)
-    except (SpecError, UsageError, ConfigError, SessionExists, StateError, ManifestError) as exc:
+    except (SpecError, UsageError, ConfigError, SessionExists, StateError, ManifestError, KBError) as exc:
         print(f"inferloom {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except AdapterError as exc:

@@ -29,7 +29,7 @@ def close_step(c: Any, st: SessionState) -> None:
         c._measured(key, L.MEASUREMENT, lambda: {
             "action": "final_compare", **compare(
                 c.adapter, c.spec, st.stock_config, st.stack, settings=c.settings,
-                seed_base=_seed_base(st, 90_000), refs=refs, quality_sets=("heldout",), progress=c.progress,
+                seed_base=_seed_base(c.spec.seed, 90_000), refs=refs, quality_sets=("heldout",), progress=c.progress,
                 labels=("stock", "final"))})
     st.stop_reason = st.stop_reason or "converged"
     elapsed = st.used.elapsed_s + max(0.0, c.clock() - c._tick_t)
@@ -38,6 +38,24 @@ def close_step(c: Any, st: SessionState) -> None:
                               "cycles": st.cycle}, key=_key("close", st.session_id))
     c._phase(st, Phase.DONE, f"closed: {st.stop_reason}")
     write_artifacts(c.dir)
+    _record_recipe(c)
+
+
+def _record_recipe(c: Any) -> None:
+    """File the session in the knowledge base (strict: only a paired,
+    quality-passing final comparison enters as a winner). A KB problem is
+    reported, never allowed to lose the session's own artifacts."""
+    if not getattr(c, "kb_url", None):
+        return
+    from inferloom.kb import KBError, RecipeStore
+
+    try:
+        with RecipeStore(c.kb_url) as store:
+            key, res = store.record_session_dir(c.dir)
+        c.progress(f"knowledge base: recipe #{res.recipe_id} for {key.model} on {key.hardware}: "
+                   + ("winner entered" if res.winner_entered else f"no winner ({res.reason})"))
+    except KBError as exc:
+        c.progress(f"knowledge base: not written: {exc}")
 
 
 def _decision(m: dict[str, Any]) -> dict[str, Any]:

@@ -91,7 +91,7 @@ class Coordinator:
     def __init__(self, directory: Any, spec: Any, adapter: Any, *, orchestrator: Any, critic_factory: Callable[[], Any],
                  robustness: Any, progress: Progress = lambda _m: None, cycle_ceiling: int = 3,
                  sweep: bool = True, sweep_pairs: int = 3, adapter_factory: Callable[[Any], Any] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 kb_url: str | None = "default", clock: Callable[[], float] = time.time) -> None:
         from pathlib import Path
 
         self.dir = Path(directory)
@@ -104,6 +104,11 @@ class Coordinator:
         self.cycle_ceiling = cycle_ceiling
         self.do_sweep = sweep
         self.sweep_pairs = sweep_pairs
+        if kb_url == "default":
+            from inferloom.kb import default_kb_url
+
+            kb_url = default_kb_url()
+        self.kb_url = kb_url  # None: no knowledge base
         self.adapter_factory = adapter_factory or (lambda _spec: adapter)
         self.clock = clock
         self.knobs = adapter.knob_space()
@@ -190,7 +195,7 @@ class Coordinator:
         res, seq = self._measured(key, L.MEASUREMENT, lambda: {
             "action": "measure_stock", **compare(
                 self.adapter, self.spec, st.stock_config, st.stock_config, settings=self.settings,
-                seed_base=_seed_base(st, 0), refs=None, progress=self.progress,
+                seed_base=_seed_base(self.spec.seed, 0), refs=None, progress=self.progress,
                 stop_early=False, labels=("stock", "stock-2"))})
         st.pending_action = None
         if res["verdict"] == "failed":
@@ -247,12 +252,10 @@ class Coordinator:
         close_step(self, st)
 
 
-def _seed_base(st: SessionState, n: int) -> int:
+def _seed_base(seed: int, n: int) -> int:
     """Fresh prompts for every measurement: a distinct block of seeds per step
-    ``n`` (stable across resume: derived from the session id, not ``hash()``)."""
-    import zlib
-
-    return 1_000 + 1_000 * (n + 1) + (zlib.crc32(st.session_id.encode()) % 997) * 1_000_000
+    ``n``, derived from the spec's seed (reproducible, stable across resume)."""
+    return 1_000 + 1_000 * (n + 1) + (int(seed) % 997) * 1_000_000
 
 
 def _jsonable(x: Any) -> Any:

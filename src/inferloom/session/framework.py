@@ -138,7 +138,7 @@ def _execute(c: Any, st: SessionState, proposal: Mapping[str, Any], key: str) ->
     refs = stock_references(c.adapter, c.spec, st.stock_config, ("eval",), c.refs, c.progress)
     res, mseq = c._measured(key + ":measurement", L.MEASUREMENT, lambda: {
         "action": "try_config", "trial": n, "cycle": st.cycle, "changes": changes, **compare(
-            c.adapter, c.spec, base, cand, settings=c.settings, seed_base=_seed_base(st, n), refs=refs,
+            c.adapter, c.spec, base, cand, settings=c.settings, seed_base=_seed_base(c.spec.seed, n), refs=refs,
             quality_sets=("eval",), progress=c.progress, labels=("stack", "candidate"))})
     d = (res.get("protocol") or {}).get("decision") or {}
     q = res.get("quality") or {}

@@ -64,7 +64,7 @@ def sweep_step(c: Any, st: SessionState) -> None:
         res, seq = c._measured(key, L.MEASUREMENT, lambda: {
             "action": "sweep", "cycle": st.cycle, "point": [conc, inl], **compare(
                 adapter, spec2, stock2, stack2, settings=settings,
-                seed_base=_seed_base(st, 50_000 + 100 * st.cycle + len(done)), refs=None,
+                seed_base=_seed_base(c.spec.seed, 50_000 + 100 * st.cycle + len(done)), refs=None,
                 progress=c.progress, stop_early=False, labels=("stock", "stack"))})
     finally:
         if adapter is not c.adapter:

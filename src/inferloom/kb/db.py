@@ -1,0 +1,253 @@
+"""Schema, engine and transactions of the Recipe KB (SQLAlchemy Core only).
+
+Portability: only ``Integer``, ``Float``, ``String`` and ``Text`` columns;
+JSON is stored as TEXT (:func:`dumps` / :func:`loads`); times are unix seconds
+(``Float``). So a PostgreSQL URL works by construction; SQLite is the default.
+
+SQLite concurrency (many sessions, one file): every connection sets
+``busy_timeout`` (30 s), ``journal_mode=WAL`` and ``synchronous=FULL``; the
+pysqlite driver's own transaction handling is switched off so that a write
+transaction starts with ``BEGIN IMMEDIATE`` (it takes the write lock up front,
+so two read-modify-write transactions never deadlock on lock upgrade) and a
+read with a plain ``BEGIN``. Transactions are short: one recipe, no I/O
+inside. WAL needs a local filesystem (not NFS); a fleet shares a PostgreSQL
+server instead, where writes lock the recipe row (``SELECT ... FOR UPDATE``)
+and retry once when two sessions create the same recipe at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from sqlalchemy import (
+    Column, Connection, Engine, Float, Index, Integer, MetaData, PrimaryKeyConstraint, String, Table, Text,
+    UniqueConstraint, create_engine, event, select,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from inferloom.kb.key import KEY_FIELDS
+
+__all__ = [
+    "SCHEMA_VERSION", "KBError", "default_kb_url", "metadata", "recipes", "ceilings", "schema_version",
+    "INDEX_ORDER", "dumps", "loads", "Database",
+]
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 30_000
+
+
+class KBError(RuntimeError):
+    """The KB cannot be used: one line naming the file (or URL), what is wrong, what to do."""
+
+
+def default_kb_url() -> str:
+    """``$INFERLOOM_KB`` (a SQL URL, or a file path taken as SQLite), else
+    ``sqlite:///~/.cache/inferloom/kb.sqlite`` (expanded)."""
+    return to_url(os.environ.get("INFERLOOM_KB") or str(Path("~/.cache/inferloom/kb.sqlite")))
+
+
+def to_url(url_or_path: str) -> str:
+    """A SQL URL as is; anything without ``://`` is a SQLite file path."""
+    if "://" in url_or_path:
+        return url_or_path
+    return "sqlite:///" + str(Path(url_or_path).expanduser().resolve())
+
+
+# Key columns in index order: the fields a lookup tier keeps fixed are always a
+# prefix of this order (see inferloom.kb.lookup.TIERS), so one index per tier
+# (prefix, status, ratio) answers "best recipe of this tier" with one seek.
+INDEX_ORDER: tuple[str, ...] = (
+    "framework", "precision", "model_type", "architecture", "model", "hardware", "framework_version",
+)
+assert sorted(INDEX_ORDER) == sorted(KEY_FIELDS)
+
+metadata = MetaData()
+
+schema_version = Table("schema_version", metadata, Column("version", Integer, primary_key=True, autoincrement=False))
+
+recipes = Table(
+    "recipes", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    *[Column(f, String(255), nullable=False) for f in KEY_FIELDS],
+    Column("status", String(16), nullable=False),          # 'ok' | 'drift'
+    Column("winner_config", Text),                          # JSON: the final stack (full config); NULL = no winner
+    Column("winner_changes", Text),                         # JSON: what the final stack changes from stock
+    Column("ratio", Float),                                 # final stack / stock (paired); NULL = no winner
+    Column("ci_low", Float),
+    Column("ci_high", Float),
+    Column("stock_objective", Float),                       # output tok/s, stock, same run as the final compare
+    Column("final_objective", Float),                       # output tok/s, final stack
+    Column("n_pairs", Integer),
+    Column("winner_session_id", String(255)),
+    Column("winner_evidence", Text),                        # JSON: protocol verdict, quality, ledger seq, ...
+    Column("winner_at", Float),
+    Column("sessions", Text, nullable=False),               # JSON list: every session (and drift mark) recorded
+    Column("worked", Text, nullable=False),                 # JSON list of kept changes of validated sessions
+    Column("failed", Text, nullable=False),                 # JSON list of failures with their rule / outcome
+    Column("lessons", Text, nullable=False),                # JSON list of strings
+    Column("drift_note", Text),
+    Column("drift_at", Float),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint(*INDEX_ORDER, name="uq_recipes_key"),
+    *[Index(f"ix_recipes_tier{t}", *INDEX_ORDER[: len(INDEX_ORDER) - t], "status", "ratio") for t in range(1, 6)],
+)
+
+ceilings = Table(
+    "ceilings", metadata,
+    Column("device", String(255), nullable=False),
+    Column("dtype", String(32), nullable=False),            # the matmul dtype the rate was measured in
+    Column("mem_bw_bytes_per_s", Float, nullable=False),
+    Column("matmul_flops_per_s", Float, nullable=False),
+    Column("measured_at", Float, nullable=False),
+    Column("details", Text, nullable=False),                # JSON: how it was measured
+    PrimaryKeyConstraint("device", "dtype", name="pk_ceilings"),
+)
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON text (sorted keys, no NaN: non-finite numbers become null)."""
+    return json.dumps(_finite(value), sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
+
+
+def loads(text: str | None, default: Any = None) -> Any:
+    return default if text is None else json.loads(text)
+
+
+class Database:
+    """An engine on one KB URL with the schema in place (created if missing)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = to_url(url)
+        try:
+            u = make_url(self.url)
+        except ArgumentError:
+            raise KBError(f"KB URL {url!r}: not a SQL URL; expected sqlite:///PATH, a file path, or "
+                          "postgresql://USER@HOST/DB (set INFERLOOM_KB or pass the KB location)") from None
+        self.is_sqlite = u.get_backend_name() == "sqlite"
+        self.where = u.render_as_string(hide_password=True)
+        kwargs: dict[str, Any] = {}
+        if self.is_sqlite:
+            db = u.database or ""
+            if db and db != ":memory:" and not db.startswith("file:"):
+                path = Path(db).expanduser()
+                self.where = str(path)
+                if path.exists() and not path.is_file():
+                    raise KBError(f"KB file {path}: is a directory, not a file; point INFERLOOM_KB at a .sqlite file")
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise KBError(f"KB file {path}: cannot create its directory ({exc.strerror}); "
+                                  "choose a writable location (INFERLOOM_KB)") from None
+                u = u.set(database=str(path))
+            else:
+                kwargs["poolclass"] = StaticPool
+            kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+        try:
+            self.engine: Engine = create_engine(u, **kwargs)
+        except (NoSuchModuleError, ImportError) as exc:
+            raise KBError(f"KB URL {self.where}: no driver for it ({exc}); install the database driver "
+                          "(e.g. psycopg for PostgreSQL) or use a sqlite:/// URL") from None
+        if self.is_sqlite:
+            _sqlite_events(self.engine)
+        self._ensure_schema()
+
+    def error(self, exc: BaseException, doing: str) -> KBError:
+        """Turn a driver error into a one-line :class:`KBError`."""
+        msg = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        kind = "file" if self.is_sqlite else "URL"
+        if "not a database" in msg or "malformed" in msg:
+            hint = "it is not an inferloom KB (or it is damaged); move it away or point INFERLOOM_KB elsewhere"
+        elif "unable to open" in msg or "readonly" in msg or "read-only" in msg or "permission" in msg.lower():
+            hint = "check that the file and its directory exist and are readable and writable"
+        elif "locked" in msg:
+            hint = "another process held the KB too long; retry"
+        else:
+            hint = "check the KB location (INFERLOOM_KB) and that the database is reachable"
+        return KBError(f"KB {kind} {self.where}: {doing} failed ({msg}); {hint}")
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                yield conn
+        except SQLAlchemyError as exc:
+            raise self.error(exc, "reading") from None
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A short read-modify-write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execution_options(kb_begin="IMMEDIATE")
+                with conn.begin():
+                    yield conn
+        except IntegrityError:
+            raise  # the caller retries (two writers created the same row at once)
+        except SQLAlchemyError as exc:
+            raise self.error(exc, "writing") from None
+
+    def _ensure_schema(self) -> None:
+        try:
+            with self.engine.connect() as conn:
+                with conn.begin():
+                    have = set(self.engine.dialect.get_table_names(conn))
+                    version = conn.execute(select(schema_version.c.version)).scalar() if "schema_version" in have else None
+            if version is None:
+                for attempt in range(2):
+                    try:
+                        with self.engine.connect() as conn:
+                            conn.execution_options(kb_begin="IMMEDIATE")
+                            with conn.begin():
+                                metadata.create_all(conn, checkfirst=True)
+                                version = conn.execute(select(schema_version.c.version)).scalar()
+                                if version is None:
+                                    conn.execute(schema_version.insert().values(version=SCHEMA_VERSION))
+                                    version = SCHEMA_VERSION
+                        break
+                    except SQLAlchemyError:
+                        if attempt:  # a concurrent creator (PostgreSQL): its tables now exist
+                            raise
+        except SQLAlchemyError as exc:
+            raise self.error(exc, "opening") from None
+        if version > SCHEMA_VERSION:
+            raise KBError(f"KB {self.where}: schema_version {version} was written by a newer inferloom (this one "
+                          f"reads up to {SCHEMA_VERSION}); upgrade inferloom")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_events(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see "begin")
+        cur = dbapi_conn.cursor()
+        try:
+            cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            cur.execute("PRAGMA journal_mode=WAL")  # persistent; ':memory:' keeps 'memory'
+            cur.execute("PRAGMA synchronous=FULL")
+        finally:
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get("kb_begin", "")
+        conn.exec_driver_sql(f"BEGIN {mode}".strip())

@@ -1,0 +1,170 @@
+"""The seven-field workload key a recipe is filed under.
+
+A :class:`WorkloadKey` is a frozen dataclass of seven non-empty strings:
+``model, hardware, framework, model_type, architecture, framework_version,
+precision``. Build one with the plain constructor, from a finished session
+(:meth:`WorkloadKey.from_session`, reading ``manifest.json``'s dict), or from a
+spec before any session exists (:meth:`WorkloadKey.from_spec`, for
+``inferloom kb lookup SPEC`` and PRELUDE). The two derive every field the
+same way, so a session's key equals the key of the spec it ran:
+
+* ``model``: the spec's ``model``; a local model directory is reduced to its
+  directory name (a KB moves between machines, absolute paths do not).
+* ``hardware``: the device's name (the GPU's name, or the CPU model on CPU).
+* ``framework``: the adapter's framework (``transformers``, ``synthetic``).
+* ``model_type`` / ``architecture``: the Hugging Face config's ``model_type``
+  and first ``architectures`` entry; ``unknown`` when there is no config.
+* ``framework_version``: the framework library's version (for ``synthetic``,
+  inferloom's own); ``unknown`` when not recorded.
+* ``precision``: the spec's ``dtype``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+__all__ = ["KEY_FIELDS", "UNKNOWN", "WorkloadKey"]
+
+KEY_FIELDS: tuple[str, ...] = (
+    "model", "hardware", "framework", "model_type", "architecture", "framework_version", "precision",
+)
+UNKNOWN = "unknown"
+_MAX_LEN = 255
+
+
+def _clean(value: Any) -> str:
+    text = " ".join(str(value).split()) if value is not None else ""
+    return text or UNKNOWN
+
+
+def _model_name(model: Any) -> str:
+    text = str(model or "").rstrip("/\\")
+    if os.sep in text or (os.altsep and os.altsep in text):
+        text = os.path.basename(text)
+    return _clean(text)
+
+
+@dataclass(frozen=True)
+class WorkloadKey:
+    """One workload: the seven fields a recipe is filed under (see module doc)."""
+
+    model: str
+    hardware: str
+    framework: str
+    model_type: str
+    architecture: str
+    framework_version: str
+    precision: str
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, str) or not v.strip():
+                raise ValueError(f"workload key field '{f.name}': expected a non-empty string, got {v!r}")
+            if len(v) > _MAX_LEN:
+                raise ValueError(f"workload key field '{f.name}': longer than {_MAX_LEN} characters")
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "WorkloadKey":
+        missing = [k for k in KEY_FIELDS if k not in data]
+        if missing:
+            raise ValueError(f"workload key: missing field(s) {', '.join(missing)}; expected all of {', '.join(KEY_FIELDS)}")
+        return cls(**{k: data[k] for k in KEY_FIELDS})
+
+    def __str__(self) -> str:
+        return " ".join(f"{k}={getattr(self, k)}" for k in KEY_FIELDS)
+
+    @classmethod
+    def from_session(cls, manifest: Mapping[str, Any], state: Any = None) -> "WorkloadKey":
+        """The key of a session from its ``manifest.json`` dict.
+
+        ``state`` (a :class:`~inferloom.session.state.SessionState` or its dict)
+        is optional: its ``workload`` fills ``model`` / ``precision`` when the
+        manifest has no spec."""
+        spec = dict(manifest.get("spec") or {})
+        adapter = dict(manifest.get("adapter") or {})
+        workload: Mapping[str, Any] = {}
+        if state is not None:
+            workload = (state.get("workload") if isinstance(state, Mapping) else getattr(state, "workload", None)) or {}
+        info = adapter.get("model_info") if isinstance(adapter.get("model_info"), Mapping) else {}
+        framework = adapter.get("framework") or spec.get("framework")
+        device = manifest.get("device") or {}
+        hardware = adapter.get("device_name") or device.get("name")
+        return cls(
+            model=_model_name(spec.get("model") or workload.get("model") or adapter.get("model")),
+            hardware=_clean(hardware),
+            framework=_clean(framework),
+            model_type=_clean(info.get("model_type")),
+            architecture=_clean(info.get("architecture")),
+            framework_version=_clean(_framework_version(str(framework), adapter, manifest.get("versions") or {})),
+            precision=_clean(spec.get("dtype") or workload.get("dtype") or adapter.get("dtype")),
+        )
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: Any,
+        *,
+        hardware: str | None = None,
+        framework_version: str | None = None,
+        model_info: Mapping[str, Any] | None = None,
+    ) -> "WorkloadKey":
+        """The key a session on ``spec`` (a WorkloadSpec) would get on this machine.
+
+        Fields not given are detected: ``hardware`` from the resolved device,
+        ``framework_version`` from the installed framework, ``model_info`` from
+        the model's config (meta device, no weights; imports torch)."""
+        framework = spec.framework
+        if model_info is None:
+            model_info = {}
+            if framework == "transformers":
+                from inferloom.models.presets import model_info as _info
+
+                model_info = _info(spec.model, dtype=spec.dtype)
+        if hardware is None:
+            hardware = _this_device(spec)
+        if framework_version is None:
+            if framework == "transformers":
+                import transformers
+
+                framework_version = transformers.__version__
+            else:
+                from inferloom import __version__
+
+                framework_version = __version__
+        return cls(
+            model=_model_name(spec.model),
+            hardware=_clean(hardware),
+            framework=_clean(framework),
+            model_type=_clean(model_info.get("model_type")),
+            architecture=_clean(model_info.get("architecture")),
+            framework_version=_clean(framework_version),
+            precision=_clean(spec.dtype),
+        )
+
+
+def _framework_version(framework: str, adapter: Mapping[str, Any], versions: Mapping[str, Any]) -> Any:
+    if adapter.get(f"{framework}_version"):
+        return adapter[f"{framework}_version"]
+    av = adapter.get("versions") if isinstance(adapter.get("versions"), Mapping) else {}
+    for source in (av, versions):
+        if source.get(framework):
+            return source[framework]
+    if framework == "synthetic":
+        return av.get("inferloom") or versions.get("inferloom")
+    return None
+
+
+def _this_device(spec: Any) -> str:
+    if spec.resolved_device() == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    from inferloom.provenance import _cpu_model
+
+    return _cpu_model()

@@ -1,0 +1,351 @@
+"""``RecipeStore``: the Recipe KB over a SQL URL (SQLite by default).
+
+Writes are strict (see :mod:`inferloom.kb.recipe`): a winning configuration
+enters only from a paired, protocol-kept, held-out-quality-passing final
+comparison; any other session adds its lessons and failures and nothing else,
+and never removes a winner. Every write is one short transaction on one
+recipe (``BEGIN IMMEDIATE`` on SQLite), so concurrent sessions writing one KB
+serialize instead of corrupting it or losing updates. Recording the same
+session twice changes nothing (a resumed CLOSE may record again).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from sqlalchemy import Connection, select
+from sqlalchemy.exc import IntegrityError
+
+from inferloom.kb import recipe as R
+from inferloom.kb.db import SCHEMA_VERSION, Database, KBError, ceilings, default_kb_url, dumps, loads, recipes
+from inferloom.kb.key import KEY_FIELDS, WorkloadKey
+
+__all__ = ["RecipeStore", "RecordResult", "ImportResult", "Ceiling", "EXPORT_FORMAT"]
+
+EXPORT_FORMAT = "inferloom-kb"
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    """What :meth:`RecipeStore.record_session` did."""
+
+    recipe_id: int
+    winner_entered: bool   # this session's result is now the recipe's winner
+    validated: bool        # the session passed the strict rules (a valid winner, entered or not)
+    rule: str              # 'keep', or the strict rule it failed (e.g. 'final-quality-failed')
+    reason: str            # one line
+    already_recorded: bool = False
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    recipes_seen: int
+    recipes_changed: int
+    winners_entered: int
+    winners_rejected: int   # imported winners that fail the strict rules (their lessons still merge)
+    ceilings_changed: int
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """Measured ceilings of one device: bytes/s of memory bandwidth, FLOP/s of matmul in ``dtype``."""
+
+    device: str
+    dtype: str
+    mem_bw_bytes_per_s: float
+    matmul_flops_per_s: float
+    measured_at: float
+    details: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _key_where(key: WorkloadKey) -> list[Any]:
+    return [recipes.c[f] == getattr(key, f) for f in KEY_FIELDS]
+
+
+def row_to_recipe(row: Any) -> R.Recipe:
+    m = row._mapping
+    winner = None
+    if m["winner_config"] is not None:
+        winner = {"config": loads(m["winner_config"]), "changes": loads(m["winner_changes"], {}),
+                  "ratio": m["ratio"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
+                  "stock_objective": m["stock_objective"], "final_objective": m["final_objective"],
+                  "n_pairs": m["n_pairs"], "session_id": m["winner_session_id"], "recorded_at": m["winner_at"],
+                  "evidence": loads(m["winner_evidence"], {})}
+    return R.Recipe(key=WorkloadKey(**{f: m[f] for f in KEY_FIELDS}), status=m["status"], winner=winner,
+                    sessions=loads(m["sessions"], []), worked=loads(m["worked"], []), failed=loads(m["failed"], []),
+                    lessons=loads(m["lessons"], []), drift_note=m["drift_note"], drift_at=m["drift_at"],
+                    created_at=m["created_at"], updated_at=m["updated_at"], id=m["id"])
+
+
+def _columns(r: R.Recipe) -> dict[str, Any]:
+    w = r.winner
+    cols: dict[str, Any] = {"status": r.status, "sessions": dumps(r.sessions), "worked": dumps(r.worked),
+                            "failed": dumps(r.failed), "lessons": dumps(r.lessons), "drift_note": r.drift_note,
+                            "drift_at": r.drift_at}
+    cols.update({"winner_config": dumps(w["config"]) if w else None,
+                 "winner_changes": dumps(w["changes"]) if w else None,
+                 "ratio": w["ratio"] if w else None, "ci_low": w["ci_low"] if w else None,
+                 "ci_high": w["ci_high"] if w else None, "stock_objective": w.get("stock_objective") if w else None,
+                 "final_objective": w.get("final_objective") if w else None, "n_pairs": w.get("n_pairs") if w else None,
+                 "winner_session_id": w["session_id"] if w else None,
+                 "winner_evidence": dumps(w.get("evidence") or {}) if w else None,
+                 "winner_at": w.get("recorded_at") if w else None})
+    return cols
+
+
+class RecipeStore:
+    """The Recipe KB at ``url`` (a SQL URL or a SQLite file path; default
+    :func:`default_kb_url`). Opening creates the schema if missing; a bad URL
+    or an unusable file raises :class:`KBError` (one line, names the file)."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.db = Database(url or default_kb_url())
+        self.url = self.db.url
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "RecipeStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ internals
+    def _locked(self, conn: Connection, key: WorkloadKey) -> R.Recipe | None:
+        row = conn.execute(select(recipes).where(*_key_where(key)).with_for_update()).first()
+        return row_to_recipe(row) if row is not None else None
+
+    def _modify(self, key: WorkloadKey, fn: Any) -> tuple[Any, int | None]:
+        """Run ``fn(recipe_or_None) -> (new_recipe_or_None, result)`` in one write
+        transaction; write the new recipe when it differs. Returns ``(result, recipe id)``."""
+        for attempt in range(3):
+            try:
+                with self.db.write() as conn:
+                    old = self._locked(conn, key)
+                    new, result = fn(old)
+                    if new is None or (old is not None and _columns(new) == _columns(old)):
+                        return result, (old.id if old else None)
+                    now = time.time()
+                    new.updated_at = now
+                    if old is None:
+                        new.created_at = new.created_at or now
+                        ins = recipes.insert().values(**key.to_dict(), **_columns(new),
+                                                      created_at=new.created_at, updated_at=now)
+                        new.id = conn.execute(ins).inserted_primary_key[0]
+                    else:
+                        new.id = old.id
+                        conn.execute(recipes.update().where(recipes.c.id == old.id).values(**_columns(new), updated_at=now))
+                    return result, new.id
+            except IntegrityError as exc:
+                # Two writers created the same new recipe at once (PostgreSQL): retry, it now exists.
+                if attempt == 2:
+                    raise self.db.error(exc, "writing") from None
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------ writes
+    def record_session(self, key: WorkloadKey, breakdown: Mapping[str, Any], session_id: str,
+                       lessons: list[Any] | None = None, failures: list[Mapping[str, Any]] | None = None) -> RecordResult:
+        """Record a finished session's breakdown under ``key``.
+
+        ``lessons`` (strings or ``{text}``) and ``failures`` (``{changes, rule,
+        ...}``): None derives them from the breakdown (every verdict's lesson;
+        rejected trials with their outcome as rule, refusals with their rule,
+        and a failed final stack); a list is taken as given."""
+        if not session_id:
+            raise ValueError("session_id: expected a non-empty string")
+        now = time.time()
+        winner, code, why = R.winner_from_breakdown(breakdown, session_id, now)
+        les = (R.normalize_lessons(lessons, session_id, now) if lessons is not None
+               else R.lessons_from_breakdown(breakdown, session_id, now, why))
+        fails = (R.normalize_failures(failures, session_id, now) if failures is not None
+                 else R.failures_from_breakdown(breakdown, session_id, now, code, why))
+        worked = R.worked_from_breakdown(breakdown, session_id, now) if winner else []
+        f = breakdown.get("final") if isinstance(breakdown.get("final"), Mapping) else {}
+
+        def fn(old: R.Recipe | None) -> tuple[R.Recipe | None, RecordResult]:
+            rec = old or R.Recipe(key=key, created_at=now)
+            if session_id in rec.session_ids:
+                return None, RecordResult(rec.id or 0, False, winner is not None, code,
+                                          f"session {session_id} is already recorded", already_recorded=True)
+            enters = R.better(winner, "ok", rec.winner, rec.status)
+            reason = why
+            if winner and not enters:
+                reason = (f"validated x{winner['ratio']:.3f}, but the recorded winner (session "
+                          f"{rec.winner['session_id']}, x{rec.winner['ratio']:.3f}) is better: kept it")
+            entry = {"kind": "session", "session_id": session_id, "at": now, "rule": code, "reason": reason,
+                     "winner_entered": enters, "ratio": f.get("ratio"), "ci_low": f.get("ci_low"),
+                     "ci_high": f.get("ci_high"), "protocol_verdict": f.get("protocol_verdict"),
+                     "quality_passed": f.get("quality_passed"), "stop_reason": breakdown.get("stop_reason"),
+                     "changes": winner["changes"] if winner else None}
+            new = R.Recipe(key=key, status=rec.status, winner=rec.winner, created_at=rec.created_at, id=rec.id,
+                           sessions=R.union("sessions", rec.sessions, [entry]),
+                           worked=R.union("worked", rec.worked, worked, R.WORKED_CAP),
+                           failed=R.union("failed", rec.failed, fails, R.FAILED_CAP),
+                           lessons=R.union("lessons", rec.lessons, les, R.LESSONS_CAP),
+                           drift_note=rec.drift_note, drift_at=rec.drift_at)
+            if enters:
+                new.winner, new.status, new.drift_note, new.drift_at = winner, "ok", None, None
+            return new, RecordResult(rec.id or 0, enters, winner is not None, code, reason)
+
+        res, rid = self._modify(key, fn)
+        return replace(res, recipe_id=rid or 0)
+
+    def record_session_dir(self, directory: str | Path) -> tuple[WorkloadKey, RecordResult]:
+        """Record a closed session directory: key from ``manifest.json``, session id
+        from ``state.json``, breakdown from the ledger (as ``inferloom report`` does)."""
+        from inferloom.session.close import breakdown_from_ledger
+        from inferloom.session.ledger import read_entries
+        from inferloom.session.manifest import read_manifest
+        from inferloom.session.state import load_state
+
+        state = load_state(directory)
+        key = WorkloadKey.from_session(read_manifest(directory), state)
+        return key, self.record_session(key, breakdown_from_ledger(read_entries(directory)), state.session_id)
+
+    def mark_drift(self, key_or_id: WorkloadKey | int | str, note: str, session_id: str | None = None,
+                   expected_winner: str | None = None) -> R.Recipe:
+        """Mark a recipe's winner ``drift`` (it did not reproduce). Pass the key of
+        the recipe that was replayed (``LookupResult.chosen.key``), not the
+        session's own key when the lookup was relaxed. The winner stays (as
+        evidence) but ranks below any non-drifted one and its lookup
+        confidence is halved; the next valid winner replaces it.
+
+        ``expected_winner``: the winner's session id that was replayed; when
+        another session replaced that winner meanwhile, nothing is marked
+        (the recipe is returned unchanged)."""
+        key = self.show(key_or_id).key
+        now = time.time()
+
+        def fn(old: R.Recipe | None) -> tuple[R.Recipe | None, R.Recipe]:
+            if old is None or old.winner is None:
+                raise KBError(f"KB {self.db.where}: recipe {key} has no winning configuration to mark as drift")
+            if expected_winner is not None and old.winner["session_id"] != expected_winner:
+                return None, old
+            new = R.Recipe(**{**old.__dict__, "status": "drift", "drift_note": str(note), "drift_at": now,
+                              "sessions": old.sessions + [{"kind": "drift", "session_id": session_id, "at": now,
+                                                           "note": str(note)}]})
+            return new, new
+
+        return self._modify(key, fn)[0]
+
+    def put_ceiling(self, device: str, *, mem_bw_bytes_per_s: float, matmul_flops_per_s: float,
+                    dtype: str = "bfloat16", measured_at: float | None = None,
+                    details: Mapping[str, Any] | None = None) -> Ceiling:
+        """Store (replace) the measured ceilings of ``device`` for ``dtype``."""
+        c = Ceiling(device, dtype, float(mem_bw_bytes_per_s), float(matmul_flops_per_s),
+                    float(measured_at if measured_at is not None else time.time()), dict(details or {}))
+        self._put_ceilings([c], only_newer=False)
+        return c
+
+    def _put_ceilings(self, items: list[Ceiling], only_newer: bool) -> int:
+        for attempt in range(3):
+            try:
+                return self._put_ceilings_once(items, only_newer)
+            except IntegrityError as exc:  # a concurrent first insert (PostgreSQL): retry, it now exists
+                if attempt == 2:
+                    raise self.db.error(exc, "writing") from None
+        raise AssertionError("unreachable")
+
+    def _put_ceilings_once(self, items: list[Ceiling], only_newer: bool) -> int:
+        changed = 0
+        with self.db.write() as conn:
+            for c in items:
+                where = [ceilings.c.device == c.device, ceilings.c.dtype == c.dtype]
+                old = conn.execute(select(ceilings).where(*where).with_for_update()).first()
+                vals = {"mem_bw_bytes_per_s": c.mem_bw_bytes_per_s, "matmul_flops_per_s": c.matmul_flops_per_s,
+                        "measured_at": c.measured_at, "details": dumps(c.details)}
+                if old is None:
+                    conn.execute(ceilings.insert().values(device=c.device, dtype=c.dtype, **vals))
+                elif (not only_newer or c.measured_at > old.measured_at) and \
+                        vals != {k: old._mapping[k] for k in vals}:
+                    conn.execute(ceilings.update().where(*where).values(**vals))
+                else:
+                    continue
+                changed += 1
+        return changed
+
+    # ------------------------------------------------------------ reads
+    def get_ceiling(self, device: str, dtype: str = "bfloat16") -> Ceiling | None:
+        with self.db.read() as conn:
+            r = conn.execute(select(ceilings).where(ceilings.c.device == device, ceilings.c.dtype == dtype)).first()
+        return None if r is None else _ceiling(r)
+
+    def list_ceilings(self) -> list[Ceiling]:
+        with self.db.read() as conn:
+            rows = conn.execute(select(ceilings).order_by(ceilings.c.device, ceilings.c.dtype)).all()
+        return [_ceiling(r) for r in rows]
+
+    def get(self, key: WorkloadKey) -> R.Recipe | None:
+        """The recipe filed exactly under ``key``, or None."""
+        with self.db.read() as conn:
+            row = conn.execute(select(recipes).where(*_key_where(key))).first()
+        return row_to_recipe(row) if row is not None else None
+
+    def show(self, key_or_id: WorkloadKey | Mapping[str, Any] | int | str) -> R.Recipe:
+        """One recipe by key (a WorkloadKey or its dict) or by id; KBError if absent."""
+        if isinstance(key_or_id, Mapping):
+            key_or_id = WorkloadKey.from_dict(key_or_id)
+        if isinstance(key_or_id, WorkloadKey):
+            got = self.get(key_or_id)
+        else:
+            try:
+                rid = int(key_or_id)
+            except (TypeError, ValueError):
+                raise KBError(f"KB {self.db.where}: {key_or_id!r} is not a recipe id; expected an integer id "
+                              "(see `inferloom kb list`) or a workload key") from None
+            with self.db.read() as conn:
+                row = conn.execute(select(recipes).where(recipes.c.id == rid)).first()
+            got = row_to_recipe(row) if row is not None else None
+        if got is None:
+            raise KBError(f"KB {self.db.where}: no recipe {key_or_id}; see `inferloom kb list`")
+        return got
+
+    def list_recipes(self, *, with_winner: bool | None = None, status: str | None = None) -> list[R.Recipe]:
+        """All recipes ordered by key; optionally only those with (without) a winner, or of a status."""
+        q = select(recipes).order_by(*[recipes.c[f] for f in KEY_FIELDS])
+        if with_winner is not None:
+            q = q.where(recipes.c.ratio.is_not(None) if with_winner else recipes.c.ratio.is_(None))
+        if status is not None:
+            q = q.where(recipes.c.status == status)
+        with self.db.read() as conn:
+            return [row_to_recipe(r) for r in conn.execute(q)]
+
+    def lookup(self, key: WorkloadKey, min_confidence: float = 0.0) -> Any:
+        """Relaxed lookup; see :func:`inferloom.kb.lookup.lookup`."""
+        from inferloom.kb.lookup import lookup
+
+        return lookup(self, key, min_confidence)
+
+    # ------------------------------------------------------------ export / import
+    def export_json(self, path: str | Path) -> dict[str, Any]:
+        """Write every recipe and ceiling to ``path`` (atomically); returns the document."""
+        from inferloom.session.atomic import write_json_atomic
+
+        doc = {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "exported_at": time.time(),
+               "recipes": [r.to_dict(with_id=False) for r in self.list_recipes()],
+               "ceilings": [c.to_dict() for c in self.list_ceilings()]}
+        write_json_atomic(path, json.loads(dumps(doc)))
+        return doc
+
+    def import_json(self, path: str | Path) -> ImportResult:
+        """Merge an exported document into this KB under the same strict rules
+        (an imported winner enters only if its recorded evidence passes them and
+        it ranks above the local one; sessions, lessons, failures are unions).
+        Importing the same document again changes nothing."""
+        from inferloom.kb.merge import import_document
+
+        return import_document(self, path)
+
+
+def _ceiling(r: Any) -> Ceiling:
+    m = r._mapping
+    return Ceiling(m["device"], m["dtype"], m["mem_bw_bytes_per_s"], m["matmul_flops_per_s"], m["measured_at"],
+                   loads(m["details"], {}))
