@@ -211,3 +211,25 @@ def test_stock_failure_enters_enablement_and_stops_with_the_reason(tmp_path):
     assert "enablement" in st.stop_reason and "rung 3" in st.stop_reason
     rungs = [e for e in L.read_entries(tmp_path / "s") if e["kind"] == L.ENABLEMENT_RUNG]
     assert rungs[0]["rung"] == 1 and rungs[-1]["rung"] == 3
+
+
+def test_warm_replay_adopts_a_recipe_that_reproduces_and_marks_drift_otherwise(tmp_path):
+    from inferloom.kb import RecipeStore
+
+    first = start(tmp_path / "a", SPEC, budget_minutes=10, max_trials=10, adapter=two_knob_adapter(), agents=agents())
+    assert first.stack["fast_path"] is True
+    # same workload, same KB: PRELUDE replays the recipe and adopts it
+    second = start(tmp_path / "b", SPEC, budget_minutes=10, max_trials=10, adapter=two_knob_adapter(), agents=agents())
+    replay = [t for t in second.trials if t["agent"] == "kb-replay"]
+    assert len(replay) == 1 and replay[0]["kept"] and second.extra["warm_replay"]["adopted"] is True
+    assert second.trials[0]["agent"] == "kb-replay"  # replayed before any search
+    lookups = [e for e in L.read_entries(tmp_path / "b") if e["kind"] == "kb_lookup"]
+    assert len(lookups) == 1
+    # a machine where the recipe no longer helps: it is not adopted and is marked drift
+    flat = SyntheticAdapter(effects={"fast_path": {True: 1.0}, "useless": {True: 1.0}}, numerics={},
+                            knobs=TWO_KNOBS, noise_sd=0.05)
+    third = start(tmp_path / "c", SPEC, budget_minutes=10, max_trials=3, adapter=flat, agents=agents())
+    replay = [t for t in third.trials if t["agent"] == "kb-replay"]
+    assert len(replay) == 1 and not replay[0]["kept"] and third.extra["warm_replay"]["adopted"] is False
+    with RecipeStore() as store:
+        assert [r.status for r in store.list_recipes()] == ["drift"]

@@ -38,6 +38,13 @@ def test_real_session_on_llama_tiny(tmp_path):
         assert b["final"]["quality_passed"] is not None and b["final"]["ledger_seq"]
         assert b["sweep"], "the final stack is swept across operating points"
     assert b["time_s"]["compilation"] >= 0 and b["time_s"]["total"] > 0
+    prof = [e for e in entries if e["kind"] == "profile"]
+    assert len(prof) == 1 and prof[0]["profile"]["categories"]["gemm"]["share"] > 0
+    assert abs(sum(c["share"] for c in prof[0]["profile"]["categories"].values()) - 1) < 0.02
+    roof = [e for e in entries if e["kind"] == "roofline" and "stock" in e][0]
+    assert 0 < roof["stock"]["fraction"] <= 1 and roof["ceilings"]["memory_bandwidth_bytes_per_s"] > 0
+    assert b["roofline"]["stock"]["headroom"] >= 1
     report = (d / "report.md").read_text()
+    assert "## Roofline" in report and "## Profile of one stock run" in report
     assert "Where the time went" in report and "ledger #" in report
     assert "FRAMEWORK cycle 1, trial 1/2" in p.stderr  # live progress

@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--max-trials", type=int, default=20, metavar="N", help="candidate trials at most (default 20)")
     o.add_argument("--cycles", type=int, default=3, metavar="N", help="cycle ceiling (default 3)")
     o.add_argument("--no-sweep", action="store_true", help="skip the SWEEP phase")
+    o.add_argument("--kb", metavar="URL", help="knowledge base (default $INFERLOOM_KB or ~/.cache/inferloom/kb.sqlite)")
+    o.add_argument("--no-kb", action="store_true", help="no warm replay and no recipe filed at CLOSE")
     o.add_argument("--out", metavar="DIR", help="session directory (default runs/session-<time>)")
     o.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -177,8 +179,9 @@ def _cmd_optimize(args: argparse.Namespace, console: Any, err: Any) -> int:
     progress = _progress(args, err)
     progress(f"session directory: {out}; budget {args.budget_minutes:g} min, {args.max_trials} trials; "
              f"`inferloom resume {out}` continues it if interrupted")
+    kb_url = None if args.no_kb else (args.kb or "default")
     start(out, spec, budget_minutes=args.budget_minutes, max_trials=args.max_trials, progress=progress,
-          cycle_ceiling=args.cycles, sweep=not args.no_sweep)
+          cycle_ceiling=args.cycles, sweep=not args.no_sweep, kb_url=kb_url)
     _print_session(out, console)
     return 0
 

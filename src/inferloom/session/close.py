@@ -31,6 +31,8 @@ def close_step(c: Any, st: SessionState) -> None:
                 c.adapter, c.spec, st.stock_config, st.stack, settings=c.settings,
                 seed_base=_seed_base(c.spec.seed, 90_000), refs=refs, quality_sets=("heldout",), progress=c.progress,
                 labels=("stock", "final"))})
+    if st.stack != st.stock_config and "roofline_final" not in st.extra:
+        _final_roofline(c, st)
     st.stop_reason = st.stop_reason or "converged"
     elapsed = st.used.elapsed_s + max(0.0, c.clock() - c._tick_t)
     c.ledger.append(L.CLOSE, {"stop_reason": st.stop_reason, "stock_config": st.stock_config,
@@ -39,6 +41,27 @@ def close_step(c: Any, st: SessionState) -> None:
     c._phase(st, Phase.DONE, f"closed: {st.stop_reason}")
     write_artifacts(c.dir)
     _record_recipe(c)
+
+
+def _final_roofline(c: Any, st: SessionState) -> None:
+    """Where the final stack sits against the roofline; a gain the roofline
+    (or Amdahl's law over the stock headroom) can't allow is flagged suspect."""
+    from inferloom.measure.roofline import amdahl_check
+    from inferloom.session.coordinator import _key
+    from inferloom.session.prelude import ROOFLINE, roofline_for
+
+    final = next((e for e in reversed(c.ledger.entries(L.MEASUREMENT)) if e.get("action") == "final_compare"), None)
+    if not final or not final.get("protocol"):
+        return
+    vb = sorted(p["value_b"] for p in final["protocol"]["pairs"])
+    tok = vb[len(vb) // 2]
+    roof = roofline_for(c, st, tok, st.stack)
+    ratio = (_decision(final) or {}).get("ratio")
+    head = (st.extra.get("roofline_stock") or {}).get("headroom")
+    check = amdahl_check(ratio, head) if ratio and head else None
+    seq = c.ledger.append(ROOFLINE, {"final": roof, "amdahl": check}, key=_key("roofline-final", st.session_id))
+    st.extra["roofline_final"] = {"ledger_seq": seq, "fraction": (roof or {}).get("fraction"),
+                                  "suspect": bool((roof or {}).get("suspect") or (check or {}).get("suspect"))}
 
 
 def _record_recipe(c: Any) -> None:
@@ -117,6 +140,24 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     out["sweep"] = [{"point": m.get("point"), "cycle": m.get("cycle"), "ratio": _decision(m).get("ratio"),
                      "ci_low": _decision(m).get("ci_low"), "ci_high": _decision(m).get("ci_high"),
                      "ledger_seq": m["seq"]} for m in meas if m.get("action") == "sweep"]
+    prof = next((e for e in entries if e["kind"] == "profile"), None)
+    if prof:
+        p = prof.get("profile") or {}
+        out["profile"] = {"categories": p.get("categories"), "top_ops": (p.get("top_ops") or [])[:8],
+                          "wall_s": p.get("wall_s"), "error": p.get("error"), "ledger_seq": prof["seq"]}
+    roofs = [e for e in entries if e["kind"] == "roofline"]
+    if roofs:
+        stock_r = next((e for e in roofs if "stock" in e), {})
+        final_r = next((e for e in roofs if "final" in e), {})
+        out["roofline"] = {"ceilings": stock_r.get("ceilings"), "stock": stock_r.get("stock"),
+                           "final": final_r.get("final"), "amdahl": final_r.get("amdahl"),
+                           "ledger_seqs": [e["seq"] for e in roofs]}
+    look = next((e for e in entries if e["kind"] == "kb_lookup"), None)
+    if look:
+        r = look.get("result") or {}
+        out["warm_replay"] = {"chosen": (r.get("chosen") or {}).get("id") if isinstance(r.get("chosen"), dict) else r.get("chosen"),
+                              "confidence": r.get("confidence"), "ledger_seq": look["seq"],
+                              "replayed": [v["seq"] for v in verdicts if v.get("agent") == "kb-replay"]}
     out["phases"] = [{"from": e.get("from"), "to": e.get("to"), "why": e.get("why") or e.get("reason"),
                       "ledger_seq": e["seq"]} for e in entries if e["kind"] == L.PHASE]
     return out
@@ -163,6 +204,25 @@ def render_report(b: dict[str, Any]) -> str:
                 continue
             lines.append(f"| {p['cycle']} | {p['point'][0]} | {p['point'][1]} | {p['ratio']:.3f} | "
                          f"[{p['ci_low']:.3f}, {p['ci_high']:.3f}] | #{p['ledger_seq']} |")
+    rf = b.get("roofline") or {}
+    if rf.get("stock"):
+        st_, fi = rf["stock"], rf.get("final") or {}
+        lines += ["", "## Roofline", ""]
+        ce = rf.get("ceilings") or {}
+        lines.append(f"- Ceilings: {ce.get('memory_bandwidth_bytes_per_s', 0) / 1e9:,.1f} GB/s memory, "
+                     f"{ce.get('matmul_flops_per_s', 0) / 1e12:,.2f} TFLOP/s matmul ({ce.get('device_name')}, {ce.get('measured_at')}).")
+        lines.append(f"- Stock: {st_['fraction'] * 100:.1f}% of the {st_['ceiling_tok_per_s']:,.0f} tok/s ceiling; "
+                     f"headroom x{st_['headroom']:.2f} (ledger #{rf['ledger_seqs'][0]}).")
+        if fi:
+            am = rf.get("amdahl") or {}
+            lines.append(f"- Final stack: {fi['fraction'] * 100:.1f}% of the ceiling"
+                         + ("; **suspect: more than the roofline allows**" if fi.get("suspect") or am.get("suspect") else "")
+                         + f" (ledger #{rf['ledger_seqs'][-1]}).")
+    pr = b.get("profile") or {}
+    if pr.get("categories"):
+        lines += ["", f"## Profile of one stock run (ledger #{pr['ledger_seq']})", "", "| category | share | seconds |", "| --- | --- | --- |"]
+        for name, cat in sorted(pr["categories"].items(), key=lambda kv: -kv[1].get("share", 0)):
+            lines.append(f"| {cat.get('label', name)} | {cat.get('share', 0) * 100:.1f}% | {cat.get('seconds', 0):.3f} |")
     t = b.get("time_s", {})
     lines += ["", "## Where the time went", ""]
     for k in ("total", "benchmark_runs", "compilation", "warmup_excluding_compilation", "quality_probes", "harness"):

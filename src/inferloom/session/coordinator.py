@@ -91,7 +91,8 @@ class Coordinator:
     def __init__(self, directory: Any, spec: Any, adapter: Any, *, orchestrator: Any, critic_factory: Callable[[], Any],
                  robustness: Any, progress: Progress = lambda _m: None, cycle_ceiling: int = 3,
                  sweep: bool = True, sweep_pairs: int = 3, adapter_factory: Callable[[Any], Any] | None = None,
-                 kb_url: str | None = "default", clock: Callable[[], float] = time.time) -> None:
+                 kb_url: str | None = "default", replay_min_confidence: float = 0.5, replay_fraction: float = 0.5,
+                 clock: Callable[[], float] = time.time) -> None:
         from pathlib import Path
 
         self.dir = Path(directory)
@@ -109,6 +110,8 @@ class Coordinator:
 
             kb_url = default_kb_url()
         self.kb_url = kb_url  # None: no knowledge base
+        self.replay_min_confidence = replay_min_confidence
+        self.replay_fraction = replay_fraction
         self.adapter_factory = adapter_factory or (lambda _spec: adapter)
         self.clock = clock
         self.knobs = adapter.knob_space()
@@ -188,7 +191,24 @@ class Coordinator:
 
     # --------------------------------------------------------------- PRELUDE
     def _step_prelude(self, st: SessionState) -> None:
-        key = _key("measure_stock", st.session_id)
+        from inferloom.session.prelude import profile_step, replay_step
+
+        if "stock_objective" not in st.extra:
+            self._measure_stock(st)
+        elif "warm_replay" not in st.extra:
+            replay_step(self, st)
+        elif "profile" not in st.extra:
+            profile_step(self, st)
+        else:
+            st.cycle = 1
+            st.extra["cycle_started_at"] = self.clock()
+            so = st.extra["stock_objective"]
+            self._phase(st, Phase.FRAMEWORK, f"stock {so['median']:,.1f} tok/s; A/A floor "
+                        f"{abs((st.noise_floor or {}).get('ratio', 1.0) - 1) * 100:.2f}%; starting stack "
+                        + ("from the knowledge base" if st.stack != st.stock_config else "stock"))
+
+    def _measure_stock(self, st: SessionState) -> None:
+        key = _key("measure_stock", st.session_id, st.extra.get("enablement_round", 0))
         st.pending_action = PendingAction(action="measure_stock", key=key)
         self._save(st)
         self.progress("PRELUDE: stock baseline and A/A noise floor (stock against itself)")
@@ -202,17 +222,16 @@ class Coordinator:
             st.extra["stock_failure"] = {"error": res.get("error"), "kind": res.get("error_kind", "error"), "seq": seq}
             self._phase(st, Phase.ENABLEMENT, f"stock failed: {res.get('error')}")
             return
-        pairs = res["protocol"]["pairs"]
-        values = [p["value_a"] for p in pairs] + [p["value_b"] for p in pairs]
         from statistics import median
 
-        noise = res["noise"]
-        st.noise_floor = {**noise, "ledger_seq": seq}
+        pairs = res["protocol"]["pairs"]
+        values = [p["value_a"] for p in pairs] + [p["value_b"] for p in pairs]
+        st.noise_floor = {**res["noise"], "ledger_seq": seq}
         st.extra["stock_objective"] = {"median": median(values), "n_runs": len(values), "ledger_seq": seq}
-        st.measured_config_keys.append(config_key(st.stock_config))
-        st.cycle = 1
-        self._phase(st, Phase.FRAMEWORK, f"stock {median(values):,.1f} tok/s; A/A half-width "
-                    f"{noise.get('ci_half_width_pct', float('nan')):.2f}%")
+        if config_key(st.stock_config) not in st.measured_config_keys:
+            st.measured_config_keys.append(config_key(st.stock_config))
+        self.progress(f"PRELUDE: stock {median(values):,.1f} tok/s; A/A ratio {res['noise']['ratio']:.4f} "
+                      f"[{res['noise']['ci_low']:.4f}, {res['noise']['ci_high']:.4f}]")
 
     # ------------------------------------------------------------ ENABLEMENT
     def _step_enablement(self, st: SessionState) -> None:
@@ -225,6 +244,8 @@ class Coordinator:
         else:
             st.stock_config = outcome
             st.stack = dict(outcome)
+            st.extra.pop("stock_objective", None)
+            st.extra["enablement_round"] = st.extra.get("enablement_round", 0) + 1
             self._phase(st, Phase.PRELUDE, "enablement recovered stock; re-measuring the baseline")
 
     # ------------------------------------------------------------- FRAMEWORK

@@ -16,7 +16,7 @@ from inferloom.session.compare import compare, stock_references
 from inferloom.session.state import Phase, PendingAction, SessionState
 from inferloom.workloads.base import config_key
 
-__all__ = ["agent_view", "framework_step", "noise_floor_gain"]
+__all__ = ["agent_view", "framework_step", "noise_floor_gain", "execute_trial"]
 
 
 def agent_view(st: SessionState) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def _tick_key(c: Any, st: SessionState, what: str) -> str:
 
 def framework_step(c: Any, st: SessionState) -> None:
     if st.pending_action is not None and st.pending_action.action == "try_config":
-        _execute(c, st, dict(st.pending_action.params), st.pending_action.key)
+        execute_trial(c, st, dict(st.pending_action.params), st.pending_action.key)
         return
     view = agent_view(st)
     forced = c.robustness.check(view, c.clock())
@@ -111,7 +111,7 @@ def framework_step(c: Any, st: SessionState) -> None:
                     key=key + ":proposal")
     st.pending_action = PendingAction(action="try_config", params=_safe(proposal), key=key)
     c._save(st)
-    _execute(c, st, proposal, key)
+    execute_trial(c, st, proposal, key)
 
 
 def _max_refusals() -> int:
@@ -125,9 +125,14 @@ def _end(c: Any, st: SessionState, why: str) -> None:
     c._phase(st, Phase.KERNEL, why)
 
 
-def _execute(c: Any, st: SessionState, proposal: Mapping[str, Any], key: str) -> None:
+def execute_trial(c: Any, st: SessionState, proposal: Mapping[str, Any], key: str, *, agent: str | None = None,
+                  min_ratio: float | None = None) -> dict[str, Any]:
+    """Measure a proposal against the stack, have a fresh Critic rule, keep or
+    revert, and record it (ledger and state). ``min_ratio``: a keep also needs
+    the measured ratio to reach it (warm replay). Returns the trial record."""
     from inferloom.session.coordinator import _seed_base
 
+    agent = agent or c.orchestrator.name
     n = len(st.trials) + 1
     base, cand = dict(st.stack), dict(proposal["config"])
     changes = dict(proposal["changes"])
@@ -158,14 +163,17 @@ def _execute(c: Any, st: SessionState, proposal: Mapping[str, Any], key: str) ->
     if not ok_shape:
         c._refuse(st, "malformed_output", "critic must return decision keep|revert and a lesson", ruling, critic.name)
     allowed = (res.get("verdict") == "keep" and evidence["quality_passed"] is True
-               and d.get("ci_low") is not None and d["ci_low"] - 1.0 > noise_floor_gain(st))
+               and d.get("ci_low") is not None and d["ci_low"] - 1.0 > noise_floor_gain(st)
+               and (min_ratio is None or (d.get("ratio") or 0.0) >= min_ratio))
     keep = bool(ok_shape and ruling["decision"] == "keep" and allowed)
     if ok_shape and ruling["decision"] == "keep" and not allowed:
         c._refuse(st, "critic_keep_without_evidence", "the protocol, quality or noise floor did not support a keep",
                   ruling, critic.name)
     outcome = _outcome(res, evidence, keep)
+    if not keep and min_ratio is not None and res.get("verdict") == "keep" and (d.get("ratio") or 0.0) < min_ratio:
+        outcome = "drift"
     lesson = ruling.get("lesson") if ok_shape and isinstance(ruling.get("lesson"), str) else f"{changes}: {outcome}"
-    vseq = c.ledger.append(L.VERDICT, {"trial": n, "cycle": st.cycle, "changes": changes, "config": cand,
+    vseq = c.ledger.append(L.VERDICT, {"trial": n, "cycle": st.cycle, "agent": agent, "changes": changes, "config": cand,
                                        "outcome": outcome, "kept": keep, "lesson": lesson,
                                        "protocol_verdict": res.get("verdict"), "ratio": d.get("ratio"),
                                        "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"),
@@ -176,7 +184,7 @@ def _execute(c: Any, st: SessionState, proposal: Mapping[str, Any], key: str) ->
                       "kept": keep, "ratio": d.get("ratio"), "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"),
                       "n_pairs": d.get("n_pairs"), "quality_passed": evidence["quality_passed"],
                       "predicted_gain": proposal.get("predicted_gain"), "source": proposal.get("source"),
-                      "agent": c.orchestrator.name, "lesson": lesson, "measurement_seq": mseq,
+                      "agent": agent, "lesson": lesson, "measurement_seq": mseq,
                       "verdict_seq": vseq, "finished_at": time.time()})
     st.measured_config_keys.append(config_key(cand))
     st.used.trials += 1
@@ -185,6 +193,7 @@ def _execute(c: Any, st: SessionState, proposal: Mapping[str, Any], key: str) ->
         st.extra["stack_ratio"] = _best(st) * float(d["ratio"])
     st.pending_action = None
     c.progress(f"  -> {outcome}: {lesson}")
+    return st.trials[-1]
 
 
 def _outcome(res: Mapping[str, Any], ev: Mapping[str, Any], keep: bool) -> str:

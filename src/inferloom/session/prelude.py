@@ -1,0 +1,204 @@
+"""PRELUDE after the stock baseline: warm replay from the knowledge base, then
+a profile of one (untimed) stock run and the roofline.
+
+Warm replay: the best recipe found by the relaxed lookup above the confidence
+threshold is measured against stock (paired, quality-checked, as any trial)
+and adopted as the starting stack only if it reproduces at least
+``replay_fraction`` of its recorded gain (in log space); otherwise the recipe
+is marked ``drift`` in the KB and the session starts from stock. Past failures
+become priors that rank proposals down (``kb_failures``), never bans.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from inferloom.session import ledger as L
+from inferloom.session.state import SessionState
+from inferloom.workloads.base import ConfigError, resolve_config
+
+__all__ = ["replay_step", "profile_step", "roofline_for"]
+
+KB_LOOKUP = "kb_lookup"
+PROFILE = "profile"
+ROOFLINE = "roofline"
+
+
+def replay_step(c: Any, st: SessionState) -> None:
+    from inferloom.kb import KBError, RecipeStore, WorkloadKey
+    from inferloom.session.coordinator import _key
+    from inferloom.session.framework import execute_trial
+
+    if st.pending_action is not None and st.pending_action.action == "warm_replay":
+        p = dict(st.pending_action.params)
+        _finish_replay(c, st, p, execute_trial(c, st, p, st.pending_action.key, agent="kb-replay",
+                                               min_ratio=p.get("min_ratio")))
+        return
+    if not c.kb_url:
+        st.extra["warm_replay"] = {"skipped": "no knowledge base (--no-kb)"}
+        return
+    try:
+        with RecipeStore(c.kb_url) as store:
+            key = WorkloadKey.from_spec(c.spec)
+            res = store.lookup(key, min_confidence=c.replay_min_confidence)
+    except KBError as exc:
+        st.extra["warm_replay"] = {"skipped": f"knowledge base unavailable: {exc}"}
+        c.progress(f"PRELUDE: warm replay skipped: {exc}")
+        return
+    seq = c.ledger.append(KB_LOOKUP, {"workload_key": key.to_dict(), "result": _safe(res.to_dict())},
+                          key=_key("kb_lookup", st.session_id))
+    st.extra["kb_failures"] = [p["changes"] for p in res.priors if isinstance(p.get("changes"), dict)]
+    chosen = res.chosen
+    winner = (chosen.winner or {}) if chosen is not None else {}
+    if not winner:
+        st.extra["warm_replay"] = {"skipped": "no recipe above the confidence threshold", "lookup_seq": seq}
+        c.progress("PRELUDE: warm replay: no recipe for this workload yet")
+        return
+    names = {k.name for k in c.knobs}
+    changes = {k: v for k, v in (winner.get("changes") or {}).items() if k in names}
+    try:
+        cfg = resolve_config(c.knobs, {**st.stock_config, **changes}, st.pinned)
+    except ConfigError as exc:
+        st.extra["warm_replay"] = {"skipped": f"recipe does not apply here: {exc}", "lookup_seq": seq}
+        return
+    if cfg == st.stock_config:
+        st.extra["warm_replay"] = {"skipped": "recipe equals stock here", "lookup_seq": seq}
+        return
+    recorded = float(winner["ratio"])
+    min_ratio = math.exp(c.replay_fraction * math.log(recorded)) if recorded > 1 else None
+    proposal = {"action": "try_config", "changes": {k: v for k, v in cfg.items() if st.stock_config[k] != v},
+                "config": cfg, "predicted_gain": recorded - 1, "source": "kb-replay",
+                "rationale": f"recipe #{chosen.id} (confidence {res.confidence:.2f}) recorded x{recorded:.3f}",
+                "recipe_id": chosen.id, "recipe_key": chosen.key.to_dict(), "winner_session": winner.get("session_id"),
+                "min_ratio": min_ratio, "lookup_seq": seq}
+    c.progress(f"PRELUDE: warm replay of recipe #{chosen.id}: {proposal['changes']} (recorded x{recorded:.3f})")
+    from inferloom.session.state import PendingAction
+
+    k = _key("warm_replay", st.session_id)
+    c.ledger.append(L.PROPOSAL, {"agent": "kb-replay", "cycle": st.cycle, "trial": len(st.trials) + 1,
+                                 "changes": proposal["changes"], "config": cfg, "predicted_gain": recorded - 1,
+                                 "source": "kb-replay", "rationale": proposal["rationale"]}, key=k + ":proposal")
+    st.pending_action = PendingAction(action="warm_replay", params=_safe(proposal), key=k)
+    c._save(st)
+    _finish_replay(c, st, proposal, execute_trial(c, st, proposal, k, agent="kb-replay", min_ratio=min_ratio))
+
+
+def _finish_replay(c: Any, st: SessionState, proposal: dict[str, Any], trial: dict[str, Any]) -> None:
+    from inferloom.kb import KBError, RecipeStore, WorkloadKey
+
+    st.extra["warm_replay"] = {"recipe_id": proposal.get("recipe_id"), "adopted": trial["kept"],
+                               "ratio": trial.get("ratio"), "recorded_gain": proposal.get("predicted_gain"),
+                               "verdict_seq": trial.get("verdict_seq")}
+    if trial["kept"]:
+        return
+    try:
+        with RecipeStore(c.kb_url) as store:
+            store.mark_drift(WorkloadKey.from_dict(proposal["recipe_key"]),
+                             f"session {st.session_id}: measured {trial.get('ratio')} vs recorded "
+                             f"x{1 + proposal['predicted_gain']:.3f} ({trial['verdict']})",
+                             session_id=st.session_id, expected_winner=proposal.get("winner_session"))
+        c.progress("PRELUDE: the recipe did not reproduce: marked drift in the knowledge base; starting from stock")
+    except KBError as exc:
+        c.progress(f"PRELUDE: could not mark the recipe as drift: {exc}")
+
+
+def roofline_for(c: Any, st: SessionState, tok_per_s: float, cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The roofline of ``tok_per_s`` for configuration ``cfg`` (its dtype), or None without ceilings."""
+    from inferloom.measure.roofline import mean_decode_context, roofline, step_costs
+
+    ceil = st.extra.get("ceilings")
+    if not ceil or c.spec.framework == "synthetic":
+        return None
+    t = c.spec.traffic
+    dtype = cfg.get("dtype", c.spec.dtype)
+    nbytes = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(dtype), 2)
+    costs = step_costs(c.spec.model, t.concurrency, mean_decode_context(t.input_len, t.output_len), nbytes,
+                       input_len=t.input_len)
+    return roofline(ceil, costs, tok_per_s, t.concurrency, t.output_len, t.input_len)
+
+
+def profile_step(c: Any, st: SessionState) -> None:
+    from inferloom.session.coordinator import _key
+
+    if c.spec.framework == "synthetic":
+        st.extra["profile"] = {"skipped": "the synthetic adapter runs no operators"}
+        return
+    from inferloom.measure.profile import profile_run
+    from inferloom.measure.roofline import measure_ceilings
+
+    c.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
+    prof: dict[str, Any]
+    try:
+        h = c.adapter.prepare(dict(st.stock_config))
+        try:
+            c.adapter.run(h, 7)  # warm: the profiled run must not include first-call costs
+            prof = profile_run(c.adapter, h, 8)
+        finally:
+            c.adapter.release(h)
+    except Exception as exc:  # noqa: BLE001 - a profiler failure is a note, not the session's end
+        prof = {"error": f"{type(exc).__name__}: {exc}"}
+    pseq = c.ledger.append(PROFILE, {"profile": _safe(prof)}, key=_key("profile", st.session_id))
+    st.extra["profile"] = {"ledger_seq": pseq, "categories": _safe((prof or {}).get("categories")),
+                           "error": prof.get("error")}
+    ceil = _ceilings(c, st)
+    stock = st.extra["stock_objective"]["median"]
+    roof = roofline_for(c, st, stock, st.stock_config) if ceil else None
+    rseq = c.ledger.append(ROOFLINE, {"ceilings": _safe(ceil), "stock": _safe(roof)}, key=_key("roofline", st.session_id))
+    st.extra["roofline_stock"] = {"ledger_seq": rseq, "fraction": (roof or {}).get("fraction"),
+                                  "headroom": (roof or {}).get("headroom"),
+                                  "ceiling_tok_per_s": (roof or {}).get("ceiling_tok_per_s")}
+    if roof:
+        c.progress(f"PRELUDE: roofline: stock at {roof['fraction'] * 100:.1f}% of the {roof['ceiling_tok_per_s']:,.0f} tok/s "
+                   f"ceiling (headroom x{roof['headroom']:.2f})")
+    del measure_ceilings
+
+
+def _ceilings(c: Any, st: SessionState) -> dict[str, Any] | None:
+    """Measured once per device and cached in the KB with their date."""
+    from inferloom.measure.roofline import measure_ceilings
+
+    dtype = "bfloat16" if st.device == "cuda" and c.spec.dtype != "float32" else c.spec.dtype
+    store = None
+    try:
+        if c.kb_url:
+            from inferloom.kb import RecipeStore
+
+            store = RecipeStore(c.kb_url)
+            name = _device_name(st.device)
+            cached = store.get_ceiling(name, dtype)
+            if cached is not None:
+                st.extra["ceilings"] = {"memory_bandwidth_bytes_per_s": cached.mem_bw_bytes_per_s,
+                                        "matmul_flops_per_s": cached.matmul_flops_per_s, "device_name": name,
+                                        "matmul_dtype": dtype, "measured_at": cached.measured_at, "cached": True}
+                return st.extra["ceilings"]
+        c.progress("PRELUDE: measuring this device's ceilings (memory bandwidth, matmul rate)")
+        ceil = measure_ceilings(st.device, dtype)
+        st.extra["ceilings"] = {k: ceil[k] for k in ("memory_bandwidth_bytes_per_s", "matmul_flops_per_s",
+                                                     "device_name", "matmul_dtype", "measured_at")}
+        if store is not None:
+            store.put_ceiling(ceil["device_name"], mem_bw_bytes_per_s=ceil["memory_bandwidth_bytes_per_s"],
+                              matmul_flops_per_s=ceil["matmul_flops_per_s"], dtype=dtype)
+        return st.extra["ceilings"]
+    except Exception as exc:  # noqa: BLE001 - no roofline is a note, not a failure
+        c.progress(f"PRELUDE: no ceilings: {exc}")
+        return None
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    from inferloom.measure.roofline import _cpu_name
+
+    return _cpu_name()
+
+
+def _safe(x: Any) -> Any:
+    from inferloom.session.coordinator import _jsonable
+
+    return _jsonable(x)
