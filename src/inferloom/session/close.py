@@ -174,7 +174,10 @@ def render_report(b: dict[str, Any]) -> str:
         lines.append(f"- Stock: {s['objective_median']:,.1f} output tok/s (median of the A/A runs; ledger #{s['ledger_seq']}).")
         nz = s.get("noise") or {}
         if nz:
-            lines.append(f"- Noise floor (A/A): +/-{nz.get('ci_half_width_pct', float('nan')):.2f}% over {nz.get('n_pairs')} pairs (ledger #{s['ledger_seq']}).")
+            lines.append(f"- A/A (stock against a second stock instance): ratio {nz.get('ratio', float('nan')):.4f} "
+                         f"[{nz.get('ci_low', float('nan')):.4f}, {nz.get('ci_high', float('nan')):.4f}] over {nz.get('n_pairs')} pairs; "
+                         f"a keep's lower bound must clear {abs(nz.get('ratio', 1.0) - 1) * 100:.2f}% as well as the minimum gain "
+                         f"(ledger #{s['ledger_seq']}).")
     if f.get("ledger_seq"):
         lines.append(f"- **Final stack vs stock: x{f['ratio']:.3f} ({_pct(f['ratio'])}), interval [{_pct(f['ci_low'])}, {_pct(f['ci_high'])}]**, "
                      f"{f['n_pairs']} pairs, protocol {f['protocol_verdict']}, held-out quality "
