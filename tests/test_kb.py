@@ -403,3 +403,25 @@ def test_a_closed_session_files_its_recipe_in_the_default_kb(tmp_path):
     with RecipeStore() as store:
         recipes = store.list_recipes()
     assert len(recipes) == 1 and recipes[0].winner["changes"] == {"fast_path": True}
+
+
+def test_kb_cli_lookup_list_export_import(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def cli(*a):
+        return subprocess.run([sys.executable, "-m", "inferloom.cli", "kb", "--kb", str(tmp_path / "k.sqlite"), *a],
+                              capture_output=True, text=True, env={**os.environ}, timeout=120)
+
+    p = cli("lookup", "--model", "llama-tiny", "--device", "cpu")
+    assert p.returncode == 0, p.stderr
+    assert "tier 0 exact" in p.stdout and "precision=float32" in p.stdout and "chosen: none" in p.stdout
+    assert cli("list").stdout.strip() == "the knowledge base holds no recipe yet"
+    assert cli("export", str(tmp_path / "e.json")).returncode == 0
+    doc = json.loads((tmp_path / "e.json").read_text())
+    assert doc["schema_version"] and doc["recipes"] == []
+    assert cli("import", str(tmp_path / "e.json")).returncode == 0
+    bad = cli("import", str(tmp_path / "missing.json"))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -233,3 +233,24 @@ def test_warm_replay_adopts_a_recipe_that_reproduces_and_marks_drift_otherwise(t
     assert len(replay) == 1 and not replay[0]["kept"] and third.extra["warm_replay"]["adopted"] is False
     with RecipeStore() as store:
         assert [r.status for r in store.list_recipes()] == ["drift"]
+
+
+def test_no_headroom_left_closes_instead_of_another_cycle(tmp_path):
+    from types import SimpleNamespace
+
+    from inferloom.session.state import Budget, SessionState
+    from inferloom.session.sweep import _next
+
+    st = SessionState(session_id="x", budget=Budget(minutes=10, trials=10), phase=Phase.SWEEP, cycle=1,
+                      extra={"roofline_stock": {"headroom": 1.5}, "stack_ratio": 1.45})
+    moves = []
+    c = SimpleNamespace(cycle_ceiling=3, _budget_reason=lambda s: None,
+                        _phase=lambda s, p, why: moves.append((p, why)))
+    _next(c, st, kept_now=True)
+    assert moves[0][0] == Phase.CLOSE and "roofline" in st.stop_reason
+    st2 = SessionState(session_id="y", budget=Budget(minutes=10, trials=10), phase=Phase.SWEEP, cycle=1,
+                       extra={"roofline_stock": {"headroom": 3.0}, "stack_ratio": 1.45})
+    moves.clear()
+    c.clock = lambda: 0.0
+    _next(c, st2, kept_now=True)
+    assert moves[0][0] == Phase.FRAMEWORK and st2.cycle == 2

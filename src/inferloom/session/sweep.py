@@ -74,6 +74,18 @@ def sweep_step(c: Any, st: SessionState) -> None:
                  "ci_high": d.get("ci_high"), "verdict": res.get("verdict"), "ledger_seq": seq})
 
 
+# Another cycle is worth running only while the stack is further than this
+# from the roofline ceiling (stock's measured headroom over the kept gain).
+HEADROOM_WORTH_A_CYCLE = 1.10
+
+
+def _headroom_left(st: SessionState) -> float | None:
+    head = (st.extra.get("roofline_stock") or {}).get("headroom")
+    if not isinstance(head, (int, float)):
+        return None
+    return float(head) / float(st.extra.get("stack_ratio", 1.0))
+
+
 def _next(c: Any, st: SessionState, kept_now: bool) -> None:
     reason = st.stop_reason or c._budget_reason(st)
     if reason:
@@ -81,6 +93,10 @@ def _next(c: Any, st: SessionState, kept_now: bool) -> None:
         c._phase(st, Phase.CLOSE, reason)
     elif not kept_now:
         st.stop_reason = f"converged: cycle {st.cycle} kept nothing"
+        c._phase(st, Phase.CLOSE, st.stop_reason)
+    elif _headroom_left(st) is not None and _headroom_left(st) < HEADROOM_WORTH_A_CYCLE:
+        st.stop_reason = (f"converged: the stack is within {(HEADROOM_WORTH_A_CYCLE - 1) * 100:.0f}% of the roofline "
+                          f"(headroom x{_headroom_left(st):.2f})")
         c._phase(st, Phase.CLOSE, st.stop_reason)
     elif st.cycle >= c.cycle_ceiling:
         st.stop_reason = f"cycle ceiling ({c.cycle_ceiling}) reached"
