@@ -11,7 +11,7 @@ from typing import Any
 
 from inferloom import __version__
 
-__all__ = ["environment", "git_revision", "RUN_ENV_VARS"]
+__all__ = ["environment", "git_revision", "cpu_model", "RUN_ENV_VARS"]
 
 # Environment variables that change how runs behave; recorded when set.
 RUN_ENV_VARS = (
@@ -54,7 +54,8 @@ def git_revision() -> str:
         return "unknown"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo), else what platform knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -101,7 +102,7 @@ def environment() -> dict[str, Any]:
         "versions": versions,
         "platform": platform.platform(),
         "hostname": platform.node(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "gpu": _gpu(),
         "env": {k: os.environ[k] for k in RUN_ENV_VARS if k in os.environ},

@@ -71,7 +71,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import math
-import platform
 import statistics
 import time
 from typing import Any, Callable, Mapping
@@ -91,14 +90,9 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "
 
 # ---------------------------------------------------------------- ceilings
 def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
+    from inferloom.provenance import cpu_model
+
+    return cpu_model()
 
 
 def _time_median(fn: Callable[[], None], sync: Callable[[], None], warmup: int, runs: int,

@@ -105,14 +105,9 @@ def _set_tf32(on: bool) -> None:
 
 
 def _cpu_model_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
+    from inferloom.provenance import cpu_model
+
+    return cpu_model()
 
 
 def _flex_available() -> bool:
