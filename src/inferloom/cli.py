@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="re-render report.md and session_breakdown.json from the ledger alone")
     rep.add_argument("dir", help="session directory")
+    rep.add_argument("--html", action="store_true", help="also write a self-contained HTML page (charts inline)")
+    rep.add_argument("--out", metavar="FILE", help="where --html writes the page (default DIR/report.html)")
 
     kb = sub.add_parser("kb", help="the recipe knowledge base: lookup, list, show, export, import")
     kb.add_argument("--kb", metavar="URL", help="SQL URL or SQLite path (default $INFERLOOM_KB or ~/.cache/inferloom/kb.sqlite)")
@@ -200,8 +202,14 @@ def _cmd_report(args: argparse.Namespace, console: Any, err: Any) -> int:
     d = Path(args.dir)
     if not (d / "ledger.jsonl").is_file():
         raise UsageError(f"{d}: no ledger.jsonl; not a session directory")
-    write_artifacts(d)
+    if args.out and not args.html:
+        raise UsageError("--out names the HTML page: use it with --html")
+    b = write_artifacts(d)
     _print_session(d, console)
+    if args.html:
+        from inferloom.report_html import write_html
+
+        console.print(f"HTML report: {write_html(d, args.out, breakdown=b)}", highlight=False, markup=False)
     return 0
 
 

@@ -165,6 +165,6 @@ def _this_device(spec: Any) -> str:
         import torch
 
         return torch.cuda.get_device_name(0)
-    from inferloom.provenance import _cpu_model
+    from inferloom.provenance import cpu_model
 
-    return _cpu_model()
+    return cpu_model()
