@@ -11,6 +11,8 @@ from typing import Any
 
 from inferloom.session import ledger as L
 from inferloom.session.atomic import write_json_atomic
+from inferloom.session.common import seed_base as _seed_base
+from inferloom.session.common import step_key as _key
 from inferloom.session.compare import compare, stock_references
 from inferloom.session.state import Phase, SessionState
 
@@ -20,8 +22,6 @@ BREAKDOWN_SCHEMA_VERSION = 1
 
 
 def close_step(c: Any, st: SessionState) -> None:
-    from inferloom.session.coordinator import _key, _seed_base
-
     if st.stack != st.stock_config:
         key = _key("final_compare", st.session_id, sorted(st.stack.items()))
         refs = stock_references(c.adapter, c.spec, st.stock_config, ("heldout",), c.refs, c.progress)
@@ -47,7 +47,6 @@ def _final_roofline(c: Any, st: SessionState) -> None:
     """Where the final stack sits against the roofline; a gain the roofline
     (or Amdahl's law over the stock headroom) can't allow is flagged suspect."""
     from inferloom.measure.roofline import amdahl_check
-    from inferloom.session.coordinator import _key
     from inferloom.session.prelude import ROOFLINE, roofline_for
 
     final = next((e for e in reversed(c.ledger.entries(L.MEASUREMENT)) if e.get("action") == "final_compare"), None)

@@ -16,73 +16,32 @@ the ledger instead of measuring again, and never duplicates an entry.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from typing import Any, Callable, Mapping
 
-from inferloom.agents.base import ACTIONS
 from inferloom.measure import protocol as proto
 from inferloom.session import ledger as L
-from inferloom.session.compare import References, compare, stock_references
-from inferloom.session.state import Phase, PendingAction, SessionState, load_state, save_state
-from inferloom.workloads.base import ConfigError, config_key, resolve_config
+from inferloom.session.allowlist import (
+    MAX_CONSECUTIVE_REFUSALS,
+    PHASE_ALLOWLIST,
+    validate_proposal,
+)
+from inferloom.session.common import jsonable as _jsonable
+from inferloom.session.common import seed_base as _seed_base
+from inferloom.session.common import step_key as _key
+from inferloom.session.compare import References, compare
+from inferloom.session.state import (
+    PendingAction,
+    Phase,
+    SessionState,
+    load_state,
+    save_state,
+)
+from inferloom.workloads.base import config_key
 
-__all__ = ["PHASE_ALLOWLIST", "Coordinator", "validate_proposal"]
+__all__ = ["PHASE_ALLOWLIST", "MAX_CONSECUTIVE_REFUSALS", "Coordinator", "validate_proposal"]
 
-# Which action each phase admits. Anything else is refused with rule
-# "action_not_allowed_in_phase" and the refusal goes into the ledger.
-PHASE_ALLOWLIST: dict[str, frozenset[str]] = {
-    "PRELUDE": frozenset({"measure_stock"}),
-    "ENABLEMENT": frozenset({"enablement_rung", "stop"}),
-    "FRAMEWORK": frozenset({"try_config", "end_phase", "stop"}),
-    "KERNEL": frozenset({"skip_phase"}),
-    "SWEEP": frozenset({"sweep", "skip_phase"}),
-    "CLOSE": frozenset({"final_compare", "write_artifacts"}),
-}
-
-MAX_CONSECUTIVE_REFUSALS = 5
 Progress = Callable[[str], None]
-
-
-def _key(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def validate_proposal(raw: Any, phase: str, state: Mapping[str, Any], knobs: list[Any]) -> tuple[dict[str, Any] | None, str | None, str]:
-    """Check an agent's output. Returns (proposal, None, "") or (None, rule, why)."""
-    if not isinstance(raw, Mapping):
-        return None, "malformed_output", f"expected a mapping, got {type(raw).__name__}"
-    action = raw.get("action")
-    if action not in ACTIONS:
-        return None, "unknown_action", f"action {action!r} is not one of {', '.join(ACTIONS)}"
-    if action not in PHASE_ALLOWLIST.get(phase, frozenset()):
-        return None, "action_not_allowed_in_phase", f"{action!r} is not allowed in {phase}"
-    if action != "try_config":
-        return dict(raw), None, ""
-    changes = raw.get("changes")
-    if not isinstance(changes, Mapping) or not changes:
-        return None, "malformed_output", "try_config needs a non-empty 'changes' mapping"
-    by_name = {k.name: k for k in knobs}
-    for name in changes:
-        if name not in by_name:
-            return None, "unknown_knob", f"knob {name!r} is not in the knob space"
-        if state.get("device") not in by_name[name].applies_to:
-            return None, "knob_not_applicable", f"knob {name!r} does not apply to {state.get('device')}"
-        if name in (state.get("pinned") or {}):
-            return None, "pinned_knob", f"knob {name!r} is pinned by the spec"
-    try:
-        full = resolve_config(knobs, {**state["stack"], **dict(changes)}, state.get("pinned") or {})
-    except ConfigError as exc:
-        return None, "bad_value", str(exc)
-    if full == state["stack"]:
-        return None, "no_change", "the changes equal the current stack"
-    if config_key(full) in state.get("measured_config_keys", []):
-        return None, "already_measured", f"{config_key(full)} was measured before"
-    pg = raw.get("predicted_gain")
-    if pg is not None and not isinstance(pg, (int, float)):
-        return None, "malformed_output", "predicted_gain must be a number or null"
-    return {**dict(raw), "changes": dict(changes), "config": full}, None, ""
 
 
 class Coordinator:
@@ -271,17 +230,3 @@ class Coordinator:
         from inferloom.session.close import close_step
 
         close_step(self, st)
-
-
-def _seed_base(seed: int, n: int) -> int:
-    """Fresh prompts for every measurement: a distinct block of seeds per step
-    ``n``, derived from the spec's seed (reproducible, stable across resume)."""
-    return 1_000 + 1_000 * (n + 1) + (int(seed) % 997) * 1_000_000
-
-
-def _jsonable(x: Any) -> Any:
-    try:
-        json.dumps(x, allow_nan=False)
-        return x
-    except (TypeError, ValueError):
-        return repr(x)[:2000]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferloom.session import ledger as L
+from inferloom.session.common import step_key as _key
 from inferloom.session.state import SessionState
 from inferloom.workloads.base import AdapterError, ConfigError, resolve_config
 
@@ -37,7 +38,6 @@ def recovery_options(kind: str, stock: dict[str, Any], knobs: list[Any]) -> list
 
 def climb(c: Any, st: SessionState) -> dict[str, Any] | None:
     """Returns a working stock configuration, or None (the session closes)."""
-    from inferloom.session.coordinator import _key
 
     fail = st.extra.get("stock_failure") or {}
     kind = fail.get("kind", "error")

@@ -12,8 +12,12 @@ import time
 from typing import Any, Mapping
 
 from inferloom.session import ledger as L
+from inferloom.session.allowlist import MAX_CONSECUTIVE_REFUSALS, validate_proposal
+from inferloom.session.common import jsonable as _jsonable
+from inferloom.session.common import seed_base as _seed_base
+from inferloom.session.common import step_key as _key
 from inferloom.session.compare import compare, stock_references
-from inferloom.session.state import Phase, PendingAction, SessionState
+from inferloom.session.state import PendingAction, Phase, SessionState
 from inferloom.workloads.base import config_key
 
 __all__ = ["agent_view", "framework_step", "noise_floor_gain", "execute_trial"]
@@ -49,8 +53,6 @@ def _input_ref(st: SessionState) -> dict[str, Any]:
 
 
 def _tick_key(c: Any, st: SessionState, what: str) -> str:
-    from inferloom.session.coordinator import _key
-
     return _key(what, st.session_id, st.cycle, len(st.trials), st.extra.get("refusals_total", 0))
 
 
@@ -62,7 +64,7 @@ def framework_step(c: Any, st: SessionState) -> None:
     forced = c.robustness.check(view, c.clock())
     if forced is not None:
         c.ledger.append(L.AGENT_IO, {"agent": c.robustness.name, "role": "robustness", "input": _input_ref(st),
-                                     "output": _safe(forced)},
+                                     "output": _jsonable(forced)},
                         key=_tick_key(c, st, "robustness"))
         if not isinstance(forced, Mapping) or forced.get("action") not in ("end_phase", "stop"):
             c._refuse(st, "malformed_output", "robustness must return end_phase or stop", forced, c.robustness.name)
@@ -75,17 +77,16 @@ def framework_step(c: Any, st: SessionState) -> None:
         else:
             _end(c, st, why)
         return
-    if st.extra.get("refusals_in_a_row", 0) >= _max_refusals():
-        _end(c, st, f"coordinator (refusal_limit): {_max_refusals()} consecutive refused proposals")
+    if st.extra.get("refusals_in_a_row", 0) >= MAX_CONSECUTIVE_REFUSALS:
+        _end(c, st, f"coordinator (refusal_limit): {MAX_CONSECUTIVE_REFUSALS} consecutive refused proposals")
         return
-    from inferloom.session.coordinator import validate_proposal
 
     try:
         raw = c.orchestrator.propose(view)
     except Exception as exc:  # noqa: BLE001 - an agent's crash is a refusal, not the session's end
         raw = {"error": f"{type(exc).__name__}: {exc}"}
     c.ledger.append(L.AGENT_IO, {"agent": c.orchestrator.name, "role": "orchestrator", "input": _input_ref(st),
-                                 "output": _safe(raw)},
+                                 "output": _jsonable(raw)},
                     key=_tick_key(c, st, "orchestrator"))
     proposal, rule, why = validate_proposal(raw, "FRAMEWORK", view, c.knobs)
     if rule:
@@ -100,7 +101,6 @@ def framework_step(c: Any, st: SessionState) -> None:
         st.stop_reason = f"orchestrator asked to stop: {proposal.get('rationale', '')}"
         c._phase(st, Phase.CLOSE, st.stop_reason)
         return
-    from inferloom.session.coordinator import _key
 
     key = _key("try_config", st.session_id, st.cycle, config_key(proposal["config"]))
     st.extra.setdefault("proposals", []).append(proposal["changes"])
@@ -109,15 +109,10 @@ def framework_step(c: Any, st: SessionState) -> None:
                                  "predicted_gain": proposal.get("predicted_gain"),
                                  "source": proposal.get("source"), "rationale": proposal.get("rationale")},
                     key=key + ":proposal")
-    st.pending_action = PendingAction(action="try_config", params=_safe(proposal), key=key)
+    st.pending_action = PendingAction(action="try_config", params=_jsonable(proposal), key=key)
     c._save(st)
     execute_trial(c, st, proposal, key)
 
-
-def _max_refusals() -> int:
-    from inferloom.session.coordinator import MAX_CONSECUTIVE_REFUSALS
-
-    return MAX_CONSECUTIVE_REFUSALS
 
 
 def _end(c: Any, st: SessionState, why: str) -> None:
@@ -130,7 +125,6 @@ def execute_trial(c: Any, st: SessionState, proposal: Mapping[str, Any], key: st
     """Measure a proposal against the stack, have a fresh Critic rule, keep or
     revert, and record it (ledger and state). ``min_ratio``: a keep also needs
     the measured ratio to reach it (warm replay). Returns the trial record."""
-    from inferloom.session.coordinator import _seed_base
 
     agent = agent or c.orchestrator.name
     n = len(st.trials) + 1
@@ -157,7 +151,7 @@ def execute_trial(c: Any, st: SessionState, proposal: Mapping[str, Any], key: st
         ruling = critic.judge(evidence)
     except Exception as exc:  # noqa: BLE001
         ruling = {"error": f"{type(exc).__name__}: {exc}"}
-    c.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "critic", "input": evidence, "output": _safe(ruling)},
+    c.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "critic", "input": evidence, "output": _jsonable(ruling)},
                     key=key + ":critic")
     ok_shape = isinstance(ruling, Mapping) and ruling.get("decision") in ("keep", "revert")
     if not ok_shape:
@@ -210,9 +204,3 @@ def _outcome(res: Mapping[str, Any], ev: Mapping[str, Any], keep: bool) -> str:
 
 def _best(st: SessionState) -> float:
     return float(st.extra.get("stack_ratio", 1.0))
-
-
-def _safe(x: Any) -> Any:
-    from inferloom.session.coordinator import _jsonable
-
-    return _jsonable(x)

@@ -15,6 +15,8 @@ import math
 from typing import Any
 
 from inferloom.session import ledger as L
+from inferloom.session.common import jsonable as _jsonable
+from inferloom.session.common import step_key as _key
 from inferloom.session.state import SessionState
 from inferloom.workloads.base import ConfigError, resolve_config
 
@@ -27,7 +29,6 @@ ROOFLINE = "roofline"
 
 def replay_step(c: Any, st: SessionState) -> None:
     from inferloom.kb import KBError, RecipeStore, WorkloadKey
-    from inferloom.session.coordinator import _key
     from inferloom.session.framework import execute_trial
 
     if st.pending_action is not None and st.pending_action.action == "warm_replay":
@@ -46,7 +47,7 @@ def replay_step(c: Any, st: SessionState) -> None:
         st.extra["warm_replay"] = {"skipped": f"knowledge base unavailable: {exc}"}
         c.progress(f"PRELUDE: warm replay skipped: {exc}")
         return
-    seq = c.ledger.append(KB_LOOKUP, {"workload_key": key.to_dict(), "result": _safe(res.to_dict())},
+    seq = c.ledger.append(KB_LOOKUP, {"workload_key": key.to_dict(), "result": _jsonable(res.to_dict())},
                           key=_key("kb_lookup", st.session_id))
     st.extra["kb_failures"] = [p["changes"] for p in res.priors if isinstance(p.get("changes"), dict)]
     chosen = res.chosen
@@ -79,7 +80,7 @@ def replay_step(c: Any, st: SessionState) -> None:
     c.ledger.append(L.PROPOSAL, {"agent": "kb-replay", "cycle": st.cycle, "trial": len(st.trials) + 1,
                                  "changes": proposal["changes"], "config": cfg, "predicted_gain": recorded - 1,
                                  "source": "kb-replay", "rationale": proposal["rationale"]}, key=k + ":proposal")
-    st.pending_action = PendingAction(action="warm_replay", params=_safe(proposal), key=k)
+    st.pending_action = PendingAction(action="warm_replay", params=_jsonable(proposal), key=k)
     c._save(st)
     _finish_replay(c, st, proposal, execute_trial(c, st, proposal, k, agent="kb-replay", min_ratio=min_ratio))
 
@@ -119,8 +120,6 @@ def roofline_for(c: Any, st: SessionState, tok_per_s: float, cfg: dict[str, Any]
 
 
 def profile_step(c: Any, st: SessionState) -> None:
-    from inferloom.session.coordinator import _key
-
     if c.spec.framework == "synthetic":
         st.extra["profile"] = {"skipped": "the synthetic adapter runs no operators"}
         return
@@ -138,13 +137,13 @@ def profile_step(c: Any, st: SessionState) -> None:
             c.adapter.release(h)
     except Exception as exc:  # noqa: BLE001 - a profiler failure is a note, not the session's end
         prof = {"error": f"{type(exc).__name__}: {exc}"}
-    pseq = c.ledger.append(PROFILE, {"profile": _safe(prof)}, key=_key("profile", st.session_id))
-    st.extra["profile"] = {"ledger_seq": pseq, "categories": _safe((prof or {}).get("categories")),
+    pseq = c.ledger.append(PROFILE, {"profile": _jsonable(prof)}, key=_key("profile", st.session_id))
+    st.extra["profile"] = {"ledger_seq": pseq, "categories": _jsonable((prof or {}).get("categories")),
                            "error": prof.get("error")}
     ceil = _ceilings(c, st)
     stock = st.extra["stock_objective"]["median"]
     roof = roofline_for(c, st, stock, st.stock_config) if ceil else None
-    rseq = c.ledger.append(ROOFLINE, {"ceilings": _safe(ceil), "stock": _safe(roof)}, key=_key("roofline", st.session_id))
+    rseq = c.ledger.append(ROOFLINE, {"ceilings": _jsonable(ceil), "stock": _jsonable(roof)}, key=_key("roofline", st.session_id))
     st.extra["roofline_stock"] = {"ledger_seq": rseq, "fraction": (roof or {}).get("fraction"),
                                   "headroom": (roof or {}).get("headroom"),
                                   "ceiling_tok_per_s": (roof or {}).get("ceiling_tok_per_s")}
@@ -196,9 +195,3 @@ def _device_name(device: str) -> str:
     from inferloom.measure.roofline import _cpu_name
 
     return _cpu_name()
-
-
-def _safe(x: Any) -> Any:
-    from inferloom.session.coordinator import _jsonable
-
-    return _jsonable(x)

@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from inferloom.session.manifest import build_manifest, read_manifest, write_manifest
-from inferloom.session.state import Budget, SessionState, load_state, new_session_id, save_state
+from inferloom.session.state import (
+    Budget,
+    SessionState,
+    load_state,
+    new_session_id,
+    save_state,
+)
 from inferloom.workloads.base import resolve_config
 
 __all__ = ["SessionExists", "default_agents", "start", "resume"]

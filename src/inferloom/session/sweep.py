@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from inferloom.session import ledger as L
+from inferloom.session.common import seed_base as _seed_base
+from inferloom.session.common import step_key as _key
 from inferloom.session.compare import compare
 from inferloom.session.state import Phase, SessionState
 from inferloom.workloads.base import ConfigError, resolve_config
@@ -23,8 +25,6 @@ def grid(spec: Any) -> list[tuple[int, int]]:
 
 
 def sweep_step(c: Any, st: SessionState) -> None:
-    from inferloom.session.coordinator import _key, _seed_base
-
     kept_now = any(t["kept"] and t["cycle"] == st.cycle for t in st.trials)
     done = st.extra.setdefault("sweep", {}).setdefault(str(st.cycle), [])
     out_of_time = c.time_left_s(st) <= 0

@@ -1,0 +1,31 @@
+"""Small helpers every session step shares: idempotency keys, seed blocks,
+JSON-safe values for the ledger."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+__all__ = ["step_key", "seed_base", "jsonable"]
+
+
+def step_key(*parts: Any) -> str:
+    """A stable ledger idempotency key for one step, from what identifies it."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def seed_base(seed: int, n: int) -> int:
+    """Fresh prompts for every measurement: a distinct block of seeds per step
+    ``n``, derived from the spec's seed (reproducible, stable across resume)."""
+    return 1_000 + 1_000 * (n + 1) + (int(seed) % 997) * 1_000_000
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` if it is strict JSON (finite floats), else its repr (an agent's
+    malformed output still reaches the ledger, as text)."""
+    try:
+        json.dumps(x, allow_nan=False)
+        return x
+    except (TypeError, ValueError):
+        return repr(x)[:2000]
