@@ -194,6 +194,16 @@ def _svg_open(w: int, h: int, label: str) -> str:
             f'role="img" aria-label="{_e(label)}"><title>{_e(label)}</title>')
 
 
+def _ratio_axes(ticks: list[float], Y: Any, L: float, T: float, pw: float, ph: float) -> list[str]:
+    """Horizontal grid lines with their labels, and the two axes, of a ratio chart."""
+    out = []
+    for t in ticks:
+        out.append(_line(L, Y(t), L + pw, Y(t), "grid"))
+        out.append(_text(L - 8, Y(t) + 4, _tick_label(t), "end", "tick"))
+    out.append(_line(L, T, L, T + ph, "axis") + _line(L, T + ph, L + pw, T + ph, "axis"))
+    return out
+
+
 def _text(x: float, y: float, s: str, anchor: str = "start", cls: str = "lbl", extra: str = "") -> str:
     return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" class="{cls}"{extra}>{_e(s)}</text>'
 
@@ -246,10 +256,7 @@ def sweep_chart(points: list[dict[str, Any]], failed: Sequence[dict[str, Any]] =
         return T + ph * (1 - (v - lo) / (hi - lo))
 
     out = [_svg_open(W, H, "Sweep: throughput ratio of the final stack over stock by concurrency and input length")]
-    for t in ticks:
-        out.append(_line(L, Y(t), L + pw, Y(t), "grid"))
-        out.append(_text(L - 8, Y(t) + 4, _tick_label(t), "end", "tick"))
-    out.append(_line(L, T, L, T + ph, "axis") + _line(L, T + ph, L + pw, T + ph, "axis"))
+    out += _ratio_axes(ticks, Y, L, T, pw, ph)
     for c in conc:
         out.append(_text(L + band * (conc.index(c) + 0.5), T + ph + 18, str(c), "middle", "tick"))
     out.append(_text(L + pw / 2, H - 8, "concurrency (sequences in flight)", "middle"))
@@ -396,10 +403,7 @@ def action_path_chart(steps: list[dict[str, Any]], final: dict[str, Any]) -> str
         return T + ph * (1 - (v - lo) / (hi - lo))
 
     out = [_svg_open(W, H, "Action path: cumulative gain over stock after each kept change")]
-    for t in ticks:
-        out.append(_line(L, Y(t), L + pw, Y(t), "grid"))
-        out.append(_text(L - 8, Y(t) + 4, _tick_label(t), "end", "tick"))
-    out.append(_line(L, T, L, T + ph, "axis") + _line(L, T + ph, L + pw, T + ph, "axis"))
+    out += _ratio_axes(ticks, Y, L, T, pw, ph)
     out.append(_text(16, T + ph / 2, "cumulative ratio vs stock", "middle", extra=f' transform="rotate(-90 16 {T + ph / 2:.1f})"'))
     out.append(_line(L, Y(1.0), L + pw, Y(1.0), "ref"))
     if final.get("ledger_seq") and fr is not None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from inferloom.session import ledger as L
 from inferloom.session.atomic import write_json_atomic
+from inferloom.session.common import median_objective
 from inferloom.session.common import seed_base as _seed_base
 from inferloom.session.common import step_key as _key
 from inferloom.session.compare import compare, stock_references
@@ -52,8 +53,7 @@ def _final_roofline(c: Any, st: SessionState) -> None:
     final = next((e for e in reversed(c.ledger.entries(L.MEASUREMENT)) if e.get("action") == "final_compare"), None)
     if not final or not final.get("protocol"):
         return
-    vb = sorted(p["value_b"] for p in final["protocol"]["pairs"])
-    tok = vb[len(vb) // 2]
+    tok = median_objective(final, "value_b")
     roof = roofline_for(c, st, tok, st.stack)
     ratio = (_decision(final) or {}).get("ratio")
     head = (st.extra.get("roofline_stock") or {}).get("headroom")
@@ -95,16 +95,13 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     final = next((m for m in meas if m.get("action") == "final_compare"), None)
     out: dict[str, Any] = {"schema_version": BREAKDOWN_SCHEMA_VERSION}
     if stock and stock.get("protocol"):
-        vals = [p["value_a"] for p in stock["protocol"]["pairs"]] + [p["value_b"] for p in stock["protocol"]["pairs"]]
-        vals.sort()
-        out["stock"] = {"objective_median": vals[len(vals) // 2] if len(vals) % 2 else sum(vals[len(vals) // 2 - 1:len(vals) // 2 + 1]) / 2,
+        out["stock"] = {"objective_median": median_objective(stock, "value_a", "value_b"),
                         "noise": stock.get("noise"), "ledger_seq": stock["seq"]}
     if final and final.get("protocol"):
         d = _decision(final)
-        vb = sorted(p["value_b"] for p in final["protocol"]["pairs"])
-        va = sorted(p["value_a"] for p in final["protocol"]["pairs"])
         q = final.get("quality") or {}
-        out["final"] = {"objective_median": vb[len(vb) // 2], "stock_median_same_run": va[len(va) // 2],
+        out["final"] = {"objective_median": median_objective(final, "value_b"),
+                        "stock_median_same_run": median_objective(final, "value_a"),
                         "ratio": d.get("ratio"), "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"),
                         "n_pairs": d.get("n_pairs"), "protocol_verdict": final.get("verdict"),
                         "quality_passed": q.get("passed") if q.get("evaluated") else None,

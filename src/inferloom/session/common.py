@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 from typing import Any
 
-__all__ = ["step_key", "seed_base", "jsonable"]
+__all__ = ["step_key", "seed_base", "jsonable", "median_objective"]
 
 
 def step_key(*parts: Any) -> str:
@@ -29,3 +30,9 @@ def jsonable(x: Any) -> Any:
         return x
     except (TypeError, ValueError):
         return repr(x)[:2000]
+
+
+def median_objective(measurement: Any, *arms: str) -> float:
+    """Median objective over the pairs of a measurement record (``value_a``
+    for the base arm, ``value_b`` for the candidate), over the given arms."""
+    return statistics.median(p[a] for p in measurement["protocol"]["pairs"] for a in arms)

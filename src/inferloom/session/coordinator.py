@@ -27,6 +27,7 @@ from inferloom.session.allowlist import (
     validate_proposal,
 )
 from inferloom.session.common import jsonable as _jsonable
+from inferloom.session.common import median_objective
 from inferloom.session.common import seed_base as _seed_base
 from inferloom.session.common import step_key as _key
 from inferloom.session.compare import References, compare
@@ -181,15 +182,12 @@ class Coordinator:
             st.extra["stock_failure"] = {"error": res.get("error"), "kind": res.get("error_kind", "error"), "seq": seq}
             self._phase(st, Phase.ENABLEMENT, f"stock failed: {res.get('error')}")
             return
-        from statistics import median
-
-        pairs = res["protocol"]["pairs"]
-        values = [p["value_a"] for p in pairs] + [p["value_b"] for p in pairs]
+        stock = median_objective(res, "value_a", "value_b")
         st.noise_floor = {**res["noise"], "ledger_seq": seq}
-        st.extra["stock_objective"] = {"median": median(values), "n_runs": len(values), "ledger_seq": seq}
+        st.extra["stock_objective"] = {"median": stock, "n_runs": 2 * len(res["protocol"]["pairs"]), "ledger_seq": seq}
         if config_key(st.stock_config) not in st.measured_config_keys:
             st.measured_config_keys.append(config_key(st.stock_config))
-        self.progress(f"PRELUDE: stock {median(values):,.1f} tok/s; A/A ratio {res['noise']['ratio']:.4f} "
+        self.progress(f"PRELUDE: stock {stock:,.1f} tok/s; A/A ratio {res['noise']['ratio']:.4f} "
                       f"[{res['noise']['ci_low']:.4f}, {res['noise']['ci_high']:.4f}]")
 
     # ------------------------------------------------------------ ENABLEMENT

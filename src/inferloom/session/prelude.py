@@ -124,7 +124,6 @@ def profile_step(c: Any, st: SessionState) -> None:
         st.extra["profile"] = {"skipped": "the synthetic adapter runs no operators"}
         return
     from inferloom.measure.profile import profile_run
-    from inferloom.measure.roofline import measure_ceilings
 
     c.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
     prof: dict[str, Any]
@@ -150,7 +149,6 @@ def profile_step(c: Any, st: SessionState) -> None:
     if roof:
         c.progress(f"PRELUDE: roofline: stock at {roof['fraction'] * 100:.1f}% of the {roof['ceiling_tok_per_s']:,.0f} tok/s "
                    f"ceiling (headroom x{roof['headroom']:.2f})")
-    del measure_ceilings
 
 
 def _ceilings(c: Any, st: SessionState) -> dict[str, Any] | None:

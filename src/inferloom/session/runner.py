@@ -41,6 +41,15 @@ def _coordinator(directory: Path, spec: Any, adapter: Any, agents: dict[str, Any
                        **(agents or default_agents(spec)), **kw)
 
 
+def _run(directory: Path, spec: Any, adapter: Any, agents: dict[str, Any] | None,
+         progress: Callable[[str], None], **kw: Any) -> SessionState:
+    c = _coordinator(directory, spec, adapter, agents, progress, **kw)
+    try:
+        return c.run()
+    finally:
+        c.close()
+
+
 def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials: int, adapter: Any = None,
           agents: dict[str, Any] | None = None, progress: Callable[[str], None] = lambda _m: None,
           **kw: Any) -> SessionState:
@@ -66,11 +75,7 @@ def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials
         write_manifest(d, build_manifest(spec, adapter.describe(), {
             "spec_seed": spec.seed, "bootstrap_seed": spec.protocol.bootstrap_seed, "session_id": st.session_id}))
         save_state(d, st)
-        c = _coordinator(d, spec, adapter, agents, progress, **kw)
-        try:
-            return c.run()
-        finally:
-            c.close()
+        return _run(d, spec, adapter, agents, progress, **kw)
     finally:
         if own:
             adapter.close()
@@ -90,11 +95,7 @@ def resume(directory: str | Path, *, adapter: Any = None, agents: dict[str, Any]
     own = adapter is None
     adapter = adapter if adapter is not None else make_adapter(spec)
     try:
-        c = _coordinator(d, spec, adapter, agents, progress, **kw)
-        try:
-            return c.run()
-        finally:
-            c.close()
+        return _run(d, spec, adapter, agents, progress, **kw)
     finally:
         if own:
             adapter.close()
