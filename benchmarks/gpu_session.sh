@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Issue 3 and 4 GPU runs: two unattended `inferloom optimize` sessions on one
-# H200 (llama-3.1-8b preset, bf16, concurrency 64, 256 in / 128 out); the
-# second warm-starts from the first one's recipe in a fresh KB under $OUT.
+# Issue 3 and 4 GPU runs: one unattended `inferloom optimize` session per call on
+# one H200 (llama-3.1-8b preset, bf16, concurrency 64, 256 in / 128 out).
+#   bash benchmarks/gpu_session.sh first     # stock start, files its recipe in the KB
+#   bash benchmarks/gpu_session.sh second    # same workload, warm-starts from that KB
+# The KB lives at $KB (default /tmp/inferloom-kb.sqlite, which survives between
+# calls while the machine stays warm); when it is missing there and
+# .gpu/kb.sqlite exists (the first call's KB, carried back), that copy is used.
+# Each call leaves $OUT/<name>.tgz (session directory + KB) and $OUT/<name>.log.
 #
 # The device has no pydantic / optuna / sqlalchemy: fetch cp312 wheels here first
 # (repository root; .whl/ is git-ignored and carried with `carry: [".whl"]`):
@@ -11,16 +16,23 @@
 #       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #       --platform manylinux2014_x86_64 -d .whl "$p"; done
 set -uo pipefail
+NAME=${1:-first}
 OUT=${OUT:-runs/gpu-session}; mkdir -p "$OUT"
 if ! python3 -c "import pydantic, optuna, sqlalchemy" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-export INFERLOOM_KB=$OUT/kb.sqlite INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
-SPEC=examples/llama-3.1-8b-h200.yaml
-for s in first second; do
-  echo "=== session $s" | tee -a "$OUT/gpu-session.log"
-  python3 -m inferloom.cli optimize $SPEC --budget-minutes ${BUDGET_MIN:-9} --max-trials ${MAX_TRIALS:-5} \
-    --out "$OUT/$s" 2>&1 | tee -a "$OUT/gpu-session.log"
-done
+KB=${KB:-/tmp/inferloom-kb.sqlite}
+[ -f "$KB" ] || { [ -f .gpu/kb.sqlite ] && cp .gpu/kb.sqlite "$KB"; }
+export INFERLOOM_KB=$KB INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
+SPEC=${SPEC:-examples/llama-3.1-8b-h200.yaml}
+DIR=/tmp/sessions/$NAME; mkdir -p /tmp/sessions
+nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv | tee "$OUT/$NAME.log"
+if [ -f "$DIR/state.json" ]; then CMD=(resume "$DIR"); else
+  CMD=(optimize "$SPEC" --budget-minutes "${BUDGET_MIN:-6}" --max-trials "${MAX_TRIALS:-5}" --out "$DIR"); fi
+# A session cut short by the call's limit resumes from its state on the next call.
+timeout -s KILL "${SESSION_TIMEOUT:-540}" python3 -m inferloom.cli "${CMD[@]}" 2>&1 | tee -a "$OUT/$NAME.log"
+echo "exit: ${PIPESTATUS[0]}" | tee -a "$OUT/$NAME.log"
+cp "$KB" /tmp/sessions/kb.sqlite
+tar czf "$OUT/$NAME.tgz" -C /tmp/sessions "$NAME" kb.sqlite
