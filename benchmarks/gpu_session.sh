@@ -28,6 +28,8 @@ KB=${KB:-/tmp/inferloom-kb.sqlite}
 export INFERLOOM_KB=$KB INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
 SPEC=${SPEC:-examples/llama-3.1-8b-h200.yaml}
 DIR=/tmp/sessions/$NAME; mkdir -p /tmp/sessions
+# a session cut short on a machine that has since gone back: resume the carried copy
+[ -d "$DIR" ] || { [ -f ".gpu/$NAME/state.json" ] && cp -r ".gpu/$NAME" "$DIR"; }
 nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv | tee "$OUT/$NAME.log"
 if [ -f "$DIR/state.json" ]; then CMD=(resume "$DIR"); else
   CMD=(optimize "$SPEC" --budget-minutes "${BUDGET_MIN:-6}" --max-trials "${MAX_TRIALS:-5}" --out "$DIR"); fi

@@ -254,3 +254,19 @@ def test_no_headroom_left_closes_instead_of_another_cycle(tmp_path):
     c.clock = lambda: 0.0
     _next(c, st2, kept_now=True)
     assert moves[0][0] == Phase.FRAMEWORK and st2.cycle == 2
+
+
+def test_a_crashing_quality_probe_rejects_the_candidate_and_the_session_goes_on(tmp_path):
+    # seen on the H200: a forced SDPA kernel ran the timed (unpadded) batches but had
+    # no kernel for the padded quality prompts, and the exception ended the session
+    ad = two_knob_adapter(fail_quality={"fast_path": {True: "No available kernel. Aborting execution."}})
+    st = start(tmp_path / "s", SPEC, budget_minutes=10, max_trials=3, adapter=ad, agents=agents())
+    assert st.phase == Phase.DONE and st.stack["fast_path"] is False
+    fast = [t for t in st.trials if t["changes"].get("fast_path") is True]
+    assert fast and not any(t["kept"] for t in fast)
+    m = [e for e in L.read_entries(tmp_path / "s")
+         if e["kind"] == L.MEASUREMENT and e.get("candidate_config", {}).get("fast_path") is True]
+    q = m[0]["quality"]
+    assert q["passed"] is False and q["rule"] == "quality_probe_failed" and "No available kernel" in q["error"]
+    verdicts = [e for e in L.read_entries(tmp_path / "s") if e["kind"] == L.VERDICT and e["measurement_seq"] == m[0]["seq"]]
+    assert "quality_probe_failed" in json.dumps(verdicts)

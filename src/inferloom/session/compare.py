@@ -20,9 +20,13 @@ from inferloom.measure import quality as Q
 from inferloom.measure.metrics import output_tokens_per_s
 from inferloom.workloads.base import AdapterError, RunRecord
 
-__all__ = ["References", "compare", "stock_references", "warmup", "compile_overhead", "timed_pairs"]
+__all__ = ["QUALITY_PROBE_FAILED", "References", "compare", "stock_references", "warmup", "compile_overhead", "timed_pairs"]
 
 Progress = Callable[[str], None]
+
+# Rule named when the candidate's quality probe itself fails (raises): the
+# candidate is rejected by the quality contract, fail-closed.
+QUALITY_PROBE_FAILED = "quality_probe_failed"
 
 
 class References:
@@ -147,12 +151,22 @@ def compare(
                 stock_references(adapter, spec, base_cfg, quality_sets, refs, progress, handle=handles[0])
             th = Q.QualityThresholds.from_spec(spec.quality)
             verdicts = []
-            for name in quality_sets:
-                progress(f"quality contract: {labels[1]} against stock's reference on the {name} set")
-                verdicts.append(Q.evaluate(adapter, handles[1], refs.sets[name], th))
-            q = {"evaluated": True, "passed": all(v.passed for v in verdicts),
-                 "sets": [v.to_dict() for v in verdicts],
-                 "failed": [v.message for v in verdicts if not v.passed], "seconds": time.perf_counter() - tq}
+            try:
+                for name in quality_sets:
+                    progress(f"quality contract: {labels[1]} against stock's reference on the {name} set")
+                    verdicts.append(Q.evaluate(adapter, handles[1], refs.sets[name], th))
+            except Exception as exc:  # noqa: BLE001 - a probe that crashes is a failed contract, never a crash
+                # e.g. on CUDA a forced SDPA kernel that runs the timed (unpadded) batches but has
+                # no kernel for the padded quality prompts' attention mask.
+                msg = f"{QUALITY_PROBE_FAILED}: the quality probe raised {type(exc).__name__}: " + \
+                    (str(exc).strip().splitlines() or [""])[0][:500]
+                progress(msg)
+                q = {"evaluated": True, "passed": False, "rule": QUALITY_PROBE_FAILED, "error": msg,
+                     "sets": [v.to_dict() for v in verdicts], "failed": [msg], "seconds": time.perf_counter() - tq}
+            else:
+                q = {"evaluated": True, "passed": all(v.passed for v in verdicts),
+                     "sets": [v.to_dict() for v in verdicts],
+                     "failed": [v.message for v in verdicts if not v.passed], "seconds": time.perf_counter() - tq}
         out["quality"] = q
         return out
     finally:

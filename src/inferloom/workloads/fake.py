@@ -21,7 +21,10 @@ full, with no model, no device and no real sleeping):
   with ``score``'s argmax, and a large scale fails the quality contract.
 * Failures are data: a knob value listed in ``fail_runs`` makes ``run``
   return ``success=False`` (``extra["kind"] = "synthetic"``); one listed in
-  ``fail_prepare`` makes ``prepare`` raise :class:`AdapterError`.
+  ``fail_prepare`` makes ``prepare`` raise :class:`AdapterError`; one listed
+  in ``fail_quality`` makes ``greedy`` / ``score`` raise ``RuntimeError`` (a
+  configuration whose timed runs work but whose quality probe crashes, like a
+  forced CUDA attention kernel with no support for the padded probe's mask).
 """
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ class SyntheticAdapter:
         drift_per_run: float = 0.0,
         fail_runs: Mapping[str, Mapping[Any, str]] | None = None,
         fail_prepare: Mapping[str, Mapping[Any, str]] | None = None,
+        fail_quality: Mapping[str, Mapping[Any, str]] | None = None,
         delay_s: float = 0.0,
     ) -> None:
         if noise_sd < 0 or base_tps <= 0 or vocab_size < 2 or logit_scale <= 0:
@@ -152,6 +156,7 @@ class SyntheticAdapter:
                 raise ValueError(f"numerics['{kname}']: scales must be >= 0 and finite")
         self.fail_runs = _check_table("fail_runs", fail_runs or {}, by_name)
         self.fail_prepare = _check_table("fail_prepare", fail_prepare or {}, by_name)
+        self.fail_quality = _check_table("fail_quality", fail_quality or {}, by_name)
         self.noise_sd = float(noise_sd)
         self.base_tps = float(base_tps)
         self.seed = int(seed)
@@ -258,6 +263,12 @@ class SyntheticAdapter:
         rng = np.random.default_rng([self.seed & _MASK, int(seed) & _MASK])
         return rng.integers(0, self.vocab_size, size=(n, length)).tolist()
 
+    def _check_probe(self, h: SyntheticHandle) -> None:
+        for k, v in h.config.items():
+            msg = self.fail_quality.get(k, {}).get(v)
+            if msg is not None:
+                raise RuntimeError(f"{k}={v}: {msg}")
+
     def _logits(self, h: SyntheticHandle, context: Sequence[int]) -> np.ndarray:
         ctx = np.asarray(context, dtype=np.int64)
         if ctx.size and (ctx.min() < 0 or ctx.max() >= self.vocab_size):
@@ -274,6 +285,7 @@ class SyntheticAdapter:
     def greedy(self, handle: SyntheticHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """The ``max_new_tokens`` greedily generated tokens of each prompt (prompt excluded)."""
         h = self._live(handle)
+        self._check_probe(h)
         out = []
         for prompt in prompts:
             ctx = list(prompt)
@@ -290,6 +302,7 @@ class SyntheticAdapter:
         import torch
 
         h = self._live(handle)
+        self._check_probe(h)
         if len(prompts) != len(continuations):
             raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
         lengths = {len(c) for c in continuations}
