@@ -321,3 +321,22 @@ def test_device_kernels_are_tied_to_their_ops_and_annotations_ignored():
     assert math.isclose(sum(c["share"] for c in cats.values()), 1.0)
     assert cats["idle"]["share"] == pytest.approx(0.5)
     assert top[0]["name"].startswith("nvjet") and top[0]["category"] == "gemm" and top[0]["count"] == 2
+
+
+def test_ceilings_cached_in_the_kb_come_back_with_an_iso_date(tmp_path):
+    # seen on the H200: the second session printed the cached date as epoch seconds
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from inferloom.kb import RecipeStore
+    from inferloom.session.prelude import _ceilings, _device_name
+
+    url = f"sqlite:///{tmp_path / 'kb.sqlite'}"
+    with RecipeStore(url) as store:
+        store.put_ceiling(_device_name("cpu"), mem_bw_bytes_per_s=1e10, matmul_flops_per_s=1e11, dtype="float32")
+    c = SimpleNamespace(kb_url=url, spec=SimpleNamespace(dtype="float32"), progress=lambda m: None)
+    st = SimpleNamespace(device="cpu", extra={})
+    got = _ceilings(c, st)
+    assert got["cached"] is True and got["memory_bandwidth_bytes_per_s"] == 1e10
+    when = dt.datetime.fromisoformat(got["measured_at"])
+    assert when.tzinfo is not None and abs((dt.datetime.now(dt.timezone.utc) - when).total_seconds()) < 600

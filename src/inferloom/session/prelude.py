@@ -11,6 +11,8 @@ become priors that rank proposals down (``kb_failures``), never bans.
 
 from __future__ import annotations
 
+import datetime as _dt
+
 import math
 from typing import Any
 
@@ -167,7 +169,9 @@ def _ceilings(c: Any, st: SessionState) -> dict[str, Any] | None:
             if cached is not None:
                 st.extra["ceilings"] = {"memory_bandwidth_bytes_per_s": cached.mem_bw_bytes_per_s,
                                         "matmul_flops_per_s": cached.matmul_flops_per_s, "device_name": name,
-                                        "matmul_dtype": dtype, "measured_at": cached.measured_at, "cached": True}
+                                        "matmul_dtype": dtype, "cached": True,
+                                        "measured_at": _dt.datetime.fromtimestamp(cached.measured_at, _dt.timezone.utc)
+                                        .isoformat(timespec="seconds")}
                 return st.extra["ceilings"]
         c.progress("PRELUDE: measuring this device's ceilings (memory bandwidth, matmul rate)")
         ceil = measure_ceilings(st.device, dtype)
