@@ -94,7 +94,9 @@ def full_breakdown():
                     "top_ops": [{"name": "aten::linear", "category": "gemm", "seconds": 0.027, "share": 0.21, "count": 928}],
                     "wall_s": 0.129, "error": None, "ledger_seq": 3},
         "roofline": {"ceilings": CEILINGS, "stock": stock_r, "final": final_r,
-                     "amdahl": amdahl_check(1.3191, stock_r["headroom"]), "ledger_seqs": [4, 25]},
+                     "amdahl": amdahl_check(1.3191, stock_r["headroom"]), "ledger_seqs": [4, 12, 25],
+                     "kept": [{"trial": 1, "cycle": 1, "changes": {"compile_mode": "default"}, "roofline": _roof(2900.0),
+                               "ledger_seq": 12}], "stock_seq": 4, "final_seq": 25},
         "warm_replay": {"chosen": None, "confidence": 0.0, "ledger_seq": 2, "replayed": []},
         "phases": [{"from": "PRELUDE", "to": "FRAMEWORK", "why": "stock measured", "ledger_seq": 5},
                    {"from": "SWEEP", "to": "CLOSE", "why": "done", "ledger_seq": 23}],
@@ -143,6 +145,7 @@ def test_full_page_parses_and_has_every_section_and_chart():
     assert "failed (ledger #23)</title>" in sweep  # a failed point: a cross on the axis, and a table row
     roof = _section(page, "roofline")
     assert "memory bandwidth" in roof and "matmul" in roof and ">stock<" in roof and ">final<" in roof
+    assert ">after trial 1<" in roof and _cited(roof, 12)  # each kept stack has its row
     assert "GEMM" in _section(page, "profile") and "idle / launch gaps (host)" in _section(page, "profile")
     # text is escaped
     assert "&lt;b&gt;inconclusive&lt;/b&gt; &amp; reverted" in page and "<b>inconclusive" not in page

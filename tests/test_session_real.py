@@ -44,6 +44,16 @@ def test_real_session_on_llama_tiny(tmp_path):
     roof = [e for e in entries if e["kind"] == "roofline" and "stock" in e][0]
     assert 0 < roof["stock"]["fraction"] <= 1 and roof["ceilings"]["memory_bandwidth_bytes_per_s"] > 0
     assert b["roofline"]["stock"]["headroom"] >= 1
+    # every kept stack has its own roofline point, from the measurement that kept it
+    kept = [v for v in verdicts if v["kept"]]
+    kept_roofs = [e for e in entries if e["kind"] == "roofline" and "kept" in e]
+    assert [r["kept"]["trial"] for r in kept_roofs] == [v["trial"] for v in kept]
+    for r, v in zip(kept_roofs, kept):
+        m = next(e for e in entries if e["seq"] == v["measurement_seq"])
+        med = sorted(p["value_b"] for p in m["protocol"]["pairs"])
+        assert r["kept"]["roofline"]["measured_tok_per_s"] == pytest.approx(
+            (med[(len(med) - 1) // 2] + med[len(med) // 2]) / 2)
+        assert f"After trial {v['trial']}" in (d / "report.md").read_text()
     report = (d / "report.md").read_text()
     assert "## Roofline" in report and "## Profile of one stock run" in report
     assert "Where the time went" in report and "ledger #" in report

@@ -584,7 +584,9 @@ def _roofline(b: dict[str, Any]) -> str:
         return _absent("The ledger has no roofline entry: this session measured no device ceilings (sessions from before "
                        "the roofline existed have none).")
     seqs = rf.get("ledger_seqs") or []
-    s_seq, f_seq = (seqs[0] if seqs else None), (seqs[-1] if seqs else None)
+    s_seq = rf.get("stock_seq") or (seqs[0] if seqs else None)
+    f_seq = rf.get("final_seq") or (seqs[-1] if seqs else None)
+    kept = rf.get("kept") or []
     st_, fi, ce = rf.get("stock") or {}, rf.get("final") or {}, rf.get("ceilings") or {}
     if not st_ or not ce:
         return _absent("No roofline: the ceilings were not measured or the cost model was not applied. The synthetic "
@@ -603,7 +605,9 @@ def _roofline(b: dict[str, Any]) -> str:
                    "counts against it; the hollow marker above it is the roof at that intensity. "
                    f"{_cite([s_seq] + ([f_seq] if fi else []))}</figcaption></figure>")
     rows = []
-    for name, r, seq in (("stock", st_, s_seq), ("final", fi, f_seq)):
+    stacks = [("stock", st_, s_seq)] + [(f"after trial {k['trial']}", k.get("roofline") or {}, k.get("ledger_seq"))
+                                        for k in kept] + [("final", fi, f_seq)]
+    for name, r, seq in stacks:
         if not r:
             continue
         d, p = r.get("decode_step") or {}, r.get("prefill") or {}

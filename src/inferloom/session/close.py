@@ -147,7 +147,11 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
         final_r = next((e for e in roofs if "final" in e), {})
         out["roofline"] = {"ceilings": stock_r.get("ceilings"), "stock": stock_r.get("stock"),
                            "final": final_r.get("final"), "amdahl": final_r.get("amdahl"),
-                           "ledger_seqs": [e["seq"] for e in roofs]}
+                           "kept": [{"trial": e["kept"]["trial"], "cycle": e["kept"].get("cycle"),
+                                     "changes": e["kept"].get("changes"), "roofline": e["kept"]["roofline"],
+                                     "ledger_seq": e["seq"]} for e in roofs if "kept" in e],
+                           "ledger_seqs": [e["seq"] for e in roofs],
+                           "stock_seq": stock_r.get("seq"), "final_seq": final_r.get("seq")}
     look = next((e for e in entries if e["kind"] == "kb_lookup"), None)
     if look:
         r = look.get("result") or {}
@@ -212,11 +216,17 @@ def render_report(b: dict[str, Any]) -> str:
                      f"{ce.get('matmul_flops_per_s', 0) / 1e12:,.2f} TFLOP/s matmul ({ce.get('device_name')}, {ce.get('measured_at')}).")
         lines.append(f"- Stock: {st_['fraction'] * 100:.1f}% of the {st_['ceiling_tok_per_s']:,.0f} tok/s ceiling; "
                      f"headroom x{st_['headroom']:.2f} (ledger #{rf['ledger_seqs'][0]}).")
+        for k in rf.get("kept") or []:
+            r = k["roofline"]
+            lines.append(f"- After trial {k['trial']} (kept `{_fmt(k.get('changes') or {})}`): "
+                         f"{r['fraction'] * 100:.1f}% of the ceiling, headroom x{r['headroom']:.2f}"
+                         + ("; **suspect: more than the roofline allows**" if r.get("suspect") else "")
+                         + f" (ledger #{k['ledger_seq']}).")
         if fi:
             am = rf.get("amdahl") or {}
             lines.append(f"- Final stack: {fi['fraction'] * 100:.1f}% of the ceiling"
                          + ("; **suspect: more than the roofline allows**" if fi.get("suspect") or am.get("suspect") else "")
-                         + f" (ledger #{rf['ledger_seqs'][-1]}).")
+                         + f" (ledger #{rf.get('final_seq') or rf['ledger_seqs'][-1]}).")
     pr = b.get("profile") or {}
     if pr.get("categories"):
         lines += ["", f"## Profile of one stock run (ledger #{pr['ledger_seq']})", "", "| category | share | seconds |", "| --- | --- | --- |"]

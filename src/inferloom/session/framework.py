@@ -8,6 +8,7 @@ contract passes, the gain clears the A/A noise floor, and the Critic agrees.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from typing import Any, Mapping
 
@@ -185,9 +186,30 @@ def execute_trial(c: Any, st: SessionState, proposal: Mapping[str, Any], key: st
     if keep:
         st.stack = cand
         st.extra["stack_ratio"] = _best(st) * float(d["ratio"])
+        _kept_roofline(c, st, res, key)
     st.pending_action = None
     c.progress(f"  -> {outcome}: {lesson}")
     return st.trials[-1]
+
+
+def _kept_roofline(c: Any, st: SessionState, res: Mapping[str, Any], key: str) -> None:
+    """Where the newly kept stack sits against the roofline (its median in
+    the measurement that kept it); recorded once, also across a resume."""
+    from inferloom.session.prelude import ROOFLINE, roofline_for
+
+    vals = [p["value_b"] for p in (res.get("protocol") or {}).get("pairs", []) if p.get("value_b") is not None]
+    roof = roofline_for(c, st, statistics.median(vals), st.stack) if vals else None
+    if roof is None:
+        return
+    trial = st.trials[-1]
+    found = c.ledger.find(key + ":roofline")
+    seq = found["seq"] if found is not None else c.ledger.append(
+        ROOFLINE, {"kept": {"trial": trial["trial"], "cycle": st.cycle, "changes": trial["changes"], "roofline": roof}},
+        key=key + ":roofline")
+    trial["roofline"] = {"fraction": roof.get("fraction"), "headroom": roof.get("headroom"),
+                         "suspect": roof.get("suspect"), "ledger_seq": seq}
+    c.progress(f"  roofline: the stack is now at {roof['fraction'] * 100:.1f}% of the ceiling "
+               f"(headroom x{roof['headroom']:.2f})" + ("; SUSPECT: above the roofline" if roof.get("suspect") else ""))
 
 
 def _outcome(res: Mapping[str, Any], ev: Mapping[str, Any], keep: bool) -> str:
