@@ -32,6 +32,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
+from inferloom.kernels.apply import apply_kernels
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
 
@@ -221,6 +222,12 @@ class TransformersEngine:
                 "dynamic cache; verifying several tokens per forward changes GEMM shapes and rounding)",
                 low=0, high=10, changes_numerics=True,
             ),
+            Knob(
+                "rmsnorm_impl", "choice", "eager",
+                "RMSNorm kernel (KERNEL phase): eager (transformers' ops) or torch_fused "
+                "(torch.nn.functional.rms_norm, one fused kernel); see kernels/apply.py",
+                choices=("eager", "torch_fused"), changes_numerics=True, phase="KERNEL",
+            ),
         ]
         return list(self._knobs)
 
@@ -357,6 +364,11 @@ class TransformersEngine:
                 kind="oom" if kind == "oom" else ("unsupported" if isinstance(exc, (ValueError, ImportError)) else kind),
             ) from exc
 
+        try:
+            kernel_notes = apply_kernels(model, cfg)
+        except Exception as exc:
+            raise AdapterError(f"applying kernels for {config_key(cfg)} failed: {type(exc).__name__}: {exc}",
+                               kind="unsupported") from exc
         eager_forward = model.forward
         gen = GenerationConfig(
             do_sample=False,
@@ -370,7 +382,7 @@ class TransformersEngine:
             gen.cache_implementation = "static"
         mode = cfg["compile_mode"]
         gen.disable_compile = True  # never let transformers auto-compile behind our back
-        notes: dict[str, Any] = {}
+        notes: dict[str, Any] = dict(kernel_notes)
         if mode != "off":
             if cfg["cache_implementation"] == "static":
                 from transformers import CompileConfig

@@ -1,0 +1,3 @@
+"""Kernel backends for the KERNEL phase: the Protocol (base), target
+selection (select), the gates (gates), backends (torch_backend, registry) and
+how the engine switches a kernel on (apply)."""
