@@ -254,3 +254,40 @@ def test_real_engine_kernel_phase_with_the_torch_backend(tmp_path):
         assert m["candidate_config"]["rmsnorm_impl"] == "torch_fused" and m["protocol"]["pairs"]
     else:
         assert mb["rule"] == "kernel_not_faster"
+
+
+def test_attention_hook_runs_in_the_real_engine_and_matches_sdpa(monkeypatch):
+    from inferloom.kernels import attention as A
+    from inferloom.spec import load_spec
+    from inferloom.workloads.transformers_engine import TransformersEngine
+
+    calls = []
+    real = A.DECODE_IMPLS["torch_sliced"]
+
+    def counting(q, k, v, start, end, scale):
+        calls.append((tuple(q.shape), start.tolist(), end.tolist()))
+        return real(q, k, v, start, end, scale)
+
+    monkeypatch.setitem(A.DECODE_IMPLS, "torch_sliced", counting)
+    spec = load_spec(None, {"model": "llama-tiny", "device": "cpu", "traffic.concurrency": 4, "traffic.input_len": 16,
+                            "traffic.output_len": 8, "traffic.num_prompts": 4})
+    eng = TransformersEngine(spec)
+    prompts = [[1, 2, 3, 4, 5], [6, 7, 8], [9, 10, 11, 12, 13, 14, 15], [3, 3]]  # ragged: left padding
+    outs = {}
+    for name, cfg in (("sdpa", {"cache_implementation": "static"}),
+                      ("sliced", {"cache_implementation": "static", "attention_kernel": "torch_sliced"})):
+        h = eng.prepare(cfg)
+        try:
+            outs[name] = eng.greedy(h, prompts, 6)
+            if name == "sliced":
+                assert "torch_sliced" in h.notes["attention_kernel"]
+        finally:
+            eng.release(h)
+    assert outs["sliced"] == outs["sdpa"]
+    assert calls, "the decode attention hook was never called"
+    layers, steps = 4, 5  # llama-tiny; the first token comes from prefill (sdpa)
+    assert len(calls) == layers * steps
+    _, start, end = calls[0]
+    assert start == [2, 4, 0, 5] and len(set(end)) == 1  # left padding of 7-token batch; one shared end
+    with pytest.raises(Exception, match="CUDA"):
+        eng.prepare({"attention_kernel": "triton_decode"})

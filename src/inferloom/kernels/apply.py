@@ -13,6 +13,11 @@ its ``forward`` replaced on the instance:
 
 The module's class is never changed, so anything else (hooks, state dicts)
 is unaffected; the replacement is recorded in the handle's notes.
+
+``attention_kernel``: anything but ``sdpa`` registers the decode attention
+function of :mod:`inferloom.kernels.attention` with transformers and sets it
+as the model's attention implementation (decode steps use it; prefill goes to
+SDPA).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any, Mapping
 
 __all__ = ["apply_kernels", "fused_rmsnorm", "KERNEL_KNOBS"]
 
-KERNEL_KNOBS = ("rmsnorm_impl",)
+KERNEL_KNOBS = ("rmsnorm_impl", "attention_kernel")
 
 
 def fused_rmsnorm(hidden_states: Any, weight: Any, eps: float) -> Any:
@@ -53,4 +58,11 @@ def apply_kernels(model: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 raise ValueError(f"rmsnorm_impl={impl!r}: unknown implementation")
         notes["rmsnorm_impl"] = f"{impl}: {len(mods)} modules"
+    attn = cfg.get("attention_kernel", "sdpa")
+    if attn != "sdpa":
+        from inferloom.kernels.attention import register
+
+        name = register(attn)
+        model.set_attn_implementation(name)
+        notes["attention_kernel"] = f"{attn}: decode steps through {name}, prefill through sdpa"
     return notes

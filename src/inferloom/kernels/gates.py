@@ -10,10 +10,10 @@ end to end, each refusing with a named rule.
    element error relative to the reference's largest magnitude) must be
    within the candidate's declared tolerance.
 2. :func:`microbenchmark` (rules ``kernel_crashed``, ``kernel_not_faster``):
-   kernel against the op it replaces, warm-up excluded, the median of many
-   timed calls (CUDA events on a GPU, the host clock on a CPU), rotating over
-   enough input sets that together they exceed the last-level cache, so a
-   cache can't flatter either side. The candidate must beat the op by
+   kernel against the op it replaces, the two interleaved call by call,
+   warm-up excluded, the median of many timed calls (CUDA events on a GPU,
+   the host clock on a CPU), rotating over enough input sets that together
+   they exceed the L2 cache, so a cache can't flatter either side. The candidate must beat the op by
    ``min_speedup``.
 
 Neither gate keeps anything: only the paired end-to-end measurement does.
@@ -130,29 +130,44 @@ def _nbytes(obj: Any) -> int:
     return int(obj.numel() * obj.element_size()) if hasattr(obj, "element_size") else 0
 
 
-def _time_calls(fn: Callable[[int], Any], n_sets: int, runs: int, warmup: int, device: str) -> list[float]:
+def _time_one(fn: Callable[[int], Any], k: int, cuda: bool) -> float:
+    import torch
+
+    if cuda:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn(k)
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b) / 1e3
+    t0 = time.perf_counter()
+    fn(k)
+    return time.perf_counter() - t0
+
+
+def _time_interleaved(fa: Callable[[int], Any], fb: Callable[[int], Any], n_sets: int, runs: int, warmup: int,
+                      device: str) -> tuple[list[float], list[float]]:
+    """Timed calls of ``fa`` and ``fb`` alternating (AB, BA, ...) on rotating
+    input sets, after ``warmup`` untimed calls of each: a slow drift of the
+    machine (another process, clocks) hits both sides alike."""
     import torch
 
     cuda = device.startswith("cuda")
     for i in range(warmup):
-        fn(i % n_sets)
+        fa(i % n_sets)
+        fb(i % n_sets)
     if cuda:
         torch.cuda.synchronize()
-    out = []
+    ta, tb = [], []
     for i in range(runs):
         k = (warmup + i) % n_sets
-        if cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn(k)
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) / 1e3)
+        if i % 2 == 0:
+            ta.append(_time_one(fa, k, cuda))
+            tb.append(_time_one(fb, k, cuda))
         else:
-            t0 = time.perf_counter()
-            fn(k)
-            out.append(time.perf_counter() - t0)
-    return out
+            tb.append(_time_one(fb, k, cuda))
+            ta.append(_time_one(fa, k, cuda))
+    return ta, tb
 
 
 def microbenchmark(cand: KernelCandidate, device: str, *, runs: int = 50, warmup: int = 5,
@@ -166,8 +181,9 @@ def microbenchmark(cand: KernelCandidate, device: str, *, runs: int = 50, warmup
         need = 2 * cache_bytes(device)
         n_sets = max(2, min(max_sets, math.ceil(need / max(per_set, 1))))
         sets = [(first, out0)] + [cand.make_inputs(shape, cand.dtype, device, 1001 + i) for i in range(n_sets - 1)]
-        t_base = _time_calls(lambda k: cand.baseline(**sets[k][0]), n_sets, runs, warmup, device)
-        t_impl = _time_calls(lambda k: cand.implementation(**sets[k][0], out=sets[k][1]), n_sets, runs, warmup, device)
+        t_base, t_impl = _time_interleaved(lambda k: cand.baseline(**sets[k][0]),
+                                           lambda k: cand.implementation(**sets[k][0], out=sets[k][1]),
+                                           n_sets, runs, warmup, device)
     except Exception as exc:  # noqa: BLE001
         return GateResult("microbenchmark", False, "kernel_crashed",
                           f"{cand.id} raised {type(exc).__name__} in the microbenchmark: {str(exc)[:300]}")

@@ -228,6 +228,14 @@ class TransformersEngine:
                 "(torch.nn.functional.rms_norm, one fused kernel); see kernels/apply.py",
                 choices=("eager", "torch_fused"), changes_numerics=True, phase="KERNEL",
             ),
+            Knob(
+                "attention_kernel", "choice", "sdpa",
+                "decode attention over the static cache (KERNEL phase): sdpa (transformers, whole padded "
+                "cache), torch_sliced (SDPA over the cache up to the batch's longest valid end), "
+                "triton_decode (split-KV kernel reading only each row's valid range, CUDA); "
+                "see kernels/attention.py",
+                choices=("sdpa", "torch_sliced", "triton_decode"), changes_numerics=True, phase="KERNEL",
+            ),
         ]
         return list(self._knobs)
 
@@ -251,6 +259,14 @@ class TransformersEngine:
                 refuse("attn_implementation", f"{cfg['attn_implementation']} is CUDA-only; device is cpu")
             if cfg["compile_mode"] == "reduce-overhead":
                 refuse("compile_mode", "reduce-overhead captures CUDA graphs; device is cpu")
+        if cfg["attention_kernel"] != "sdpa" and cfg["attn_implementation"] != "sdpa":
+            refuse("attention_kernel", f"{cfg['attention_kernel']} replaces the sdpa attention path; "
+                   f"attn_implementation is {cfg['attn_implementation']}")
+        if cfg["attention_kernel"] == "triton_decode" and dev != "cuda":
+            refuse("attention_kernel", f"triton_decode is a CUDA kernel; device is {dev}")
+        if cfg["attention_kernel"] == "torch_sliced" and cfg["compile_mode"] == "reduce-overhead":
+            refuse("attention_kernel", "torch_sliced slices to a data-dependent length, which CUDA graphs "
+                   "(reduce-overhead) cannot capture")
         if cfg["compile_mode"] == "reduce-overhead" and cfg["cache_implementation"] != "static":
             refuse(
                 "compile_mode",
