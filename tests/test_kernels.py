@@ -291,3 +291,40 @@ def test_attention_hook_runs_in_the_real_engine_and_matches_sdpa(monkeypatch):
     assert start == [2, 4, 0, 5] and len(set(end)) == 1  # left padding of 7-token batch; one shared end
     with pytest.raises(Exception, match="CUDA"):
         eng.prepare({"attention_kernel": "triton_decode"})
+
+
+class Crash(BaseException):
+    """Stands in for a kill: nothing in the session catches it."""
+
+
+def test_a_session_killed_in_the_kernel_phase_resumes_without_duplicates(tmp_path, one_thread):
+    from inferloom.session.runner import resume
+    from inferloom.session.state import load_state
+    from tests.test_session import SPEC, agents
+
+    def adapter():
+        return SyntheticAdapter(effects={"fast_path": {True: 1.2}, "k_good": {True: 1.25}}, numerics={}, knobs=KNOBS,
+                                noise_sd=0.03, profile={"normalization": 0.4, "gemm": 0.6})
+
+    class CrashingBackend(ScriptedBackend):
+        def __init__(self):
+            self.calls = 0
+
+        def propose(self, targets, workload):
+            self.calls += 1
+            if self.calls == 3:  # mid-phase: after the first candidate's gates, before the next
+                raise Crash()
+            return super().propose(targets, workload)
+
+    with pytest.raises(Crash):
+        start(tmp_path / "s", SPEC, budget_minutes=10, max_trials=8, adapter=adapter(), agents=agents(),
+              kernel_backend=CrashingBackend())
+    assert load_state(tmp_path / "s").phase == Phase.KERNEL
+    st = resume(tmp_path / "s", adapter=adapter(), agents=agents(), kernel_backend=ScriptedBackend())
+    assert st.phase == Phase.DONE
+    entries = L.read_entries(tmp_path / "s")
+    keys = [e["key"] for e in entries if "key" in e]
+    assert len(keys) == len(set(keys))
+    gates = [(e["candidate"], e["gate"]) for e in entries if e["kind"] == "kernel_gate"]
+    assert len(gates) == len(set(gates))  # no gate ran twice for a candidate, across the kill and the cycles
+    assert st.stack["k_good"] is True and not st.stack["k_wrong"]

@@ -154,6 +154,8 @@ def _trial(c: Any, st: SessionState, ks: dict[str, Any], proposal: dict[str, Any
         return
     if t["kept"]:
         ks["kept"].append(proposal.get("candidate"))
+    st.extra.setdefault("kernel_decided", {})[str(proposal.get("candidate"))] = \
+        f"cycle {st.cycle}: measured end to end, {t['verdict']} (trial {t['trial']})"
     ks["next"] = int(ks["next"]) + 1
 
 
@@ -186,6 +188,11 @@ def kernel_step(c: Any, st: SessionState) -> None:
         c.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} is already in the stack")
         ks["next"] = i + 1
         return
+    decided = st.extra.setdefault("kernel_decided", {})
+    if cand.id in decided:  # gates don't depend on the stack; an end-to-end verdict stands for the session
+        c.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} was decided in an earlier cycle: {decided[cand.id]}")
+        ks["next"] = i + 1
+        return
     # can it be measured at all (knob space, phase, pinned, measured before)? Checked before the gates spend time.
     _, rule, why = validate_proposal({"action": "try_kernel", "changes": dict(cand.config_changes)}, "KERNEL",
                                      agent_view(st), c.knobs)
@@ -213,6 +220,7 @@ def kernel_step(c: Any, st: SessionState) -> None:
         c.progress(f"  {res['gate']}: {'pass' if res['passed'] else 'refused (' + str(res['rule']) + ')'}: {res['why']}")
         if not res["passed"]:
             _refuse(c, st, cand.id, res["rule"], res["why"], agent)
+            st.extra.setdefault("kernel_decided", {})[cand.id] = f"cycle {st.cycle}: refused ({res['rule']})"
             ks["next"] = i + 1
             return
     share = next((t["share"] for t in ks["targets"] if t["category"] == cand.target), None)
