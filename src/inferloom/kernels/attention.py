@@ -85,6 +85,15 @@ def sliced_decode(query: Any, key: Any, value: Any, start: Any, end: Any, scale:
 DECODE_IMPLS["torch_sliced"] = sliced_decode
 
 
+def triton_decode(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float) -> Any:
+    """``triton_decode``: the catalog's split-KV kernel as a compile-safe custom op."""
+    import torch
+
+    from inferloom.kernels.catalog import ops
+
+    return ops.decode_attention(query, key, value, end.to(torch.int32), start.to(torch.int32), scale)
+
+
 def _make_attention(impl: Callable[..., Any]) -> Callable[..., Any]:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -111,6 +120,8 @@ def register(impl_name: str) -> str:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+    if impl_name == "triton_decode" and impl_name not in DECODE_IMPLS:
+        DECODE_IMPLS[impl_name] = triton_decode
     if impl_name not in DECODE_IMPLS:
         raise ValueError(f"attention_kernel={impl_name!r}: not available here (have {sorted(DECODE_IMPLS)})")
     name = f"{ATTN_NAME}_{impl_name}"
