@@ -22,7 +22,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 
 
-def make_demo(dest: str | Path, *, points: int = 1200, repeats: int = 2, python: str = sys.executable,
+def make_demo(dest: str | Path, *, points: int = 800, repeats: int = 1, python: str = sys.executable,
               patches_dir: str | Path | None = None, min_pairs: int = 5, max_pairs: int = 9) -> Path:
     """Create DEST/checkout (a git repo) and DEST/custom.yaml; return the spec's path."""
     dest = Path(dest).resolve()
@@ -51,9 +51,9 @@ def make_demo(dest: str | Path, *, points: int = 1200, repeats: int = 2, python:
             "knobs": [
                 {"name": "select", "kind": "choice", "choices": ["sort", "partition"], "default": "sort",
                  "env": "KNN_SELECT", "description": "neighbour selection: a full sort or a partial partition"},
-                {"name": "points", "kind": "int", "low": 50, "high": 100000, "default": 1200, "env": "KNN_POINTS",
+                {"name": "points", "kind": "int", "low": 50, "high": 100000, "default": 800, "env": "KNN_POINTS",
                  "description": "problem size (pinned: it defines the workload)"},
-                {"name": "repeats", "kind": "int", "low": 1, "high": 100, "default": 2, "env": "KNN_REPEATS",
+                {"name": "repeats", "kind": "int", "low": 1, "high": 100, "default": 1, "env": "KNN_REPEATS",
                  "description": "kernel calls timed per run (pinned)"},
             ],
             "patches": {
@@ -74,8 +74,8 @@ def make_demo(dest: str | Path, *, points: int = 1200, repeats: int = 2, python:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dest")
-    p.add_argument("--points", type=int, default=1200)
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--points", type=int, default=800)
+    p.add_argument("--repeats", type=int, default=1)
     a = p.parse_args()
     spec = make_demo(a.dest, points=a.points, repeats=a.repeats)
     print(f"checkout: {spec.parent / 'checkout'}\nspec: {spec}\nnext: .venv/bin/inferloom optimize {spec} "

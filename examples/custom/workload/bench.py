@@ -18,10 +18,10 @@ import kernel
 
 def main() -> int:
     seed = int(os.environ.get("INFERLOOM_SEED", "0"))
-    n = int(os.environ.get("KNN_POINTS", "1200"))
-    repeats = int(os.environ.get("KNN_REPEATS", "2"))
+    n = int(os.environ.get("KNN_POINTS", "800"))
+    repeats = int(os.environ.get("KNN_REPEATS", "1"))
     k = 8
-    x = inputs.make_points(seed, n, 32)
+    x = inputs.make_points(seed, n, 16)
     t0 = time.perf_counter()
     for _ in range(repeats):
         d = kernel.pairwise_dist(x)

@@ -1,17 +1,19 @@
 """The code under optimization: k nearest neighbours by Euclidean distance."""
 
+import math
 import os
 
 import numpy as np
 
 
 def pairwise_dist(x):
-    """All pairwise Euclidean distances, one row at a time."""
-    n = x.shape[0]
+    """All pairwise Euclidean distances, one pair at a time."""
+    rows = x.tolist()
+    n = len(rows)
     out = np.empty((n, n))
-    for i in range(n):
-        diff = x - x[i]
-        out[i] = np.sqrt((diff * diff).sum(axis=1))
+    for i, a in enumerate(rows):
+        for j, b in enumerate(rows):
+            out[i, j] = math.sqrt(sum((p - q) * (p - q) for p, q in zip(a, b)))
     return out
 
 
