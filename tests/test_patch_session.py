@@ -4,9 +4,14 @@ patches as candidates (a real speed-up, a correctness breaker, and five that
 policy, parsing or the critic must refuse)."""
 
 import json
+import os
+import random
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -198,3 +203,73 @@ def test_a_gateless_result_rejects_every_candidate(tmp_path):
     report = (tmp_path / "s" / "report.md").read_text()
     assert "**quality_gate_missing**" in report and report.count("quality_gate_missing") >= 2
     assert git("for-each-ref", "refs/heads/inferloom", cwd=repo) == ""  # nothing kept: no branch
+
+
+def _procs_in(directory):
+    """Live processes whose working directory is under ``directory``."""
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{p}/cwd")
+            state = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and (cwd == str(directory) or cwd.startswith(str(directory) + "/")):
+            out.append(int(p))
+    return out
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_rebuilds_the_same_branch(tmp_path):
+    demo = load_make_demo()
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    for name in ("01-vectorize-distances.patch", "02-approximate-search.patch", "03-path-traversal.patch"):
+        shutil.copy(ROOT / "examples" / "custom" / "patches" / name, patches)
+    spec_path = demo.make_demo(tmp_path / "demo", points=150, repeats=1, patches_dir=patches, min_pairs=5,
+                               max_pairs=5)
+    repo = tmp_path / "demo" / "checkout"
+    files_before = checksums(repo, skip=(repo / ".git",))
+    d = tmp_path / "s"
+    args = ["optimize", str(spec_path), "--budget-minutes", "10", "--max-trials", "3", "--no-kb", "--no-sweep",
+            "--out", str(d), "--quiet"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    def cli(a):
+        return subprocess.Popen([sys.executable, "-m", "inferloom.cli", *a], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+    rng = random.Random(11)
+    p = cli(args)
+    kills = 0
+    for attempt in range(4):
+        time.sleep(rng.uniform(2.5, 5.0))
+        if p.poll() is not None:
+            break
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        kills += 1
+        deadline = time.time() + 5
+        while _procs_in(d / "workspace") and time.time() < deadline:
+            time.sleep(0.1)
+        assert not _procs_in(d / "workspace")  # no entrypoint outlives inferloom
+        p = cli(["resume", str(d), "--quiet"] if (d / "state.json").exists() else args)
+    out, err = p.communicate(timeout=400)
+    assert p.returncode == 0, err
+    assert kills >= 1
+    st = load_state(d)
+    assert st.phase == Phase.DONE
+    entries = L.read_entries(d)
+    keys = [e["key"] for e in entries if "key" in e]
+    assert len(keys) == len(set(keys))
+    assert len([e for e in entries if e["kind"] == L.VERDICT]) == st.used.trials == len(st.trials)
+    outcomes = [e for e in entries if e["kind"] == "patch"]
+    assert sorted(e["id"] for e in outcomes) == ["01-vectorize-distances", "02-approximate-search", "03-path-traversal"]
+    src = st.extra["source"]
+    assert [k["id"] for k in src["kept"]] == ["01-vectorize-distances"]
+    assert git("rev-parse", f"refs/heads/{src['branch']}", cwd=repo).strip() == src["stack"]
+    assert git("log", "--format=%s", f"{src['stock']}..{src['branch']}", cwd=repo).count("inferloom KEEP") == 1
+    assert checksums(repo, skip=(repo / ".git",)) == files_before and git("status", "--porcelain", cwd=repo) == ""
+    assert st.extra["rollback_drill"]["passed"] is True

@@ -81,12 +81,19 @@ def bind_session(c: Any) -> None:
     src = st.extra["source"]
     ws = workspace(c, st)
     c.progress(f"custom workload: workspace {ws.root} (a clone; {c.spec.custom.repo} is only read)")
+    if c.kb_url:
+        c.kb_url = None
+        c.progress("custom workload: knowledge base off (its recipes key on models; a custom workload is your code)")
     ws.ensure_clone()
+    stale = ws.clear_stale_locks()
+    if stale:
+        c.progress(f"custom workload: removed lock files a killed run left in the clone: {', '.join(stale)}")
     ws.fetch_from_user(src["stock"])
     if not ws.has_commit(src["stack"]):
         _rebuild(c, st, ws)
     ws.tree("stock", src["stock"])
     c.adapter.default_tree = ws.tree("stack", src["stack"])
+    c.adapter.results_dir = ws.root / "results"  # outside every tree
     c.progress(f"custom workload: stock {src['stock'][:10]}, stack {src['stack'][:10]} "
                f"({len(src['kept'])} kept commit(s) on branch {src['branch']})")
 

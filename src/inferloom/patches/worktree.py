@@ -47,6 +47,15 @@ class Workspace:
                 "GIT_COMMITTER_NAME": "inferloom", "GIT_COMMITTER_EMAIL": "inferloom@localhost",
                 "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
 
+    def clear_stale_locks(self) -> list[str]:
+        """Lock files a killed git left in the clone (one writer per session: any lock is stale)."""
+        gone = []
+        if self.repo.is_dir():
+            for lock in self.repo.rglob("*.lock"):
+                lock.unlink(missing_ok=True)
+                gone.append(str(lock.relative_to(self.repo)))
+        return gone
+
     def ensure_clone(self) -> None:
         if (self.repo / "HEAD").is_file():
             return
@@ -69,9 +78,10 @@ class Workspace:
         self.ensure_clone()
         path = self.root / "trees" / name
         if (path / ".git").is_file():
-            git("checkout", "--quiet", "--force", "--detach", sha, cwd=path)
-            git("clean", "-fdxq", cwd=path)
-            return path
+            ok = git("checkout", "--quiet", "--force", "--detach", sha, cwd=path, check=False).returncode == 0
+            if ok and git("clean", "-fdxq", cwd=path, check=False).returncode == 0:
+                return path
+        # absent, or left half-made by a killed run: make it afresh
         shutil.rmtree(path, ignore_errors=True)
         git("worktree", "prune", cwd=self.repo)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,6 +126,9 @@ class Workspace:
     def publish(self, branch: str, sha: str) -> None:
         """Point ``branch`` at ``sha`` in the clone, then in the user's checkout (git metadata only)."""
         git("update-ref", f"refs/heads/{branch}", sha, cwd=self.repo)
+        # this session is the only writer of its branch: a lock on it was left by a killed fetch
+        git_dir = Path(git("rev-parse", "--absolute-git-dir", cwd=self.user_repo).stdout.strip())
+        (git_dir / "refs" / "heads" / f"{branch}.lock").unlink(missing_ok=True)
         git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(self.repo),
             f"+refs/heads/{branch}:refs/heads/{branch}", cwd=self.user_repo)
 

@@ -76,6 +76,26 @@ def git(*args: str, cwd: str | Path | None = None, check: bool = True, env: Mapp
     return res
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when inferloom dies (a kill -9 leaves no entrypoint behind). Linux only."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort on other platforms
+        pass
+
+
+def _kill_group(pid: int) -> None:
+    import signal
+
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 def gate_of(result: Any) -> tuple[str | None, dict[str, Any]]:
     """(rule or None, the gate block) of one run's parsed result."""
     if not isinstance(result, Mapping) or "quality_gate" not in result:
@@ -110,7 +130,8 @@ class CustomAdapter:
         self.head = git("rev-parse", "HEAD", cwd=self.repo).stdout.strip()
         self.default_tree: Path | None = None
         self._own_dir: Path | None = None
-        self._results = Path(tempfile.mkdtemp(prefix="inferloom-results-"))
+        self.results_dir: Path | None = None  # where entrypoints write results (a session sets it; else a temp dir)
+        self._own_results: Path | None = None
         self._ids = 0
         self._handles: dict[int, CustomHandle] = {}
 
@@ -166,8 +187,10 @@ class CustomAdapter:
         h = handle
         if h.released or h.id not in self._handles:
             raise ValueError("CustomAdapter: not a live handle of this adapter (released or foreign)")
-        self._results.mkdir(parents=True, exist_ok=True)
-        result = self._results / f"result-{h.id}-{int(seed)}-{time.monotonic_ns()}.json"
+        if self.results_dir is None:
+            self._own_results = self.results_dir = Path(tempfile.mkdtemp(prefix="inferloom-results-"))
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        result = self.results_dir / f"result-{h.id}-{int(seed)}-{time.monotonic_ns()}.json"
         cmd, env = self._command(h, seed, result)
         started = time.time()
         t0 = time.perf_counter()
@@ -178,36 +201,42 @@ class CustomAdapter:
                              extra={"kind": kind, "stderr_tail": stderr[-STDERR_TAIL:], "command": cmd})
 
         try:
-            proc = subprocess.run(cmd, cwd=h.tree, env=env, capture_output=True, text=True,
-                                  timeout=self.custom.timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-            return fail(f"entrypoint timed out after {self.custom.timeout_s:g} s", "timeout", err)
+            proc = subprocess.Popen(cmd, cwd=h.tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as exc:
             return fail(f"entrypoint could not start: {exc}", "crash")
+        try:
+            _out, err = proc.communicate(timeout=self.custom.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            _out, err = proc.communicate()
+            return fail(f"entrypoint timed out after {self.custom.timeout_s:g} s", "timeout", err or "")
+        except BaseException:  # interrupted: never leave the entrypoint running
+            _kill_group(proc.pid)
+            raise
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
-            tail = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1][:300]
-            return fail(f"entrypoint failed ({how}): {tail}", "crash" if proc.returncode < 0 else "exit", proc.stderr)
+            tail = ((err or "").strip().splitlines() or ["(no stderr)"])[-1][:300]
+            return fail(f"entrypoint failed ({how}): {tail}", "crash" if proc.returncode < 0 else "exit", err or "")
         try:
             data = json.loads(result.read_text())
         except FileNotFoundError:
-            return fail(f"entrypoint wrote no result to $INFERLOOM_RESULT ({result.name})", "no_result", proc.stderr)
+            return fail(f"entrypoint wrote no result to $INFERLOOM_RESULT ({result.name})", "no_result", err or "")
         except (OSError, ValueError) as exc:
-            return fail(f"result is not valid JSON: {exc}", "bad_result", proc.stderr)
+            return fail(f"result is not valid JSON: {exc}", "bad_result", err or "")
         finally:
             result.unlink(missing_ok=True)
         obj = data.get("objective") if isinstance(data, Mapping) else None
         value = obj.get("value") if isinstance(obj, Mapping) else None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            return fail(f"result has no positive finite objective.value (got {value!r})", "bad_result", proc.stderr)
+            return fail(f"result has no positive finite objective.value (got {value!r})", "bad_result", err or "")
         rule, gate = gate_of(data)
         return RunRecord(config_id=h.config_id, seed=seed, success=True, started_at=started, wall_s=wall,
                          num_requests=1, output_tokens=1, expected_output_tokens=1,
                          extra={"objective": {"value": float(value), "unit": str(obj.get("unit", ""))},
                                 "quality_gate": gate, "gate_rule": rule, "tree": h.tree.name,
-                                "stderr_tail": proc.stderr[-STDERR_TAIL:]})
+                                "stderr_tail": (err or "")[-STDERR_TAIL:]})
 
     def objective_metric(self, rec: RunRecord) -> float:
         """The protocol's metric: the objective (inverted when lower is better)."""
@@ -255,7 +284,9 @@ class CustomAdapter:
     def close(self) -> None:
         for h in list(self._handles.values()):
             self.release(h)
-        shutil.rmtree(self._results, ignore_errors=True)
+        if self._own_results is not None:
+            shutil.rmtree(self._own_results, ignore_errors=True)
+            self._own_results = self.results_dir = None
         if self._own_dir is not None:
             shutil.rmtree(self._own_dir, ignore_errors=True)
             self._own_dir = None
