@@ -102,3 +102,23 @@ def test_spec_custom_section_errors(tmp_path):
     bad.write_text("framework: synthetic\ncustom:\n  repo: x\n  entrypoint: [a]\n")
     with pytest.raises(SpecError):
         load_spec(bad)
+
+
+def test_bench_cli_on_a_custom_workload(tmp_path):
+    import json
+
+    import yaml
+
+    from inferloom.cli import main
+
+    spec = tiny_custom_spec(tmp_path)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec.to_dict()))
+    common = ["--min-pairs", "3", "--max-pairs", "3", "--quiet"]
+    assert main(["bench", str(path), "--candidate", "speed=200", "--out", str(tmp_path / "a.json"), *common]) == 0
+    res = json.loads((tmp_path / "a.json").read_text())
+    assert res["verdict"] == "keep" and res["quality"]["kind"] == "quality_gate" and res["quality"]["passed"]
+    assert main(["bench", str(path), "--candidate", "speed=200", "--candidate", "gate=none",
+                 "--out", str(tmp_path / "b.json"), *common]) == 0
+    res = json.loads((tmp_path / "b.json").read_text())
+    assert res["verdict"] == "reject-quality" and res["quality"]["rule"] == "quality_gate_missing"

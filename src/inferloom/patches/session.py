@@ -81,6 +81,13 @@ def bind_session(c: Any) -> None:
     src = st.extra["source"]
     ws = workspace(c, st)
     c.progress(f"custom workload: workspace {ws.root} (a clone; {c.spec.custom.repo} is only read)")
+    from inferloom.workloads.custom import git
+
+    dirty = git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no", cwd=c.spec.custom.repo,
+                check=False).stdout.strip()
+    if dirty:
+        c.progress(f"custom workload: WARNING: {c.spec.custom.repo} has uncommitted changes; they are not part of "
+                   f"the session (stock is commit {src['stock'][:10]}): commit them and start again to include them")
     if c.kb_url:
         c.kb_url = None
         c.progress("custom workload: knowledge base off (its recipes key on models; a custom workload is your code)")
