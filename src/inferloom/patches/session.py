@@ -42,7 +42,6 @@ from inferloom.session.common import jsonable as _jsonable
 from inferloom.session.common import seed_base as _seed_base
 from inferloom.session.common import step_key as _key
 from inferloom.session.state import PendingAction, SessionState
-from inferloom.workloads.base import config_key
 from inferloom.workloads.custom import TREE_KEY
 
 __all__ = ["PATCH", "ROLLBACK", "bind_session", "patch_framework_step", "custom_close", "workspace", "commit_message"]
@@ -330,10 +329,3 @@ def _rollback_drill(c: Any, st: SessionState, ws: Workspace, stock_tree: Path) -
     st.extra["rollback_drill"] = {"passed": passed, "ledger_seq": seq}
     c.progress(f"CLOSE: rollback drill {'PASSED' if passed else 'FAILED'}: {why}")
 
-
-def config_changes(st: SessionState) -> dict[str, Any]:
-    return {k: v for k, v in st.stack.items() if st.stock_config.get(k) != v}
-
-
-def final_config_key(st: SessionState) -> str:
-    return config_key(st.stack)

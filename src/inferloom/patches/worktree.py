@@ -127,7 +127,8 @@ class Workspace:
         """Point ``branch`` at ``sha`` in the clone, then in the user's checkout (git metadata only)."""
         git("update-ref", f"refs/heads/{branch}", sha, cwd=self.repo)
         # this session is the only writer of its branch: a lock on it was left by a killed fetch
-        git_dir = Path(git("rev-parse", "--absolute-git-dir", cwd=self.user_repo).stdout.strip())
+        common = git("rev-parse", "--git-common-dir", cwd=self.user_repo).stdout.strip()
+        git_dir = (self.user_repo / common).resolve()  # refs live in the common dir (also for a worktree)
         (git_dir / "refs" / "heads" / f"{branch}.lock").unlink(missing_ok=True)
         git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(self.repo),
             f"+refs/heads/{branch}:refs/heads/{branch}", cwd=self.user_repo)
