@@ -99,6 +99,13 @@ def test_spec_custom_section_errors(tmp_path):
     bad.write_text(f"framework: custom\ncustom:\n  repo: {tmp_path / 'plain'}\n  entrypoint: [python, run.py]\n")
     with pytest.raises(SpecError, match="custom.repo.*not a git checkout"):
         load_spec(bad)
+    spec = tiny_custom_spec(tmp_path / "t").to_dict()
+    spec["custom"]["patches"]["dir"] = str(tmp_path / "no-such-dir")
+    import yaml
+
+    bad.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SpecError, match="custom.patches.dir.*not a directory"):
+        load_spec(bad)
     bad.write_text("framework: synthetic\ncustom:\n  repo: x\n  entrypoint: [a]\n")
     with pytest.raises(SpecError):
         load_spec(bad)

@@ -129,6 +129,16 @@ class PatchPolicySpec(_Strict):
     max_files: int = Field(20, ge=1)
     max_changed_lines: int = Field(2000, ge=1)
 
+    @field_validator("dir")
+    @classmethod
+    def _dir(cls, v: str | None) -> str | None:
+        if v is not None:
+            p = Path(v).expanduser()
+            if not p.is_dir():
+                raise ValueError(f"{v} is not a directory; expected a directory of .patch / .diff files")
+            return str(p.resolve())
+        return v
+
     @field_validator("forbidden_patterns")
     @classmethod
     def _patterns(cls, v: list[str]) -> list[str]:

@@ -42,6 +42,7 @@ from inferloom.session.common import jsonable as _jsonable
 from inferloom.session.common import seed_base as _seed_base
 from inferloom.session.common import step_key as _key
 from inferloom.session.state import PendingAction, SessionState
+from inferloom.workloads.base import AdapterError
 from inferloom.workloads.custom import TREE_KEY
 
 __all__ = ["PATCH", "ROLLBACK", "bind_session", "patch_framework_step", "custom_close", "workspace", "commit_message"]
@@ -111,11 +112,13 @@ def _rebuild(c: Any, st: SessionState, ws: Workspace) -> None:
     for k in src["kept"]:
         prop = c.ledger.find(k["proposal_key"])
         if prop is None or not prop.get("text"):
-            raise RuntimeError(f"cannot rebuild kept patch {k['id']}: its text is not in the ledger")
+            raise AdapterError(f"cannot rebuild kept patch {k['id']}: its text is not in the ledger; the session's "
+                               "workspace can't be reconstructed: start a new session", kind="workspace")
         ws.apply("candidate", sha, k["id"], prop["text"])
         sha = ws.commit("candidate", k["message"])
         if sha != k["sha"]:
-            raise RuntimeError(f"rebuilt commit {sha[:10]} of patch {k['id']} differs from the recorded {k['sha'][:10]}")
+            raise AdapterError(f"rebuilt commit {sha[:10]} of patch {k['id']} differs from the recorded "
+                               f"{k['sha'][:10]} (was the ledger edited?); start a new session", kind="workspace")
     ws.remove("candidate")
     ws.publish(src["branch"], sha)
 
