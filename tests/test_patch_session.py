@@ -136,7 +136,9 @@ def test_rollback_drill_passes(session):
     assert st.extra["rollback_drill"]["passed"] is True
     rd = b["rollback_drill"]
     assert rd["passed"] and rd["tree_identical"] and rd["reverted"] == [st.extra["source"]["stack"]]
-    assert rd["ci_low"] <= 1 + rd["tolerance"] and rd["ci_high"] >= 1 - rd["tolerance"]
+    lo_band, hi_band = rd["band"]
+    assert lo_band <= 1 - rd["tolerance"] and hi_band >= 1 + rd["tolerance"]
+    assert rd["ci_low"] <= hi_band and rd["ci_high"] >= lo_band
     assert "Rollback drill: **passed**" in session["report"]
     # the headline compares the final stack's tree with stock's tree
     final = next(e for e in session["entries"] if e["kind"] == L.MEASUREMENT and e.get("action") == "final_compare")

@@ -29,7 +29,7 @@ def patch_breakdown(entries: list[dict[str, Any]]) -> dict[str, Any]:
         for e in patches]}
     if drill is not None:
         out["rollback_drill"] = {k: drill.get(k) for k in ("passed", "why", "reverted", "tree_identical", "ratio",
-                                                           "ci_low", "ci_high", "n_pairs", "tolerance",
+                                                           "ci_low", "ci_high", "n_pairs", "tolerance", "band",
                                                            "measurement_seq")} | {"ledger_seq": drill["seq"]}
     return out
 
@@ -62,5 +62,6 @@ def patch_report_lines(b: dict[str, Any]) -> list[str]:
         lines.append(f"- Rollback drill: **{'passed' if d.get('passed') else 'FAILED'}**: {d.get('why')}; reverted "
                      f"{len(d.get('reverted') or [])} commit(s), tree identical to stock: {d.get('tree_identical')}, "
                      f"rolled-back vs stock {_pct(d.get('ratio'))} [{_pct(d.get('ci_low'))}, {_pct(d.get('ci_high'))}], "
-                     f"tolerance {(d.get('tolerance') or 0) * 100:.1f}% (ledger #{d['ledger_seq']})")
+                     + (f"stock's own band [{_pct(d['band'][0])}, {_pct(d['band'][1])}] " if d.get("band") else "")
+                     + f"(ledger #{d['ledger_seq']})")
     return lines

@@ -22,8 +22,9 @@ branch or tree behind.
 
 CLOSE: the final stack against stock (each in its own tree) and the rollback
 drill: the kept commits reverted in ``trees/rollback``, checked to give
-stock's exact tree, and measured against stock (paired); it passes when the
-interval reaches within the noise floor of x1.
+stock's exact tree, and measured against stock (paired); it passes when its
+interval meets stock's own A/A band (at least the noise floor and min_gain
+either side of x1).
 """
 
 from __future__ import annotations
@@ -317,15 +318,21 @@ def _rollback_drill(c: Any, st: SessionState, ws: Workspace, stock_tree: Path) -
                 seed_base=_seed_base(c.spec.seed, 95_000), refs=c.refs, quality_sets=("heldout",),
                 progress=c.progress, labels=("stock", "rolled-back"))})
     d = (res.get("protocol") or {}).get("decision") or {}
+    # "within the noise floor": the rolled-back vs stock interval must meet the band stock measured
+    # against itself (the A/A interval), widened to at least the floor and min_gain either side of x1
     tol = max(noise_floor_gain(st), c.spec.protocol.min_gain)
+    nf = st.noise_floor or {}
+    band = [min(float(nf.get("ci_low") or 1.0), 1 - tol), max(float(nf.get("ci_high") or 1.0), 1 + tol)]
     lo, hi = d.get("ci_low"), d.get("ci_high")
-    within = lo is not None and hi is not None and lo <= 1 + tol and hi >= 1 - tol
+    within = lo is not None and hi is not None and lo <= band[1] and hi >= band[0]
     passed = bool(identical and res.get("verdict") not in (None, "failed") and within)
     why = ("the reverted tree is stock's and its objective is back within the noise floor" if passed else
            err or ("the reverted tree differs from stock's" if not identical else
-                   res.get("error") or f"the interval [{lo}, {hi}] does not reach within {tol:.3f} of x1"))
+                   res.get("error") or ("the measurement has no interval" if lo is None or hi is None else
+                                         f"the interval [{lo:.3f}, {hi:.3f}] misses stock's own band "
+                                         f"[{band[0]:.3f}, {band[1]:.3f}]")))
     out = {"passed": passed, "why": why, "reverted": shas, "rollback_commit": rb, "tree_identical": identical,
-           "ratio": d.get("ratio"), "ci_low": lo, "ci_high": hi, "n_pairs": d.get("n_pairs"), "tolerance": tol,
+           "ratio": d.get("ratio"), "ci_low": lo, "ci_high": hi, "n_pairs": d.get("n_pairs"), "tolerance": tol, "band": band,
            "quality_passed": (res.get("quality") or {}).get("passed"), "measurement_seq": mseq,
            "seconds": time.perf_counter() - t0}
     seq = c.ledger.append(ROLLBACK, out, key=key)
