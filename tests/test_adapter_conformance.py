@@ -21,9 +21,16 @@ def _transformers():
     return TransformersEngine(spec)
 
 
-@pytest.fixture(params=[_synthetic, _transformers], ids=["synthetic", "transformers"], scope="module")
-def adapter(request):
-    a = request.param()
+def _custom(tmp_dir):
+    from custom_helpers import tiny_custom_spec
+    from inferloom.workloads.custom import CustomAdapter
+
+    return CustomAdapter(tiny_custom_spec(tmp_dir))
+
+
+@pytest.fixture(params=[_synthetic, _transformers, _custom], ids=["synthetic", "transformers", "custom"], scope="module")
+def adapter(request, tmp_path_factory):
+    a = request.param(tmp_path_factory.mktemp("custom")) if request.param is _custom else request.param()
     yield a
     a.close()
 
@@ -62,6 +69,16 @@ class TestConformance:
         assert all(len(p) == 5 for p in adapter.prompts(3, 2, 5))
 
     def test_quality_probes(self, adapter):
+        if callable(getattr(adapter, "gate_quality", None)):
+            # a custom workload answers quality with its own gate, fail-closed, over the timed runs
+            h = adapter.prepare(resolve_config(adapter.knob_space(), {}))
+            try:
+                q = adapter.gate_quality([adapter.run(h, 3), adapter.run(h, 4)])
+                assert q["evaluated"] and q["passed"] is True and q["rule"] is None
+                assert adapter.gate_quality([])["passed"] is False  # no gate seen: rejected
+            finally:
+                adapter.release(h)
+            return
         h = adapter.prepare(resolve_config(adapter.knob_space(), {}))
         try:
             prompts = adapter.prompts(11, 2, 6)

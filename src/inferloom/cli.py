@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--html", action="store_true", help="also write a self-contained HTML page (charts inline)")
     rep.add_argument("--out", metavar="FILE", help="where --html writes the page (default DIR/report.html)")
 
+    ex = sub.add_parser("export", help="write a session's kept changes (patch series + final configuration) for review")
+    ex.add_argument("dir", help="session directory")
+    ex.add_argument("--out", metavar="DIR", help="where to write (default DIR/export; must be absent or empty)")
+
     kb = sub.add_parser("kb", help="the recipe knowledge base: lookup, list, show, export, import")
     kb.add_argument("--kb", metavar="URL", help="SQL URL or SQLite path (default $INFERLOOM_KB or ~/.cache/inferloom/kb.sqlite)")
     kbs = kb.add_subparsers(dest="kb_command", required=True)
@@ -213,6 +217,15 @@ def _cmd_report(args: argparse.Namespace, console: Any, err: Any) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace, console: Any, err: Any) -> int:
+    from inferloom.patches.export import export_session
+
+    res = export_session(args.dir, args.out)
+    console.print(f"exported to {res['out']}: {len(res['series'])} patch(es), final_config.json, README.md "
+                  "(for review: inferloom never promotes anything)", highlight=False, markup=False)
+    return 0
+
+
 def _cmd_kb(args: argparse.Namespace, console: Any, err: Any) -> int:
     import json
 
@@ -269,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from inferloom.spec import SpecError
     from inferloom.kb import KBError
+    from inferloom.patches.export import ExportError
     from inferloom.session.manifest import ManifestError
     from inferloom.session.runner import SessionExists
     from inferloom.session.state import StateError
@@ -279,10 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     err = Console(stderr=True)
     args = build_parser().parse_args(argv)
     handler = {"bench": _cmd_bench, "knobs": _cmd_knobs, "validate": _cmd_validate, "optimize": _cmd_optimize,
-               "resume": _cmd_resume, "report": _cmd_report, "kb": _cmd_kb}[args.command]
+               "resume": _cmd_resume, "report": _cmd_report, "kb": _cmd_kb, "export": _cmd_export}[args.command]
     try:
         return handler(args, console, err)
-    except (SpecError, UsageError, ConfigError, SessionExists, StateError, ManifestError, KBError) as exc:
+    except (SpecError, UsageError, ConfigError, SessionExists, StateError, ManifestError, KBError, ExportError) as exc:
         print(f"inferloom {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except AdapterError as exc:

@@ -57,8 +57,10 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
         n = res["noise"]
         s.add_row("noise floor", ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in n.items()))
     q = res.get("quality", {})
-    if q.get("evaluated"):
-        for qs in q["sets"]:
+    if q.get("evaluated") and q.get("kind") == "quality_gate":  # a custom workload's own gate
+        s.add_row("quality gate", "PASS" if q["passed"] else f"FAIL: {'; '.join(q.get('failed') or [])}")
+    elif q.get("evaluated"):
+        for qs in q.get("sets", []):
             v = qs["values"]
             s.add_row(
                 f"quality ({qs['set_name']})",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 __all__ = [
     "SpecError",
@@ -21,6 +21,9 @@ __all__ = [
     "QualitySpec",
     "ProtocolSpec",
     "WorkloadSpec",
+    "CustomKnob",
+    "CustomSpec",
+    "PatchPolicySpec",
     "load_spec",
     "spec_hash",
 ]
@@ -100,9 +103,88 @@ class KernelSpec(_Strict):
     min_speedup: float = Field(1.05, ge=1.0, description="microbenchmark speed-up a kernel must reach over the op it replaces")
 
 
+class CustomKnob(_Strict):
+    """One setting the user's code reads: an environment variable or an argument."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+    kind: Literal["choice", "int", "bool"] = "choice"
+    default: Any = Field(description="the stock value")
+    choices: list[Any] | None = None
+    low: int | None = None
+    high: int | None = None
+    env: str | None = Field(None, description="passed as this environment variable")
+    arg: str | None = Field(None, description="passed as this argument (e.g. --block VALUE)")
+    description: str = "a setting the workload reads"
+    changes_numerics: bool = False
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        if v is not None and (not v.replace("_", "a").isalnum() or v.startswith("INFERLOOM_")):
+            raise ValueError("expected an environment variable name (letters, digits, _), not INFERLOOM_*")
+        return v
+
+
+class PatchPolicySpec(_Strict):
+    """What a source patch may touch (docs/custom.md). Paths are relative to the checkout."""
+
+    dir: str | None = Field(None, description="a directory of .patch / .diff files (the candidates)")
+    allowlist: list[str] = Field(default_factory=list, description="glob patterns of paths a patch may touch")
+    quality_gate: list[str] = Field(default_factory=list, description="files of the quality gate (never editable)")
+    benchmark_inputs: list[str] = Field(default_factory=list, description="benchmark input files (never editable)")
+    forbidden_patterns: list[str] = Field(default_factory=list, description="regexes no added line may match")
+    max_bytes: int = Field(256 * 1024, ge=1)
+    max_files: int = Field(20, ge=1)
+    max_changed_lines: int = Field(2000, ge=1)
+
+    @field_validator("dir")
+    @classmethod
+    def _dir(cls, v: str | None) -> str | None:
+        if v is not None:
+            p = Path(v).expanduser()
+            if not p.is_dir():
+                raise ValueError(f"{v} is not a directory; expected a directory of .patch / .diff files")
+            return str(p.resolve())
+        return v
+
+    @field_validator("forbidden_patterns")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        import re
+
+        for pat in v:
+            try:
+                re.compile(pat)
+            except re.error as exc:
+                raise ValueError(f"pattern {pat!r} is not a valid regular expression ({exc})") from None
+        return v
+
+
+class CustomSpec(_Strict):
+    """A user-supplied workload (``framework: custom``): a git checkout and an
+    entrypoint that writes one JSON result per run (docs/custom.md)."""
+
+    repo: str = Field(description="a git checkout of the user's code (never modified)")
+    entrypoint: list[str] = Field(min_length=1, description="the command, run in a copy of the checkout")
+    entrypoint_files: list[str] = Field(default_factory=list, description="files of the entrypoint (never editable)")
+    objective: str = Field("objective", description="the objective's name, for the report")
+    higher_is_better: bool = True
+    timeout_s: float = Field(120.0, gt=0)
+    knobs: list[CustomKnob] = Field(default_factory=list)
+    patches: PatchPolicySpec = PatchPolicySpec()
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        p = Path(v).expanduser()
+        if not (p / ".git").exists():
+            raise ValueError(f"{v} is not a git checkout (no .git); expected the path of a git working tree")
+        return str(p.resolve())
+
+
 class WorkloadSpec(_Strict):
     model: str = Field("llama-tiny", description="synthetic preset name or local HF model directory")
-    framework: Literal["transformers", "synthetic"] = "transformers"
+    framework: Literal["transformers", "synthetic", "custom"] = "transformers"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     seed: int = 0
@@ -112,6 +194,15 @@ class WorkloadSpec(_Strict):
     protocol: ProtocolSpec = ProtocolSpec()
     kernels: KernelSpec = KernelSpec()
     pinned: dict[str, Any] = Field(default_factory=dict)
+    custom: CustomSpec | None = Field(None, description="framework: custom only (docs/custom.md)")
+
+    @model_validator(mode="after")
+    def _custom(self) -> "WorkloadSpec":
+        if self.framework == "custom" and self.custom is None:
+            raise ValueError("framework 'custom' needs a 'custom' section (repo, entrypoint, knobs)")
+        if self.framework != "custom" and self.custom is not None:
+            raise ValueError(f"a 'custom' section needs framework: custom, got framework: {self.framework}")
+        return self
 
     @field_validator("model")
     @classmethod
@@ -130,6 +221,8 @@ class WorkloadSpec(_Strict):
         return str(p.resolve())
 
     def resolved_device(self) -> str:
+        if self.framework == "custom" and self.device == "auto":
+            return "cpu"
         if self.device != "auto":
             return self.device
         import torch

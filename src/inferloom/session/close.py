@@ -23,7 +23,12 @@ BREAKDOWN_SCHEMA_VERSION = 1
 
 
 def close_step(c: Any, st: SessionState) -> None:
-    if st.stack != st.stock_config:
+    custom = getattr(c.spec, "framework", None) == "custom"
+    if custom:
+        from inferloom.patches.session import custom_close
+
+        custom_close(c, st)  # final comparison in the stock and stack trees, then the rollback drill
+    if st.stack != st.stock_config and not custom:
         key = _key("final_compare", st.session_id, sorted(st.stack.items()))
         refs = stock_references(c.adapter, c.spec, st.stock_config, ("heldout",), c.refs, c.progress)
         c.progress("CLOSE: final stack against stock (paired, quality on the held-out set)")
@@ -32,7 +37,7 @@ def close_step(c: Any, st: SessionState) -> None:
                 c.adapter, c.spec, st.stock_config, st.stack, settings=c.settings,
                 seed_base=_seed_base(c.spec.seed, 90_000), refs=refs, quality_sets=("heldout",), progress=c.progress,
                 labels=("stock", "final"))})
-    if st.stack != st.stock_config and "roofline_final" not in st.extra:
+    if st.stack != st.stock_config and "roofline_final" not in st.extra and not custom:
         _final_roofline(c, st)
     st.stop_reason = st.stop_reason or "converged"
     elapsed = st.used.elapsed_s + max(0.0, c.clock() - c._tick_t)
@@ -160,6 +165,9 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
                               "replayed": [v["seq"] for v in verdicts if v.get("agent") == "kb-replay"]}
     out["phases"] = [{"from": e.get("from"), "to": e.get("to"), "why": e.get("why") or e.get("reason"),
                       "ledger_seq": e["seq"]} for e in entries if e["kind"] == L.PHASE]
+    from inferloom.patches.report import patch_breakdown
+
+    out.update(patch_breakdown(entries))  # source patches and the rollback drill (custom workloads)
     return out
 
 
@@ -232,6 +240,9 @@ def render_report(b: dict[str, Any]) -> str:
         lines += ["", f"## Profile of one stock run (ledger #{pr['ledger_seq']})", "", "| category | share | seconds |", "| --- | --- | --- |"]
         for name, cat in sorted(pr["categories"].items(), key=lambda kv: -kv[1].get("share", 0)):
             lines.append(f"| {cat.get('label', name)} | {cat.get('share', 0) * 100:.1f}% | {cat.get('seconds', 0):.3f} |")
+    from inferloom.patches.report import patch_report_lines
+
+    lines += patch_report_lines(b)
     t = b.get("time_s", {})
     lines += ["", "## Where the time went", ""]
     for k in ("total", "benchmark_runs", "compilation", "warmup_excluding_compilation", "quality_probes", "harness"):

@@ -42,7 +42,7 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
                      refs: References, progress: Progress, handle: Any = None) -> References:
     """Capture the missing references with ``handle`` (a prepared stock) or a fresh stock handle."""
     missing = [n for n in names if n not in refs.sets]
-    if not missing:
+    if not missing or callable(getattr(adapter, "gate_quality", None)):  # the workload's own gate judges quality
         return refs
     progress(f"quality: capturing stock's reference outputs ({', '.join(missing)})")
     sets = Q.quality_prompt_sets(spec, adapter)
@@ -89,8 +89,10 @@ def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int,
         if on_pair:
             on_pair(pair, decision)
 
+    # an adapter with its own objective (a custom workload) supplies the metric
+    metric = getattr(adapter, "objective_metric", None) or output_tokens_per_s
     return proto.run_paired(lambda s: adapter.run(h_a, s), lambda s: adapter.run(h_b, s), settings,
-                            seed_base=seed_base, on_pair=_on_pair, stop_early=stop_early)
+                            seed_base=seed_base, on_pair=_on_pair, stop_early=stop_early, metric=metric)
 
 
 def compare(
@@ -145,7 +147,13 @@ def compare(
         timings["warmup_s"] = sum(w["wall_s"] for w in timings["warmup_base"] + timings["warmup_candidate"])
         out["timings"] = timings
         q: dict[str, Any] = {"evaluated": False}
-        if quality_sets and refs is not None and pres.verdict != "failed":
+        gate = getattr(adapter, "gate_quality", None)
+        if callable(gate) and quality_sets and pres.verdict != "failed":
+            # a custom workload's own quality gate, fail-closed, over the candidate's timed runs
+            q = gate([p.b for p in pres.pairs])
+            if not q["passed"]:
+                progress(f"quality gate: {labels[1]} rejected: {'; '.join(q['failed'])}")
+        elif quality_sets and refs is not None and pres.verdict != "failed":
             tq = time.perf_counter()
             if stock_is_base:
                 stock_references(adapter, spec, base_cfg, quality_sets, refs, progress, handle=handles[0])

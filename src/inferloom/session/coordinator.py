@@ -83,6 +83,10 @@ class Coordinator:
             self.ledger.append(L.ERROR, {"what": "recovered a torn last ledger line after a crash",
                                          "dropped_bytes": len(getattr(self.ledger, "torn_bytes", b"") or b"")})
         self._tick_t = self.clock()
+        if getattr(spec, "framework", None) == "custom":
+            from inferloom.patches.session import bind_session
+
+            bind_session(self)  # the workspace and the stock / stack source trees (issue 6)
 
     # ---------------------------------------------------------------- helpers
     def _save(self, st: SessionState) -> None:
@@ -210,6 +214,11 @@ class Coordinator:
     def _step_framework(self, st: SessionState) -> None:
         from inferloom.session.framework import framework_step
 
+        if getattr(self.spec, "framework", None) == "custom":
+            from inferloom.patches.session import patch_framework_step
+
+            patch_framework_step(self, st)  # source patches first, then the configuration search
+            return
         framework_step(self, st)
 
     # ---------------------------------------------------------------- KERNEL

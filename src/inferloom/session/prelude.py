@@ -125,6 +125,9 @@ def profile_step(c: Any, st: SessionState) -> None:
     if c.spec.framework == "synthetic":
         st.extra["profile"] = {"skipped": "the synthetic adapter runs no operators"}
         return
+    if c.spec.framework == "custom":
+        st.extra["profile"] = {"skipped": "a custom workload is the user's own process: no operator profile"}
+        return
     from inferloom.measure.profile import profile_run
 
     c.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")

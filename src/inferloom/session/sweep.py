@@ -28,8 +28,9 @@ def sweep_step(c: Any, st: SessionState) -> None:
     kept_now = any(t["kept"] and t["cycle"] == st.cycle for t in st.trials)
     done = st.extra.setdefault("sweep", {}).setdefault(str(st.cycle), [])
     out_of_time = c.time_left_s(st) <= 0
-    if not c.do_sweep or not kept_now or out_of_time:
-        reason = ("sweep disabled" if not c.do_sweep else f"nothing was kept in cycle {st.cycle}" if not kept_now
+    custom = getattr(c.spec, "framework", None) == "custom"
+    if not c.do_sweep or not kept_now or out_of_time or custom:
+        reason = ("a custom workload has no traffic grid" if custom else "sweep disabled" if not c.do_sweep else f"nothing was kept in cycle {st.cycle}" if not kept_now
                   else "the wall-clock budget is used up")
         c.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "SWEEP", "cycle": st.cycle, "reason": reason},
                         key=_key("sweep-skip", st.session_id, st.cycle))

@@ -11,6 +11,8 @@ ADAPTERS: dict[str, str] = {
     "transformers": "inferloom.workloads.transformers_engine:TransformersEngine",
     # deterministic fake with known true effects: tests and demos of the coordinator
     "synthetic": "inferloom.workloads.fake:from_spec",
+    # the user's own code and entrypoint, with its own quality gate (docs/custom.md)
+    "custom": "inferloom.workloads.custom:CustomAdapter",
 }
 
 

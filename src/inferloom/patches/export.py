@@ -1,0 +1,88 @@
+"""``inferloom export SESSION_DIR``: the review bundle. inferloom never
+promotes anything itself; a person reviews and applies this.
+
+Writes into OUT (default ``SESSION_DIR/export``, must be absent or empty):
+
+* ``patches/0001-....patch``: the kept commits as a patch series (``git
+  format-patch`` from stock to the final stack; ``git am`` applies it), with
+  the ``inferloom KEEP ...`` messages and their measured gains;
+* ``final_config.json``: stock and final configuration, the knob changes,
+  the pinned settings, the source commits and branch, the headline comparison
+  and the rollback drill, each citing its ledger entry;
+* ``README.md``: what it is and how to review it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ExportError", "export_session"]
+
+
+class ExportError(ValueError):
+    """The session can't be exported (what, why, what to do)."""
+
+
+def export_session(session_dir: str | Path, out: str | Path | None = None) -> dict[str, Any]:
+    from inferloom.session import ledger as L
+    from inferloom.session.close import breakdown_from_ledger
+    from inferloom.session.state import load_state
+
+    d = Path(session_dir)
+    st = load_state(d)
+    out_dir = Path(out) if out else d / "export"
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ExportError(f"{out_dir} is not empty; choose another --out (an export never overwrites)")
+    b = breakdown_from_ledger(L.read_entries(d))
+    src = st.extra.get("source")
+    series: list[str] = []
+    if src and src.get("kept"):
+        pdir = out_dir / "patches"
+        try:
+            from inferloom.patches.worktree import Workspace
+
+            ws = Workspace(d / "workspace", src.get("repo") or "", date=src["date"])
+            files = ws.format_patches(src["stock"], src["stack"], pdir)
+        except Exception:  # noqa: BLE001 - no clone left: the patch texts from the ledger
+            ledger = L.Ledger(d)
+            try:
+                pdir.mkdir(parents=True, exist_ok=True)
+                files = []
+                for i, k in enumerate(src["kept"], 1):
+                    prop = ledger.find(k["proposal_key"]) or {}
+                    f = pdir / f"{i:04d}-{k['id']}.patch"
+                    f.write_text(f"Subject: {k['message']}\n\n" + (prop.get("text") or ""))
+                    files.append(f)
+            finally:
+                ledger.close()
+        series = [str(Path(f).relative_to(out_dir)) for f in files]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    changes = {k: v for k, v in st.stack.items() if st.stock_config.get(k) != v}
+    doc = {"session_id": st.session_id, "phase": st.phase.value, "stop_reason": st.stop_reason,
+           "stock_config": st.stock_config, "final_config": st.stack, "changes": changes, "pinned": st.pinned,
+           "source": None if not src else {"stock_commit": src["stock"], "final_commit": src["stack"],
+                                           "branch": src["branch"], "kept": src["kept"], "series": series},
+           "final": b.get("final"), "rollback_drill": b.get("rollback_drill"),
+           "review": "proposed change only: inferloom never promotes anything; review the series, rerun your own "
+                     "acceptance tests, then merge through your normal release process"}
+    (out_dir / "final_config.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    f = b.get("final") or {}
+    head = (f"x{f['ratio']:.3f} [{f['ci_low']:.3f}, {f['ci_high']:.3f}] vs stock (ledger #{f['ledger_seq']})"
+            if f.get("ledger_seq") else "nothing was kept")
+    lines = [f"# inferloom session {st.session_id}: proposed changes", "",
+             f"Final stack: {head}.", "", "Configuration changes: "
+             + (", ".join(f"`{k}={v}`" for k, v in changes.items()) or "none") + "."]
+    if src:
+        lines += ["", f"Source: {len(src['kept'])} kept commit(s) on branch `{src['branch']}` of the checkout, "
+                  f"from stock `{src['stock'][:12]}` to `{src['stack'][:12]}`.", ""]
+        lines += [f"- `{s}`" for s in series] or ["- no source change was kept"]
+        rd = b.get("rollback_drill")
+        if rd:
+            lines += ["", f"Rollback drill: {'passed' if rd.get('passed') else 'FAILED'}: {rd.get('why')}."]
+        lines += ["", "To review and apply (from the stock commit):", "",
+                  "```sh", f"git switch -c review-{st.session_id} {src['stock'][:12]}", "git am patches/*.patch", "```"]
+    lines += ["", "inferloom never promotes anything: this is a proposal for a person to review."]
+    (out_dir / "README.md").write_text("\n".join(lines) + "\n")
+    return {"out": str(out_dir), "series": series, "changes": changes}

@@ -1,0 +1,131 @@
+"""Where patch candidates come from: the :class:`PatchSource` Protocol and
+the directory source (``custom.patches.dir``). A Specialist agent fits the
+same Protocol later; either way every candidate goes through the same gates.
+
+A candidate is one ``.patch`` / ``.diff`` file. Its metadata (all optional):
+
+* a header before the first file section: ``Title: ...``, ``Hypothesis:
+  ...`` (may continue on indented lines), ``Expected-Gain: +30%`` (or
+  ``0.3``); ``Subject: [PATCH] ...`` (git format-patch) is read as the title;
+* or a sidecar with the same stem, ``NAME.json`` / ``NAME.yaml``, with keys
+  ``title``, ``hypothesis``, ``expected_gain`` (the sidecar wins).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+__all__ = ["PatchCandidate", "PatchSource", "DirectoryPatchSource", "read_metadata"]
+
+
+@dataclass
+class PatchCandidate:
+    id: str
+    data: bytes
+    title: str
+    hypothesis: str
+    expected_gain: float | None
+    origin: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def summary(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "hypothesis": self.hypothesis,
+                "expected_gain": self.expected_gain, "origin": self.origin, "sha256": self.sha256,
+                "bytes": len(self.data)}
+
+
+@runtime_checkable
+class PatchSource(Protocol):
+    """``next_patch(state)`` returns the next candidate not yet in
+    ``state["patches_seen"]`` (ids), or None when it has nothing more."""
+
+    name: str
+
+    def next_patch(self, state: Mapping[str, Any]) -> PatchCandidate | None: ...
+
+
+def _gain(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    m = re.match(r"^\s*([+-]?\d+(?:\.\d+)?)\s*(%?)\s*$", str(v))
+    if not m:
+        return None
+    return float(m.group(1)) / (100.0 if m.group(2) else 1.0)
+
+
+def read_metadata(data: bytes, sidecar: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Title, hypothesis and expected gain from the header (or the sidecar)."""
+    text = data.decode("utf-8", errors="replace")
+    head: list[str] = []
+    for line in text.split("\n"):
+        if line.startswith(("diff --git ", "--- ", "Index: ")):
+            break
+        head.append(line)
+    meta: dict[str, Any] = {}
+    key = None
+    for line in head:
+        m = re.match(r"^(Title|Subject|Hypothesis|Expected-Gain):\s*(.*)$", line, re.IGNORECASE)
+        if m:
+            key = m.group(1).lower()
+            val = m.group(2).strip()
+            if key == "subject":
+                key, val = "title", re.sub(r"^\[PATCH[^\]]*\]\s*", "", val)
+            meta[key] = val
+        elif key and line[:1] in (" ", "\t") and line.strip():
+            meta[key] = (meta[key] + " " + line.strip()).strip()
+        else:
+            key = None
+    for k, v in (sidecar or {}).items():
+        meta[str(k).lower().replace("_", "-")] = v
+    return {"title": str(meta.get("title") or "").strip(), "hypothesis": str(meta.get("hypothesis") or "").strip(),
+            "expected_gain": _gain(meta.get("expected-gain"))}
+
+
+class DirectoryPatchSource:
+    """The ``.patch`` / ``.diff`` files of a directory, in name order."""
+
+    name = "patch-dir"
+
+    def __init__(self, directory: str | Path) -> None:
+        self.dir = Path(directory)
+
+    def files(self) -> list[Path]:
+        if not self.dir.is_dir():
+            return []
+        return sorted(p for p in self.dir.iterdir() if p.suffix in (".patch", ".diff") and not p.is_dir())
+
+    def load(self, path: Path) -> PatchCandidate:
+        data = path.read_bytes()
+        sidecar: dict[str, Any] | None = None
+        for ext in (".json", ".yaml", ".yml"):
+            side = path.with_suffix(ext)
+            if side.is_file():
+                raw = side.read_text()
+                if ext == ".json":
+                    sidecar = json.loads(raw)
+                else:
+                    import yaml
+
+                    sidecar = yaml.safe_load(raw)
+                sidecar = sidecar if isinstance(sidecar, dict) else None
+                break
+        meta = read_metadata(data, sidecar)
+        return PatchCandidate(id=path.stem, data=data, title=meta["title"] or path.stem,
+                              hypothesis=meta["hypothesis"], expected_gain=meta["expected_gain"], origin=str(path))
+
+    def next_patch(self, state: Mapping[str, Any]) -> PatchCandidate | None:
+        seen = set(state.get("patches_seen") or [])
+        for p in self.files():
+            if p.stem not in seen:
+                return self.load(p)
+        return None

@@ -1,0 +1,283 @@
+"""End to end: an optimize session on the custom kNN workload of
+examples/custom, in a git repository this test creates, with the example
+patches as candidates (a real speed-up, a correctness breaker, and five that
+policy, parsing or the critic must refuse)."""
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from custom_helpers import ROOT, checksums, git, load_make_demo
+from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
+from inferloom.session import ledger as L
+from inferloom.session.runner import start
+from inferloom.session.state import Phase, load_state
+from inferloom.spec import load_spec
+
+EXPECTED_REFUSALS = {"03-path-traversal": "path_traversal", "04-symlink": "symlink_created",
+                     "05-loosen-gate": "touches_quality_gate", "06-binary-cache": "binary_content",
+                     "07-malformed": "malformed_diff", "08-outside-hypothesis": "diff_outside_hypothesis"}
+
+
+def _agents():
+    return {"orchestrator": RuleOrchestrator(seed=0), "critic_factory": RuleCritic, "robustness": RuleRobustness()}
+
+
+def _refs(repo):
+    return dict(line.split(" ", 1)[::-1] for line in git("for-each-ref", "--format=%(objectname) %(refname)",
+                                                          cwd=repo).splitlines())
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    root = tmp_path_factory.mktemp("custom-e2e")
+    spec_path = load_make_demo().make_demo(root / "demo", points=150, repeats=1, min_pairs=5, max_pairs=7)
+    spec = load_spec(spec_path)
+    repo = root / "demo" / "checkout"
+    git_dir = repo / ".git"
+    before = {"files": checksums(root, skip=(git_dir,)), "examples": checksums(ROOT / "examples"),
+              "head": git("rev-parse", "HEAD", cwd=repo).strip(), "refs": _refs(repo),
+              "symbolic_head": (git_dir / "HEAD").read_text(), "index": (git_dir / "index").read_bytes()}
+    d = root / "session"
+    lines = []
+    st = start(d, spec, budget_minutes=10, max_trials=5, agents=_agents(), kb_url=None, sweep=False,
+               progress=lines.append)
+    return {"root": root, "repo": repo, "dir": d, "st": st, "before": before, "spec": spec, "progress": lines,
+            "entries": L.read_entries(d), "report": (d / "report.md").read_text(),
+            "breakdown": json.loads((d / "session_breakdown.json").read_text())}
+
+
+def _patch_entries(s):
+    return {e["id"]: e for e in s["entries"] if e["kind"] == "patch"}
+
+
+def test_session_closes(session):
+    st = session["st"]
+    assert st.phase == Phase.DONE and st.pending_action is None
+    assert any("gates: parse, policy, critic, apply" in m for m in session["progress"])
+
+
+def test_real_speedup_is_kept_and_committed_on_the_session_branch(session):
+    st, repo = session["st"], session["repo"]
+    src = st.extra["source"]
+    assert [k["id"] for k in src["kept"]] == ["01-vectorize-distances"]
+    sha = src["kept"][0]["sha"]
+    assert src["stack"] == sha and src["kept"][0]["parent"] == src["stock"] == session["before"]["head"]
+    # the session branch lives in the user's checkout and points at the kept commit
+    assert git("rev-parse", f"refs/heads/{src['branch']}", cwd=repo).strip() == sha
+    msg = git("log", "-1", "--format=%s", sha, cwd=repo).strip()
+    assert re.fullmatch(r"inferloom KEEP 01-vectorize-distances: vectorize pairwise_dist with the Gram-matrix "
+                        r"identity \(\+\d+\.\d% \[\+\d+\.\d, \+\d+\.\d\]\)", msg), msg
+    assert git("show", "--name-only", "--format=", sha, cwd=repo).split() == ["kernel.py"]
+    e = _patch_entries(session)["01-vectorize-distances"]
+    assert e["kept"] and e["commit"] == sha and e["ci_low"] > 1.3  # a real, large speed-up
+    trial = next(t for t in st.trials if t["changes"] == {"patch": "01-vectorize-distances"})
+    assert trial["kept"] and trial["quality_passed"] is True and "@tree" not in trial["config"]
+    assert "@tree" not in st.stack
+
+
+def test_correctness_breaking_patch_is_rejected_by_the_quality_gate(session):
+    e = _patch_entries(session)["02-approximate-search"]
+    assert not e["kept"] and e["gate"] == "measure" and e["rule"] == "quality_gate_failed"
+    assert "commit" not in e or e["commit"] is None
+    meas = next(x for x in session["entries"] if x["seq"] == e["measurement_seq"])
+    assert meas["quality"]["passed"] is False and meas["quality"]["rule"] == "quality_gate_failed"
+    assert "mismatched_rows" in json.dumps(meas["quality"]["example"])  # the values the gate checked
+    assert "`02-approximate-search`" in session["report"] and "**quality_gate_failed**" in session["report"]
+
+
+def test_forbidden_and_broken_patches_are_refused_each_with_its_rule(session):
+    pe = _patch_entries(session)
+    got = {pid: pe[pid]["rule"] for pid in EXPECTED_REFUSALS}
+    assert got == EXPECTED_REFUSALS
+    refusals = {e["rule"]: e for e in session["entries"] if e["kind"] == L.REFUSAL}
+    for pid, rule in EXPECTED_REFUSALS.items():
+        assert rule in refusals and pid in refusals[rule]["why"]
+        assert f"**{rule}**" in session["report"]
+    # refused patches were never measured
+    measured = {e.get("changes", {}).get("patch") for e in session["entries"] if e["kind"] == L.MEASUREMENT}
+    assert not measured & set(EXPECTED_REFUSALS)
+
+
+def test_nothing_outside_the_session_changed_and_the_users_branch_is_untouched(session):
+    b, repo, root = session["before"], session["repo"], session["root"]
+    assert checksums(root, skip=(repo / ".git", session["dir"])) == b["files"]
+    assert checksums(ROOT / "examples") == b["examples"]
+    assert not (root / "demo" / "outside.txt").exists() and not (root / "outside.txt").exists()
+    assert git("rev-parse", "HEAD", cwd=repo).strip() == b["head"]
+    assert (repo / ".git" / "HEAD").read_text() == b["symbolic_head"]
+    assert (repo / ".git" / "index").read_bytes() == b["index"]
+    assert git("status", "--porcelain", "--untracked-files=all", cwd=repo) == ""
+    refs = _refs(repo)
+    added = {r for r in refs if r not in b["refs"]}
+    assert added == {f"refs/heads/{session['st'].extra['source']['branch']}"}
+    assert all(refs[r] == sha for r, sha in b["refs"].items())
+
+
+def test_rejected_patches_leave_nothing_behind(session):
+    ws = session["dir"] / "workspace"
+    assert not (ws / "trees" / "candidate").exists() and not (ws / "trees" / "rollback").exists()
+    subjects = git("log", "--all", "--format=%s", cwd=ws / "repo.git").splitlines()
+    assert len(subjects) == 2 and subjects[0].startswith("inferloom KEEP 01-vectorize-distances")
+    worktrees = git("worktree", "list", "--porcelain", cwd=ws / "repo.git")
+    assert "candidate" not in worktrees and "rollback" not in worktrees
+
+
+def test_rollback_drill_passes(session):
+    st, b = session["st"], session["breakdown"]
+    assert st.extra["rollback_drill"]["passed"] is True
+    rd = b["rollback_drill"]
+    assert rd["passed"] and rd["tree_identical"] and rd["reverted"] == [st.extra["source"]["stack"]]
+    lo_band, hi_band = rd["band"]
+    assert lo_band <= 1 - rd["tolerance"] and hi_band >= 1 + rd["tolerance"]
+    assert rd["ci_low"] <= hi_band and rd["ci_high"] >= lo_band
+    assert "Rollback drill: **passed**" in session["report"]
+    # the headline compares the final stack's tree with stock's tree
+    final = next(e for e in session["entries"] if e["kind"] == L.MEASUREMENT and e.get("action") == "final_compare")
+    assert final["stack_commit"] == st.extra["source"]["stack"] and final["quality"]["passed"] is True
+    assert b["final"]["ratio"] > 1.3
+
+
+def test_export_writes_a_reviewable_series(session, tmp_path):
+    from inferloom.cli import main
+
+    out = tmp_path / "export"
+    assert main(["export", str(session["dir"]), "--out", str(out)]) == 0
+    doc = json.loads((out / "final_config.json").read_text())
+    src = session["st"].extra["source"]
+    assert doc["source"]["final_commit"] == src["stack"] and len(doc["source"]["series"]) == 1
+    assert "never promotes" in doc["review"] and "never promotes" in (out / "README.md").read_text()
+    # the series applies on stock and gives exactly the final tree
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(session["repo"]), str(clone)], check=True)
+    git("checkout", "--quiet", src["stock"], cwd=clone)
+    git("am", "--quiet", *sorted(str(p) for p in (out / "patches").glob("*.patch")), cwd=clone)
+    assert git("rev-parse", "HEAD^{tree}", cwd=clone) == git("rev-parse", f"{src['stack']}^{{tree}}", cwd=clone)
+    assert main(["export", str(session["dir"]), "--out", str(out)]) == 2  # never overwrites
+
+
+def test_workspace_is_rebuilt_from_state_and_ledger(session):
+    """Resume must not depend on the workspace: state.json + ledger rebuild the same commits."""
+    from inferloom.session.coordinator import Coordinator
+
+    d = session["dir"]
+    shutil.rmtree(d / "workspace")
+    spec = session["spec"]
+    from inferloom.workloads.custom import CustomAdapter
+
+    adapter = CustomAdapter(spec)
+    c = Coordinator(d, spec, adapter, kb_url=None, **_agents())
+    try:
+        ws = d / "workspace"
+        sha = load_state(d).extra["source"]["stack"]
+        assert git("rev-parse", "HEAD", cwd=ws / "trees" / "stack").strip() == sha
+        assert adapter.default_tree == ws / "trees" / "stack"
+    finally:
+        c.close()
+        adapter.close()
+
+
+def test_a_gateless_result_rejects_every_candidate(tmp_path):
+    demo = load_make_demo()
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    shutil.copy(ROOT / "examples" / "custom" / "patches" / "01-vectorize-distances.patch", patches)
+    # passes parse, policy and the critic, but its context is not in kernel.py: refused at apply, never measured
+    (patches / "00-stale.patch").write_text("Hypothesis: kernel.py has a line it no longer has\n\n"
+                                            "--- a/kernel.py\n+++ b/kernel.py\n@@ -1 +1 @@\n-no such line\n+x\n")
+    spec_path = demo.make_demo(tmp_path / "demo", points=150, repeats=1, patches_dir=patches, min_pairs=5, max_pairs=5)
+    repo = tmp_path / "demo" / "checkout"
+    bench = repo / "bench.py"
+    bench.write_text(bench.read_text().replace('"quality_gate": gate.check(x, d, nb, k, seed),', ""))
+    git("commit", "--quiet", "-am", "no gate", cwd=repo)
+    st = start(tmp_path / "s", load_spec(spec_path), budget_minutes=10, max_trials=2, agents=_agents(), kb_url=None,
+               sweep=False)
+    assert st.phase == Phase.DONE and len(st.trials) == 2  # the patch and one configuration
+    assert not any(t["kept"] for t in st.trials) and st.extra["source"]["kept"] == []
+    entries = L.read_entries(tmp_path / "s")
+    meas = [e for e in entries if e["kind"] == L.MEASUREMENT and e.get("action") == "try_config"]
+    assert len(meas) == 2 and all(m["quality"]["rule"] == "quality_gate_missing" for m in meas)
+    report = (tmp_path / "s" / "report.md").read_text()
+    assert "**quality_gate_missing**" in report and report.count("quality_gate_missing") >= 2
+    stale = next(e for e in entries if e["kind"] == "patch" and e["id"] == "00-stale")
+    assert stale["gate"] == "apply" and stale["rule"] == "does_not_apply" and "**does_not_apply**" in report
+    assert not (tmp_path / "s" / "workspace" / "trees" / "candidate").exists()
+    assert git("for-each-ref", "refs/heads/inferloom", cwd=repo) == ""  # nothing kept: no branch
+
+
+def _procs_in(directory):
+    """Live processes whose working directory is under ``directory``."""
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{p}/cwd")
+            state = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and (cwd == str(directory) or cwd.startswith(str(directory) + "/")):
+            out.append(int(p))
+    return out
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_rebuilds_the_same_branch(tmp_path):
+    demo = load_make_demo()
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    for name in ("01-vectorize-distances.patch", "02-approximate-search.patch", "03-path-traversal.patch"):
+        shutil.copy(ROOT / "examples" / "custom" / "patches" / name, patches)
+    spec_path = demo.make_demo(tmp_path / "demo", points=150, repeats=1, patches_dir=patches, min_pairs=5,
+                               max_pairs=5)
+    repo = tmp_path / "demo" / "checkout"
+    files_before = checksums(repo, skip=(repo / ".git",))
+    d = tmp_path / "s"
+    args = ["optimize", str(spec_path), "--budget-minutes", "10", "--max-trials", "3", "--no-kb", "--no-sweep",
+            "--out", str(d), "--quiet"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    def cli(a):
+        return subprocess.Popen([sys.executable, "-m", "inferloom.cli", *a], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+    rng = random.Random(11)
+    p = cli(args)
+    kills = 0
+    for attempt in range(4):
+        time.sleep(rng.uniform(2.5, 5.0))
+        if p.poll() is not None:
+            break
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        kills += 1
+        deadline = time.time() + 5
+        while _procs_in(d / "workspace") and time.time() < deadline:
+            time.sleep(0.1)
+        assert not _procs_in(d / "workspace")  # no entrypoint outlives inferloom
+        p = cli(["resume", str(d), "--quiet"] if (d / "state.json").exists() else args)
+    out, err = p.communicate(timeout=400)
+    assert p.returncode == 0, err
+    assert kills >= 1
+    st = load_state(d)
+    assert st.phase == Phase.DONE
+    entries = L.read_entries(d)
+    keys = [e["key"] for e in entries if "key" in e]
+    assert len(keys) == len(set(keys))
+    assert len([e for e in entries if e["kind"] == L.VERDICT]) == st.used.trials == len(st.trials)
+    outcomes = [e for e in entries if e["kind"] == "patch"]
+    assert sorted(e["id"] for e in outcomes) == ["01-vectorize-distances", "02-approximate-search", "03-path-traversal"]
+    src = st.extra["source"]
+    assert [k["id"] for k in src["kept"]] == ["01-vectorize-distances"]
+    assert git("rev-parse", f"refs/heads/{src['branch']}", cwd=repo).strip() == src["stack"]
+    assert git("log", "--format=%s", f"{src['stock']}..{src['branch']}", cwd=repo).count("inferloom KEEP") == 1
+    assert checksums(repo, skip=(repo / ".git",)) == files_before and git("status", "--porcelain", cwd=repo) == ""
+    assert st.extra["rollback_drill"]["passed"] is True
