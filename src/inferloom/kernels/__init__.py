@@ -1,0 +1,1 @@
+"""Kernel backends for the KERNEL phase (see ``catalog/`` for the Triton kernel library)."""
