@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from inferloom.kernels.catalog import tuning
-from inferloom.kernels.catalog.entry import DTYPES, CatalogEntry
+from inferloom.kernels.catalog.entry import DTYPES, CatalogEntry, randn, rng
 
 __all__ = ["decode_attention", "decode_attention_reference", "sdpa_static_baseline", "ENTRY"]
 
@@ -244,31 +244,30 @@ def make_inputs(shape: Mapping[str, int], dtype: str, device: str, seed: int):
     (default 1) fills every cache slot outside ``[start, len)`` with NaN, so a
     kernel that reads (and uses) the padding fails the check."""
     dt = DTYPES[dtype]
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = rng(device, seed)
     B, Hq, Hkv, D, S = (int(shape[k]) for k in ("batch", "q_heads", "kv_heads", "head_dim", "max_len"))
     if shape.get("ragged"):
-        lens = torch.randint(1, S + 1, (B,), generator=g)
+        lens = torch.randint(1, S + 1, (B,), generator=g, device=device)
         lens[0] = 1
         lens[-1] = S
     else:
-        lens = torch.full((B,), int(shape.get("context", S)))
+        lens = torch.full((B,), int(shape.get("context", S)), device=device)
     starts = None
     if shape.get("left_pad"):
-        starts = (torch.rand(B, generator=g) * lens).long().clamp(max=lens - 1)
+        starts = (torch.rand(B, generator=g, device=device) * lens).long().clamp(max=lens - 1)
         starts[0] = 0
-    q = torch.randn((B, 1, Hq, D), generator=g).to(dt).transpose(1, 2)  # HF's strided view
-    k = torch.randn((B, Hkv, S, D), generator=g).to(dt)
-    v = torch.randn((B, Hkv, S, D), generator=g).to(dt)
+    q = randn(g, (B, 1, Hq, D), dt).transpose(1, 2)  # HF's strided view of q_proj's output
+    k = randn(g, (B, Hkv, S, D), dt)
+    v = randn(g, (B, Hkv, S, D), dt)
     if shape.get("poison_tail", 1):
-        pos = torch.arange(S)
-        outside = (pos[None, :] >= lens[:, None])
+        pos = torch.arange(S, device=device)
+        outside = pos[None, :] >= lens[:, None]
         if starts is not None:
             outside |= pos[None, :] < starts[:, None]
-        k[outside[:, None, :, None].expand_as(k)] = float("nan")
-        v[outside[:, None, :, None].expand_as(v)] = float("nan")
-    inputs = {"q": q.to(device), "k_cache": k.to(device), "v_cache": v.to(device),
-              "seq_lens": lens.to(torch.int32).to(device),
-              "starts": None if starts is None else starts.to(torch.int32).to(device)}
+        k.masked_fill_(outside[:, None, :, None], float("nan"))
+        v.masked_fill_(outside[:, None, :, None], float("nan"))
+    inputs = {"q": q, "k_cache": k, "v_cache": v, "seq_lens": lens.to(torch.int32),
+              "starts": None if starts is None else starts.to(torch.int32)}
     out = torch.empty((B, Hq, 1, D), dtype=dt, device=device)
     return inputs, out
 
@@ -292,6 +291,6 @@ ENTRY = CatalogEntry(
     },
     tune_space=TUNE_SPACE,
     default_config=DEFAULT_CONFIG,
+    tune_keys=("batch", "q_heads", "kv_heads", "head_dim", "max_len"),
     notes="flash-decoding split over the KV length + log-sum-exp merge; GQA; per-row [start, len)",
 )
-ENTRY_TUNE_SHAPE = _tune_shape

@@ -25,9 +25,19 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-__all__ = ["CatalogEntry", "CheckResult", "check", "poison", "as_tuple", "DTYPES"]
+__all__ = ["CatalogEntry", "CheckResult", "check", "poison", "as_tuple", "rng", "randn", "DTYPES"]
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def rng(device: str, seed: int) -> torch.Generator:
+    """A generator on ``device`` (inputs are drawn where they are used: no host copies)."""
+    return torch.Generator(device=torch.device(device)).manual_seed(int(seed))
+
+
+def randn(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:
+    t = torch.randn(shape, generator=g, device=g.device, dtype=torch.float32)
+    return (t.mul_(scale) if scale != 1.0 else t).to(dtype)
 
 
 def as_tuple(x: Any) -> tuple:
@@ -64,6 +74,7 @@ class CatalogEntry:
     supported_dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
     tune_space: tuple[Mapping[str, Any], ...] = ()
     default_config: Mapping[str, Any] = field(default_factory=dict)
+    tune_keys: tuple[str, ...] = ()  # the shape keys a tuned config is cached under
     needs_cuda_capability: tuple[int, int] | None = None
     notes: str = ""
 
@@ -83,6 +94,9 @@ class CatalogEntry:
             if cap < self.needs_cuda_capability:
                 return f"{self.name}: needs compute capability {self.needs_cuda_capability}, device has {cap}"
         return None
+
+    def tune_key(self, shape: Mapping[str, int]) -> dict[str, int]:
+        return {k: int(shape[k]) for k in self.tune_keys}
 
     def tolerance(self, dtype: str) -> Mapping[str, float]:
         return self.tolerances[dtype]

@@ -1,0 +1,294 @@
+"""The kernel catalog's entries on CPU, through the Triton interpreter.
+
+Each entry's correctness check (poisoned outputs, float64 reference, declared
+tolerances) at small shapes in float32 and float16, and broken variants that
+the check must refuse. bfloat16 and the fp8 entry only run on CUDA
+(benchmarks/gpu_kernels.py).
+"""
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
+
+import json  # noqa: E402
+
+import pytest  # noqa: E402
+
+triton = pytest.importorskip("triton")
+import torch  # noqa: E402
+
+if not getattr(getattr(triton, "runtime", None), "interpreter", None) and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("triton interpreter unavailable", allow_module_level=True)
+
+from inferloom.kernels import catalog  # noqa: E402
+from inferloom.kernels.catalog import bench, tuning  # noqa: E402
+from inferloom.kernels.catalog import decode_attention as da  # noqa: E402
+from inferloom.kernels.catalog import mlp, rmsnorm  # noqa: E402
+from inferloom.kernels.catalog.entry import check  # noqa: E402
+
+DTYPES = ["float32", "float16"]
+SMALL_ATTN = {"batch": 4, "q_heads": 8, "kv_heads": 2, "head_dim": 32, "max_len": 96}
+CFG_ATTN = {"chunk": 32, "block_n": 16, "num_warps": 4, "num_stages": 2}
+
+
+@pytest.fixture(autouse=True)
+def _tuning_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERLOOM_KERNEL_CACHE", str(tmp_path / "kcache"))
+    tuning._MEMO.clear()
+
+
+# ---------------------------------------------------------------- decode attention
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", [
+    {"ragged": 1},                    # random lengths, row 0 of length 1, last row = max_len
+    {"context": 1},                   # every row one token long
+    {"context": 96},                  # every row fills the cache
+    {"context": 50},                  # ends mid-tile and mid-chunk
+    {"ragged": 1, "left_pad": 1},     # left-padded rows: [start, len)
+], ids=["ragged", "len1", "full", "mid", "leftpad"])
+def test_decode_attention_correct(dtype, case):
+    r = check(da.ENTRY, {**SMALL_ATTN, **case}, dtype, "cpu", seed=7, config=CFG_ATTN)
+    assert r.passed, r
+    assert r.rel_l2 < da.ENTRY.tolerance(dtype)["rel_l2"]
+
+
+@pytest.mark.parametrize("shape", [
+    {"batch": 2, "q_heads": 4, "kv_heads": 4, "head_dim": 16, "max_len": 40, "ragged": 1},  # MHA, S not a multiple of chunk
+    {"batch": 2, "q_heads": 8, "kv_heads": 1, "head_dim": 24, "max_len": 33, "ragged": 1},  # MQA, head_dim not a power of 2
+], ids=["mha", "mqa-d24"])
+def test_decode_attention_other_layouts(shape):
+    r = check(da.ENTRY, shape, "float16", "cpu", seed=3, config=CFG_ATTN)
+    assert r.passed, r
+
+
+def test_decode_attention_default_config_and_one_split():
+    # the default config (chunk 64) at a cache of 64 slots: a single split
+    shape = {"batch": 2, "q_heads": 8, "kv_heads": 2, "head_dim": 32, "max_len": 64, "ragged": 1}
+    assert check(da.ENTRY, shape, "float32", "cpu", seed=1).passed
+
+
+def test_decode_attention_reads_no_padding():
+    # make_inputs fills the cache outside [start, len) with NaN: a kernel that used it would
+    # give NaN; the reference (which slices) does not
+    inputs, out = da.ENTRY.make_inputs({**SMALL_ATTN, "ragged": 1, "left_pad": 1}, "float32", "cpu", 5)
+    assert torch.isnan(inputs["k_cache"]).any() and torch.isnan(inputs["v_cache"]).any()
+    da.decode_attention(**inputs, out=out, config=CFG_ATTN)
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out.double(), da.decode_attention_reference(**inputs), rtol=1e-4, atol=1e-5)
+
+
+def test_decode_attention_matches_sdpa_baseline():
+    shape = {**SMALL_ATTN, "ragged": 1, "left_pad": 1, "poison_tail": 0}
+    inputs, out = da.ENTRY.make_inputs(shape, "float32", "cpu", 11)
+    da.decode_attention(**inputs, out=out, config=CFG_ATTN)
+    base = da.sdpa_static_baseline(**inputs)
+    assert torch.allclose(out, base, rtol=1e-4, atol=1e-5)
+
+
+def test_broken_attention_skipping_last_chunk_is_refused():
+    def drop_last_chunk(q, k_cache, v_cache, seq_lens, starts=None, scale=None, *, out, config=None):
+        n_splits = -(-k_cache.shape[2] // CFG_ATTN["chunk"])
+        da.decode_attention(q, k_cache, v_cache, seq_lens, starts, scale, out=out, config=CFG_ATTN,
+                            _merge_splits=n_splits - 1)
+
+    r = check(da.ENTRY, {**SMALL_ATTN, "context": 96}, "float32", "cpu", seed=2, implementation=drop_last_chunk)
+    assert not r.passed and r.rule in ("rel_l2", "max_rel"), r
+
+
+def test_attention_that_leaves_a_row_unwritten_is_refused():
+    def skip_last_row(q, k_cache, v_cache, seq_lens, starts=None, scale=None, *, out, config=None):
+        da.decode_attention(q[:-1], k_cache[:-1], v_cache[:-1], seq_lens[:-1], None, scale,
+                            out=out[:-1], config=CFG_ATTN)
+
+    r = check(da.ENTRY, {**SMALL_ATTN, "ragged": 1}, "float32", "cpu", seed=2, implementation=skip_last_row)
+    assert not r.passed and r.rule == "nan_output", r
+
+
+def test_check_refuses_a_single_nan():
+    def one_nan(x, residual, weight, eps=1e-5, *, out, config=None):
+        rmsnorm.fused_add_rmsnorm(x, residual, weight, eps, out=out[0], residual_out=out[1])
+        out[0].view(-1)[3] = float("nan")
+
+    r = check(rmsnorm.ENTRY, {"tokens": 3, "hidden": 64}, "float32", "cpu", 0, implementation=one_nan)
+    assert not r.passed and r.rule == "nan_output", r
+
+
+# ---------------------------------------------------------------- fused add + RMSNorm
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [
+    {"tokens": 5, "hidden": 256},
+    {"tokens": 3, "hidden": 100},        # not a power of two: masked tail
+    {"tokens": 2, "hidden": 64, "no_residual": 1},
+], ids=["pow2", "h100", "no-res"])
+def test_add_rmsnorm_correct(dtype, shape):
+    r = check(rmsnorm.ENTRY, shape, dtype, "cpu", seed=4)
+    assert r.passed, r
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rmsnorm_matches_hf_eager(dtype):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    inputs, _ = rmsnorm.ENTRY.make_inputs({"tokens": 4, "hidden": 128}, dtype, "cpu", 9)
+    norm = LlamaRMSNorm(128, eps=1e-5).to(inputs["x"].dtype)
+    norm.weight.data.copy_(inputs["weight"])
+    h = inputs["residual"] + inputs["x"]
+    want = norm(h)
+    out, res = rmsnorm.fused_add_rmsnorm(inputs["x"], inputs["residual"], inputs["weight"], 1e-5)
+    assert torch.equal(res, h)
+    # the same rounding order as HF: equal up to float32 summation order (a dtype ulp at most)
+    ulp = {"float32": 1e-5, "float16": 2e-3}[dtype]
+    assert ((out.float() - want.float()).abs() <= ulp * want.float().abs().clamp(min=1)).all()
+
+
+def test_add_rmsnorm_in_place_residual():
+    inputs, _ = rmsnorm.ENTRY.make_inputs({"tokens": 3, "hidden": 64}, "float32", "cpu", 2)
+    want_y, want_r = rmsnorm.rmsnorm_reference(**inputs)
+    res = inputs["residual"].clone()
+    y, r = rmsnorm.fused_add_rmsnorm(inputs["x"], res, inputs["weight"], 1e-5, residual_out=res)
+    assert r.data_ptr() == res.data_ptr()
+    assert torch.allclose(r.double(), want_r, atol=1e-6) and torch.allclose(y.double(), want_y, rtol=1e-5, atol=1e-6)
+
+
+def test_broken_rmsnorm_without_the_residual_is_refused():
+    def no_add(x, residual, weight, eps=1e-5, *, out, config=None):
+        rmsnorm.fused_add_rmsnorm(x, None, weight, eps, out=out[0])
+        out[1].copy_(x + residual)
+
+    r = check(rmsnorm.ENTRY, {"tokens": 4, "hidden": 64}, "float32", "cpu", 1, implementation=no_add)
+    assert not r.passed and r.rule == "rel_l2", r
+
+
+def test_broken_rmsnorm_not_writing_the_residual_is_refused():
+    def no_residual_out(x, residual, weight, eps=1e-5, *, out, config=None):
+        tmp = torch.empty_like(x)
+        rmsnorm.fused_add_rmsnorm(x, residual, weight, eps, out=out[0], residual_out=tmp)
+
+    r = check(rmsnorm.ENTRY, {"tokens": 4, "hidden": 64}, "float32", "cpu", 1, implementation=no_residual_out)
+    assert not r.passed and r.rule == "nan_output", r
+
+
+# ---------------------------------------------------------------- MLP / projections
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [
+    {"tokens": 4, "hidden": 64, "intermediate": 96},
+    {"tokens": 19, "hidden": 80, "intermediate": 40},   # ragged M, K not a multiple of block_k
+], ids=["small", "ragged"])
+def test_gate_up_silu_correct(dtype, shape):
+    cfg = {"block_m": 16, "block_n": 32, "block_k": 32, "num_warps": 4, "num_stages": 2}
+    r = check(mlp.GATE_UP_ENTRY, shape, dtype, "cpu", seed=5, config=cfg)
+    assert r.passed, r
+
+
+def test_broken_gate_up_missing_last_k_block_is_refused():
+    def short_k(x, w_gate_up, *, out, config=None):
+        k = x.shape[1] - 16
+        mlp.gate_up_silu(x[:, :k], w_gate_up[:, :k].contiguous(), out=out,
+                         config={"block_m": 16, "block_n": 32, "block_k": 16, "num_warps": 4, "num_stages": 2})
+
+    r = check(mlp.GATE_UP_ENTRY, {"tokens": 4, "hidden": 64, "intermediate": 32}, "float32", "cpu", 5,
+              implementation=short_k)
+    assert not r.passed and r.rule in ("rel_l2", "max_rel"), r
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_mul_correct(dtype):
+    r = check(mlp.SILU_MUL_ENTRY, {"tokens": 3, "intermediate": 200}, dtype, "cpu", seed=6,
+              config={"block": 64, "num_warps": 4})
+    assert r.passed, r
+
+
+def test_silu_mul_with_swapped_halves_is_refused():
+    def swapped(gu, *, out, config=None):
+        n = gu.shape[1] // 2
+        mlp.silu_mul(torch.cat([gu[:, n:], gu[:, :n]], 1), out=out)
+
+    r = check(mlp.SILU_MUL_ENTRY, {"tokens": 3, "intermediate": 64}, "float32", "cpu", 6, implementation=swapped)
+    assert not r.passed, r
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qkv_proj_correct_and_split_views(dtype):
+    shape = {"tokens": 3, "hidden": 64, "q_heads": 4, "kv_heads": 2, "head_dim": 8}
+    assert check(mlp.QKV_ENTRY, shape, dtype, "cpu", seed=8).passed
+    inputs, out = mlp.QKV_ENTRY.make_inputs(shape, "float32", "cpu", 8)
+    mlp.QKV_ENTRY.implementation(**inputs, out=out)
+    q, k, v = mlp.split_qkv(out, inputs["q_dim"], inputs["kv_dim"])
+    bq, bk, bv = mlp.QKV_ENTRY.baseline(**inputs)
+    assert q.data_ptr() == out.data_ptr() and q.shape == bq.shape and v.shape == bv.shape
+    for a, b in ((q, bq), (k, bk), (v, bv)):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_weight_helpers_refuse_mismatched_shapes():
+    with pytest.raises(ValueError):
+        mlp.concat_gate_up(torch.zeros(4, 8), torch.zeros(4, 6))
+    with pytest.raises(ValueError):
+        mlp.fuse_qkv_weights(torch.zeros(8, 8), torch.zeros(4, 8), torch.zeros(2, 8))
+
+
+# ---------------------------------------------------------------- catalog, tuning, bench
+
+def test_catalog_lists_entries_with_references_and_tolerances():
+    names = [e.name for e in catalog.entries()]
+    assert names[:3] == ["decode_attention", "add_rmsnorm", "gate_up_silu"]
+    for e in catalog.entries():
+        assert e.target_op and callable(e.reference) and callable(e.baseline)
+        for dt in e.supported_dtypes:
+            assert {"rel_l2", "max_rel"} <= set(e.tolerance(dt))
+    fp8 = catalog.get("fp8_linear")
+    assert fp8.unsupported("bfloat16", "cpu")  # CUDA sm_90 only
+    assert catalog.get("decode_attention").unsupported("bfloat16", "cpu")  # interpreter gets bf16 wrong
+    assert catalog.get("decode_attention").unsupported("float16", "cpu") is None
+
+
+def test_workload_shapes_for_llama_8b():
+    from inferloom.models.presets import PRESETS
+
+    s = catalog.workload_shapes(PRESETS["llama-3.1-8b"], batch=64, context=320, cache_len=384)
+    assert s["decode_attention"] == {"batch": 64, "q_heads": 32, "kv_heads": 8, "head_dim": 128,
+                                     "max_len": 384, "context": 320}
+    assert s["gate_up_silu"] == {"tokens": 64, "hidden": 4096, "intermediate": 14336}
+
+
+def test_tuning_cache_is_per_device_and_shape(tmp_path):
+    shape = {"batch": 1, "q_heads": 2, "kv_heads": 1, "head_dim": 16, "max_len": 8}
+    # off CUDA: the default, nothing written
+    assert tuning.lookup("decode_attention", "float16", shape, "cpu", {"chunk": 64}) == {"chunk": 64}
+    tuning.store("decode_attention", "float16", shape, "cpu", {"chunk": 128}, 3.0)
+    path = tuning.cache_path("cpu")
+    assert path.parent == tmp_path / "kcache" / "kernel_tuning"
+    data = json.loads(path.read_text())
+    assert data[tuning.shape_key("decode_attention", "float16", shape)]["config"] == {"chunk": 128}
+    # autotune does nothing off CUDA
+    cfg, rows = tuning.autotune(da.ENTRY, shape, "float16", "cpu", lambda c: 1.0, lambda c: True)
+    assert cfg == dict(da.DEFAULT_CONFIG) and rows == []
+
+
+def test_autotune_picks_the_fastest_correct_config(monkeypatch):
+    # the selection logic, with the device check bypassed and fake timings
+    monkeypatch.setattr(tuning.torch, "device", lambda d: type("D", (), {"type": "cuda"})())
+    monkeypatch.setattr(tuning, "store", lambda *a, **k: None)
+
+    class E:
+        name = "x"
+        default_config = {"c": 0}
+        tune_space = ({"c": 1}, {"c": 2}, {"c": 3}, {"c": 4})
+
+    def time_config(cfg):
+        if cfg["c"] == 4:
+            raise RuntimeError("out of shared memory")
+        return {1: 5.0, 2: 1.0, 3: 2.0}[cfg["c"]]
+
+    best, rows = tuning.autotune(E, {}, "float16", "cuda", time_config, lambda cfg: cfg["c"] != 2)
+    assert best == {"c": 3}  # 2 is faster but wrong
+    assert len(rows) == 4 and "error" in rows[-1]
+
+
+def test_bench_smoke_on_cpu():
+    shape = {"tokens": 2, "hidden": 64}
+    res = bench.bench_entry(rmsnorm.ENTRY, shape, "float32", "cpu", runs=3, warmup=1)
+    assert res["impl_us"] > 0 and res["baseline_us"] > 0 and res["input_sets"] >= 2
