@@ -6,25 +6,41 @@ the check must refuse. bfloat16 and the fp8 entry only run on CUDA
 (benchmarks/gpu_kernels.py).
 """
 
+import importlib
+import importlib.util
+import json
 import os
+import sys
 
-os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
+import pytest
 
-import json  # noqa: E402
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
 
-import pytest  # noqa: E402
-
-triton = pytest.importorskip("triton")
+# Triton picks interpreter or compiler when a function is decorated, its own standard
+# library (tl.sum, tl.max...) included, and the interpreter reads TRITON_INTERPRET again at
+# run time. So: set it before triton is imported (re-importing triton and the catalog when
+# something imported them before without it), keep it set for each test here (fixture
+# below), and give the rest of the session its environment back.
+_prev_interpret = os.environ.get("TRITON_INTERPRET")
+os.environ["TRITON_INTERPRET"] = "1"
+if "triton" in sys.modules and type(sys.modules["triton"].language.standard.sum).__name__ != "InterpretedFunction":
+    for _name in [m for m in sys.modules if (m == "triton" or m.startswith("triton.")) and not m.startswith("triton._C")
+                  or m.startswith("inferloom.kernels.catalog")]:
+        del sys.modules[_name]
 import torch  # noqa: E402
-
-if not getattr(getattr(triton, "runtime", None), "interpreter", None) and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("triton interpreter unavailable", allow_module_level=True)
+import triton  # noqa: E402,F401
 
 from inferloom.kernels import catalog  # noqa: E402
 from inferloom.kernels.catalog import bench, tuning  # noqa: E402
 from inferloom.kernels.catalog import decode_attention as da  # noqa: E402
 from inferloom.kernels.catalog import mlp, rmsnorm  # noqa: E402
 from inferloom.kernels.catalog.entry import check  # noqa: E402
+
+if _prev_interpret is None:
+    del os.environ["TRITON_INTERPRET"]
+else:
+    os.environ["TRITON_INTERPRET"] = _prev_interpret
 
 DTYPES = ["float32", "float16"]
 SMALL_ATTN = {"batch": 4, "q_heads": 8, "kv_heads": 2, "head_dim": 32, "max_len": 96}
@@ -33,6 +49,7 @@ CFG_ATTN = {"chunk": 32, "block_n": 16, "num_warps": 4, "num_stages": 2}
 
 @pytest.fixture(autouse=True)
 def _tuning_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("INFERLOOM_KERNEL_CACHE", str(tmp_path / "kcache"))
     tuning._MEMO.clear()
 
@@ -82,8 +99,8 @@ def test_decode_attention_matches_sdpa_baseline():
     shape = {**SMALL_ATTN, "ragged": 1, "left_pad": 1, "poison_tail": 0}
     inputs, out = da.ENTRY.make_inputs(shape, "float32", "cpu", 11)
     da.decode_attention(**inputs, out=out, config=CFG_ATTN)
-    base = da.sdpa_static_baseline(**inputs)
-    assert torch.allclose(out, base, rtol=1e-4, atol=1e-5)
+    for baseline in (da.sdpa_static_baseline, da.sdpa_gqa_baseline):
+        assert torch.allclose(out, baseline(**inputs), rtol=1e-4, atol=1e-5)
 
 
 def test_broken_attention_skipping_last_chunk_is_refused():
@@ -232,6 +249,12 @@ def test_weight_helpers_refuse_mismatched_shapes():
 
 # ---------------------------------------------------------------- catalog, tuning, bench
 
+def test_kernels_run_in_the_interpreter_and_env_is_restored():
+    assert type(da._split_kernel).__name__ == "InterpretedFunction"
+    assert type(triton.language.standard.sum).__name__ == "InterpretedFunction"
+    assert os.environ.get("TRITON_INTERPRET") == "1"  # set by the fixture, restored after each test
+
+
 def test_catalog_lists_entries_with_references_and_tolerances():
     names = [e.name for e in catalog.entries()]
     assert names[:3] == ["decode_attention", "add_rmsnorm", "gate_up_silu"]
@@ -292,3 +315,72 @@ def test_bench_smoke_on_cpu():
     shape = {"tokens": 2, "hidden": 64}
     res = bench.bench_entry(rmsnorm.ENTRY, shape, "float32", "cpu", runs=3, warmup=1)
     assert res["impl_us"] > 0 and res["baseline_us"] > 0 and res["input_sets"] >= 2
+
+
+@pytest.mark.parametrize("entry_name,shape", [
+    ("decode_attention", {"batch": 2, "q_heads": 8, "kv_heads": 2, "head_dim": 16, "max_len": 160, "ragged": 1}),
+    ("gate_up_silu", {"tokens": 3, "hidden": 256, "intermediate": 160}),
+    ("silu_mul", {"tokens": 2, "intermediate": 300}),
+    ("add_rmsnorm", {"tokens": 2, "hidden": 96}),
+])
+def test_every_tune_space_config_is_correct(entry_name, shape):
+    # what the GPU autotune may pick must be right at any shape, not only fast
+    entry = catalog.get(entry_name)
+    for cfg in entry.tune_space:
+        r = check(entry, shape, "float16", "cpu", seed=3, config=cfg)
+        assert r.passed, (cfg, r)
+
+
+def test_autotune_entry_checks_and_times_each_config(monkeypatch):
+    seen = []
+
+    def fake_autotune(entry, key, dtype, device, time_config, is_correct):
+        for cfg in entry.tune_space[:2]:
+            seen.append((dict(key), cfg, is_correct(cfg), time_config(cfg)))
+        return dict(entry.tune_space[0]), []
+
+    monkeypatch.setattr(bench.tuning, "autotune", fake_autotune)
+    bench.autotune_entry(mlp.SILU_MUL_ENTRY, {"tokens": 2, "intermediate": 64}, "float32", "cpu", runs=2)
+    assert len(seen) == 2 and all(ok and us > 0 for _, _, ok, us in seen)
+    assert seen[0][0] == {"tokens": 2, "intermediate": 64}
+
+
+def test_gpu_script_smoke(tmp_path, monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_kernels.py"
+    spec = importlib.util.spec_from_file_location("gpu_kernels", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "kernels.json"
+    assert mod.main(["--smoke", "--out", str(out), "--entries", "decode_attention,add_rmsnorm,fp8_linear"]) == 0
+    rep = json.loads(out.read_text())
+    rows = {r["name"]: r for r in rep["entries"]}
+    assert rows["decode_attention"]["passed"] and len(rows["decode_attention"]["checks"]) == 6
+    assert rows["add_rmsnorm"]["impl_us"] > 0
+    assert "skipped" in rows["fp8_linear"]
+
+
+def test_custom_ops_compile_without_graph_breaks():
+    from inferloom.kernels.catalog import ops
+
+    a_in, _ = da.ENTRY.make_inputs({**SMALL_ATTN, "ragged": 1, "left_pad": 1}, "float32", "cpu", 3)
+    r_in, _ = rmsnorm.ENTRY.make_inputs({"tokens": 4, "hidden": 64}, "float32", "cpu", 3)
+    g_in, _ = mlp.GATE_UP_ENTRY.make_inputs({"tokens": 4, "hidden": 64, "intermediate": 32}, "float32", "cpu", 3)
+
+    def step(a, r, g):
+        att = ops.decode_attention(a["q"], a["k_cache"], a["v_cache"], a["seq_lens"], a["starts"])
+        y, res = ops.add_rmsnorm(r["x"], r["residual"], r["weight"], 1e-5)
+        h = ops.gate_up_silu(g["x"], g["w_gate_up"])
+        h2 = ops.silu_mul(torch.cat([g["x"], g["x"]], dim=-1))
+        return att, y, res, h, h2
+
+    eager = step(a_in, r_in, g_in)
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")(a_in, r_in, g_in)
+    for e, c in zip(eager, compiled):
+        assert torch.equal(e, c)
+    assert torch.allclose(eager[0].double(), da.decode_attention_reference(**a_in), rtol=1e-4, atol=1e-5)
+    assert torch.allclose(eager[2].double(), rmsnorm.rmsnorm_reference(**r_in)[1], atol=1e-6)

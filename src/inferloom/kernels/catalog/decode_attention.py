@@ -46,7 +46,7 @@ import triton.language as tl
 from inferloom.kernels.catalog import tuning
 from inferloom.kernels.catalog.entry import DTYPES, CatalogEntry, randn, rng
 
-__all__ = ["decode_attention", "decode_attention_reference", "sdpa_static_baseline", "ENTRY"]
+__all__ = ["decode_attention", "decode_attention_reference", "sdpa_static_baseline", "sdpa_gqa_baseline", "ENTRY"]
 
 DEFAULT_CONFIG = {"chunk": 64, "block_n": 32, "num_warps": 4, "num_stages": 2}
 TUNE_SPACE = tuple(
@@ -223,16 +223,34 @@ def decode_attention_reference(q, k_cache, v_cache, seq_lens, starts=None, scale
     return out
 
 
-def sdpa_static_baseline(q, k_cache, v_cache, seq_lens, starts=None, scale=None):
-    """What HF does today at decode with a static cache: SDPA over all ``S_max``
-    slots with a boolean mask, GQA expanded (``enable_gqa``)."""
-    S_max = k_cache.shape[2]
-    pos = torch.arange(S_max, device=q.device)
+def _static_mask(q, k_cache, seq_lens, starts):
+    pos = torch.arange(k_cache.shape[2], device=q.device)
     mask = pos[None, :] < seq_lens[:, None]
     if starts is not None:
         mask &= pos[None, :] >= starts[:, None]
+    return mask[:, None, None, :]
+
+
+def sdpa_static_baseline(q, k_cache, v_cache, seq_lens, starts=None, scale=None):
+    """What HF transformers 5.x does at decode with a static cache on CUDA: with a
+    mask, ``sdpa_attention_forward`` expands the KV heads (``repeat_kv``: a copy
+    of the whole padded cache, times the group size), then SDPA over all
+    ``S_max`` slots with a boolean mask."""
+    group = q.shape[1] // k_cache.shape[1]
+    k, v = k_cache, v_cache
+    if group > 1:
+        B, H, S, D = k_cache.shape
+        k = k_cache[:, :, None].expand(B, H, group, S, D).reshape(B, H * group, S, D)
+        v = v_cache[:, :, None].expand(B, H, group, S, D).reshape(B, H * group, S, D)
     return torch.nn.functional.scaled_dot_product_attention(
-        q, k_cache, v_cache, attn_mask=mask[:, None, None, :], scale=scale,
+        q, k, v, attn_mask=_static_mask(q, k_cache, seq_lens, starts), scale=scale)
+
+
+def sdpa_gqa_baseline(q, k_cache, v_cache, seq_lens, starts=None, scale=None):
+    """A stronger torch competitor: SDPA with ``enable_gqa`` (no ``repeat_kv`` copy), still
+    over all ``S_max`` slots with a mask."""
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k_cache, v_cache, attn_mask=_static_mask(q, k_cache, seq_lens, starts), scale=scale,
         enable_gqa=q.shape[1] != k_cache.shape[1])
 
 
