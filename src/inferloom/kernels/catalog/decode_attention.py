@@ -24,6 +24,13 @@ Doesn't support: more than one query token per sequence (no prefill, no
 speculative verification), sliding windows, ALiBi / softcapping, paged
 caches, fp8 caches.
 
+From HF's static cache at a decode step (left-padded batch, every row
+writing at the same ``cache_position``): ``seq_lens[b] = cache_position + 1``
+for every row and ``starts[b]`` = the row's number of left-pad tokens
+(``attention_mask[b].argmax()`` of the 0/1 mask, taken once after prefill).
+The new token's K/V must already be in the cache (HF's ``cache.update``
+writes it before attention runs).
+
 How: stage 1 runs one program per (sequence, KV head, chunk of ``chunk``
 cache positions); it keeps an online softmax over ``block_n``-wide tiles and
 writes the chunk's normalised partial output and its log-sum-exp (base 2).
