@@ -384,3 +384,25 @@ def test_custom_ops_compile_without_graph_breaks():
         assert torch.equal(e, c)
     assert torch.allclose(eager[0].double(), da.decode_attention_reference(**a_in), rtol=1e-4, atol=1e-5)
     assert torch.allclose(eager[2].double(), rmsnorm.rmsnorm_reference(**r_in)[1], atol=1e-6)
+
+
+def test_kernels_compile_for_sm90_at_the_8b_shape(tmp_path):
+    # the interpreter checks logic only: compile each kernel (default configs) for Hopper ahead
+    # of time, in a process without TRITON_INTERPRET, and check its shared memory fits
+    import subprocess
+    from pathlib import Path
+
+    if not list(Path(triton.__file__).parent.glob("backends/nvidia/bin/ptxas*")):
+        pytest.skip("this triton wheel carries no ptxas")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    out = tmp_path / "aot.json"
+    proc = subprocess.run([sys.executable, "-m", "inferloom.kernels.catalog.aot", "--json", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())
+    assert {r["kernel"] for r in rows} == {"_split_kernel", "_merge_kernel", "_add_rmsnorm_kernel",
+                                          "_gate_up_silu_kernel", "_silu_mul_kernel"}
+    assert all(r["fits"] and "error" not in r for r in rows), rows
+    gate_up = next(r for r in rows if r["kernel"] == "_gate_up_silu_kernel")
+    assert gate_up["shared_bytes"] > 2 * (64 * 64 + 2 * 64 * 64) * 2  # software-pipelined (several stages)
