@@ -17,7 +17,9 @@ For every entry (``inferloom.kernels.catalog.entries()``):
 3. microbenchmark against the op it replaces (HF's eager / SDPA path; for
    attention also SDPA with ``enable_gqa``): CUDA events, warm-up excluded,
    median of ``--runs`` (>= 50), inputs rotating over sets larger than 3× L2,
-   host launch overhead hidden (GPU time, as under CUDA-graph replay).
+   host launch overhead hidden (GPU time, as under CUDA-graph replay);
+4. CUDA-graph capture: one call captured, output poisoned, replayed: the
+   replay must write the same values as the eager call.
 
 Prints a table and writes ``$OUT/kernels.json`` (``runs/kernels-<time>.json``
 when ``$OUT`` is unset). Needs only torch, triton and numpy. Run on the H200:
@@ -90,6 +92,28 @@ def _check_cases(name: str, shape: dict) -> list[tuple[str, dict, int]]:
         cases += [("ragged", {**base, "ragged": 1}, 2), ("ragged+leftpad", {**base, "ragged": 1, "left_pad": 1}, 3),
                   ("len1", {**base, "context": 1}, 4), ("full", {**base, "context": shape["max_len"]}, 5)]
     return cases
+
+
+def _graph_replay_ok(entry, shape, dtype, device, config) -> dict:
+    """Capture one call in a CUDA graph (as reduce-overhead would), poison the
+    output, replay: the replay must write the same bits as the eager call."""
+    import torch
+
+    from inferloom.kernels.catalog.entry import as_tuple, poison
+
+    inputs, out = entry.make_inputs(shape, dtype, device, 77)
+    kw = {"config": config} if config else {}
+    entry.implementation(**inputs, out=out, **kw)  # compile + tuning lookup outside the capture
+    torch.cuda.synchronize()
+    want = [t.clone() for t in as_tuple(out)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        entry.implementation(**inputs, out=out, **kw)
+    poison(out)
+    graph.replay()
+    torch.cuda.synchronize()
+    same = all(torch.equal(a, b) for a, b in zip(as_tuple(out), want))
+    return {"graph_replay_equal": same}
 
 
 def main(argv=None) -> int:
@@ -173,7 +197,9 @@ def main(argv=None) -> int:
                 ts = bench.time_calls([lambda i=i: sdpa_gqa_baseline(**i) for i, _ in sets], device, args.runs)
                 row["sdpa_gqa_us"] = sorted(ts)[len(ts) // 2]
             del sets
-            row["passed"] = all(c["passed"] for c in row["checks"])
+            if device == "cuda":
+                row.update(_graph_replay_ok(entry, shape, dtype, device, cfg_used))
+            row["passed"] = all(c["passed"] for c in row["checks"]) and row.get("graph_replay_equal", True)
             nbytes = _min_bytes(entry.name, shape, elt)
             row["min_bytes"] = nbytes
             row["impl_tbs"] = nbytes / (row["impl_us"] * 1e-6) / 1e12
@@ -214,6 +240,8 @@ def _print_table(report: dict) -> None:
         print(f"{r['name']:18s} {'yes' if r['passed'] else 'NO':4s} {worst:12.2e} {r['impl_us']:9.1f} "
               f"{r['baseline_us']:9.1f} {r['speedup']:7.2f}x {r['impl_tbs']:6.2f} {r['saved_ms_per_step']:13.3f}  "
               f"{r['config']}{extra}")
+        if r.get("graph_replay_equal") is False:
+            print(f"{'':18s} CUDA-graph replay wrote different values than the eager call")
         for c in r["checks"]:
             if not c["passed"]:
                 print(f"{'':18s} check {c['case']}: {c['rule']} {c['detail']}")

@@ -90,7 +90,7 @@ def autotune(entry: Any, shape: Mapping[str, int], dtype: str, device: str,
         except Exception as exc:  # a config the compiler refuses (e.g. out of shared memory)
             rows.append({"config": dict(cfg), "error": f"{type(exc).__name__}: {exc}"[:200]})
             continue
-        rows.append({"config": dict(cfg), "correct": ok, "median_us": us})
+        rows.append({"config": dict(cfg), "correct": ok, "median_us": us if ok else None})
         if ok and us < best_us:
             best, best_us = dict(cfg), us
     if best_us < float("inf"):
