@@ -406,3 +406,33 @@ def test_kernels_compile_for_sm90_at_the_8b_shape(tmp_path):
     assert all(r["fits"] and "error" not in r for r in rows), rows
     gate_up = next(r for r in rows if r["kernel"] == "_gate_up_silu_kernel")
     assert gate_up["shared_bytes"] > 2 * (64 * 64 + 2 * 64 * 64) * 2  # software-pipelined (several stages)
+
+
+def test_fp8_quantisation_error_sits_inside_the_declared_tolerance():
+    # what the e4m3 GEMM computes, simulated in float64 on CPU: its error against the
+    # unquantised product must pass the entry's tolerance with room to spare, and a
+    # scale mix-up must not
+    from inferloom.kernels.catalog import fp8
+    from inferloom.kernels.catalog.entry import _errors
+
+    inputs, _ = fp8.ENTRY.make_inputs({"tokens": 16, "in_features": 512, "out_features": 256}, "bfloat16", "cpu", 0)
+    xq, xs = fp8.quantize_rows(inputs["x"])
+    assert xq.dtype == torch.float8_e4m3fn and xs.shape == (16, 1)
+    assert inputs["w_scale"].shape == (1, 256)
+    w_deq = inputs["w_fp8"].double() * inputs["w_scale"].double().t()
+    y = ((xq.double() * xs.double()) @ w_deq.t()).to(torch.bfloat16)
+    ref = fp8.ENTRY.reference(**inputs)
+    tol = fp8.ENTRY.tolerance("bfloat16")
+    l2, mx = _errors(y, ref)
+    assert l2 < tol["rel_l2"] / 1.5 and mx < tol["max_rel"]
+    wrong = ((xq.double()) @ w_deq.t()).to(torch.bfloat16)  # activation scale forgotten
+    assert _errors(wrong, ref)[0] > tol["rel_l2"]
+
+
+def test_candidate_fields_follow_the_backend_calling_convention():
+    f = da.ENTRY.candidate_fields("float32", ({**SMALL_ATTN, "context": 9},))
+    assert f["id"] == "catalog:decode_attention" and f["tolerance"] == da.ENTRY.tolerance("float32")
+    inputs, out = f["make_inputs"](f["shapes"][0], "float32", "cpu", 0)
+    out.fill_(float("nan"))
+    f["implementation"](**inputs, out=out)
+    assert torch.allclose(out.double(), f["reference"](**inputs), rtol=1e-4, atol=1e-6)

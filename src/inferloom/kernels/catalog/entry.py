@@ -101,6 +101,15 @@ class CatalogEntry:
     def tolerance(self, dtype: str) -> Mapping[str, float]:
         return self.tolerances[dtype]
 
+    def candidate_fields(self, dtype: str, shapes: tuple[Mapping[str, int], ...]) -> dict[str, Any]:
+        """The fields of an ``inferloom.kernels.base.KernelCandidate`` this entry fills
+        (the backend adds ``claimed_speedup`` and ``config_changes``). ``out`` may be
+        a tuple of tensors (``add_rmsnorm`` writes two): poison each."""
+        return {"id": f"catalog:{self.name}", "target": self.target, "op": self.target_op,
+                "implementation": self.implementation, "baseline": self.baseline, "reference": self.reference,
+                "make_inputs": self.make_inputs, "shapes": tuple(dict(s) for s in shapes), "dtype": dtype,
+                "tolerance": dict(self.tolerance(dtype)), "notes": self.notes}
+
 
 @dataclass
 class CheckResult:

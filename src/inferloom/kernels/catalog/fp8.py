@@ -7,8 +7,10 @@ row and channel scales. Hopper (compute capability 9.0) or newer, CUDA only:
 there is no CPU path (the entry declares ``supported_devices=("cuda",)``).
 
 This changes the numerics well beyond bf16 rounding (e4m3 has 3 mantissa
-bits): the declared tolerance (``rel_l2`` 6e-2 against the float64 product
-of the *unquantised* operands) only says the kernel is a faithful fp8 GEMM;
+bits): the declared tolerance (``rel_l2`` 8e-2 against the float64 product
+of the *unquantised* operands, about twice the 3.8% that the quantisation
+alone gives at the 8B shape, simulated on CPU in float64) only says the
+kernel is a faithful fp8 GEMM;
 whether the model keeps its quality is the quality contract's call, end to
 end. The activation quantisation is a separate torch op here (amax, divide,
 cast: a few small kernels per call); fusing it into the previous kernel's
@@ -86,7 +88,7 @@ ENTRY = CatalogEntry(
     reference=_reference,
     baseline=_baseline,
     make_inputs=_inputs,
-    tolerances={"bfloat16": {"rel_l2": 6e-2, "max_rel": 1.5e-1}},
+    tolerances={"bfloat16": {"rel_l2": 8e-2, "max_rel": 1.2e-1}},
     supported_devices=("cuda",),
     supported_dtypes=("bfloat16",),
     needs_cuda_capability=(9, 0),
