@@ -436,3 +436,39 @@ def test_candidate_fields_follow_the_backend_calling_convention():
     out.fill_(float("nan"))
     f["implementation"](**inputs, out=out)
     assert torch.allclose(out.double(), f["reference"](**inputs), rtol=1e-4, atol=1e-6)
+
+
+def test_hf_attention_implementation_decodes_like_sdpa(monkeypatch):
+    # a tiny Llama, left-padded batch, static cache, greedy: the registered implementation runs
+    # the kernel at every decode step of every layer and matches HF's SDPA
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from inferloom.kernels.catalog import hf
+
+    name = hf.register()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=100, max_position_embeddings=128, pad_token_id=0,
+                      bos_token_id=1, eos_token_id=2)
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg).eval()
+    ids = torch.tensor([[0, 0, 0, 5, 6, 7], [3, 4, 5, 6, 7, 8]])
+    calls = []
+    real = da.decode_attention
+    monkeypatch.setattr(da, "decode_attention", lambda *a, **k: calls.append((a[3].tolist(), a[4].tolist())) or real(*a, **k))
+
+    def generate(impl):
+        model.set_attn_implementation(impl)
+        with torch.no_grad():
+            return model.generate(input_ids=ids, attention_mask=(ids != 0).long(), max_new_tokens=5,
+                                  min_new_tokens=5, do_sample=False, cache_implementation="static",
+                                  output_scores=True, return_dict_in_generate=True)
+
+    want, got = generate("sdpa"), generate(name)
+    assert torch.equal(want.sequences, got.sequences)
+    for a, b in zip(want.scores, got.scores):
+        fin = torch.isfinite(a)
+        assert torch.equal(fin, torch.isfinite(b)) and (a[fin] - b[fin]).abs().max() < 1e-4
+    assert len(calls) == 4 * 2  # 4 decode steps (the first new token comes from prefill) x 2 layers
+    # the real lengths (not the cache size) and the left padding of row 0
+    assert calls[0] == ([7, 7], [3, 0]) and calls[-1] == ([10, 10], [3, 0])

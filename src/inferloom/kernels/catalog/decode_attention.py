@@ -239,10 +239,11 @@ def _static_mask(q, k_cache, seq_lens, starts):
 
 
 def sdpa_static_baseline(q, k_cache, v_cache, seq_lens, starts=None, scale=None):
-    """What HF transformers 5.x does at decode with a static cache on CUDA: with a
-    mask, ``sdpa_attention_forward`` expands the KV heads (``repeat_kv``: a copy
-    of the whole padded cache, times the group size), then SDPA over all
-    ``S_max`` slots with a boolean mask. The mask is built here at each call;
+    """What HF transformers 5.x runs at decode with a static cache on CUDA in a
+    compiled decode step: with a mask, ``sdpa_attention_forward`` expands the KV
+    heads (``repeat_kv``: a copy of the whole padded cache, times the group
+    size), then SDPA over all ``S_max`` slots with a boolean mask. (Eager, 5.17
+    packs the query heads instead, ``pack_gqa``: closer to :func:`sdpa_gqa_baseline`.) The mask is built here at each call;
     HF builds it once per step for all layers (a few µs of small kernels)."""
     group = q.shape[1] // k_cache.shape[1]
     k, v = k_cache, v_cache
