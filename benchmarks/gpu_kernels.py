@@ -19,7 +19,12 @@ For every entry (``inferloom.kernels.catalog.entries()``):
    median of ``--runs`` (>= 50), inputs rotating over sets larger than 3× L2,
    host launch overhead hidden (GPU time, as under CUDA-graph replay);
 4. CUDA-graph capture: one call captured, output poisoned, replayed: the
-   replay must write the same values as the eager call.
+   replay must write the same values as the eager call;
+5. (``--no-hf`` skips it) decode attention inside HF's model: a 2-layer model
+   of the 8B shape, eager, static cache, left-padded batch of 64, 16 new
+   tokens, ``attn_implementation="inferloom_decode"`` against ``"sdpa"``:
+   the first decode step's logits (same prefix) and generate() wall times
+   (informational; eager, so host overhead dominates).
 
 Prints a table and writes ``$OUT/kernels.json`` (``runs/kernels-<time>.json``
 when ``$OUT`` is unset). Needs only torch, triton and numpy. Run on the H200:
@@ -54,6 +59,7 @@ def _args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="CPU, Triton interpreter, tiny shapes")
     ap.add_argument("--no-tune", action="store_true", help="skip the autotune (use cached / default configs)")
+    ap.add_argument("--no-hf", action="store_true", help="skip the check inside a 2-layer HF model")
     ap.add_argument("--runs", type=int, default=60, help="timed runs per op (median reported)")
     ap.add_argument("--entries", default="", help="comma-separated entry names (default: all)")
     ap.add_argument("--batch", type=int, default=64)
@@ -114,6 +120,52 @@ def _graph_replay_ok(entry, shape, dtype, device, config) -> dict:
     torch.cuda.synchronize()
     same = all(torch.equal(a, b) for a, b in zip(as_tuple(out), want))
     return {"graph_replay_equal": same}
+
+
+def _hf_integration(device: str, fields: dict, dtype, layers: int = 2, batch: int = 64, prompt: int = 256,
+                    new: int = 16) -> dict:
+    """The kernel inside HF's model (``attn_implementation="inferloom_decode"``) on a
+    ``layers``-layer model of the 8B shape, eager, static cache, left-padded batch:
+    decode-step logits against SDPA's, and the generate() wall times."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from inferloom.kernels.catalog import hf
+
+    name = hf.register()
+    fields = {k: v for k, v in fields.items() if k != "architecture"}
+    cfg = LlamaConfig(**{**fields, "num_hidden_layers": layers, "pad_token_id": 0, "bos_token_id": 1,
+                         "eos_token_id": 2})
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).to(dtype).eval()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    g = torch.Generator(device=device).manual_seed(0)
+    ids = torch.randint(3, min(30000, cfg.vocab_size), (batch, prompt), generator=g, device=device)
+    pads = (torch.arange(batch, device=device) % 17 * 3).clamp(max=prompt - 1)  # left padding, 0..48 tokens
+    keep = torch.arange(prompt, device=device)[None, :] >= pads[:, None]
+    ids = torch.where(keep, ids, 0)
+    out = {}
+    for impl in ("sdpa", name):
+        model.set_attn_implementation(impl)
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=keep.long(), max_new_tokens=2, do_sample=False,
+                           cache_implementation="static")  # warm-up
+            sync()
+            t0 = time.perf_counter()
+            r = model.generate(input_ids=ids, attention_mask=keep.long(), max_new_tokens=new, min_new_tokens=new,
+                               do_sample=False, cache_implementation="static", output_logits=True,
+                               return_dict_in_generate=True)
+            sync()
+            out[impl] = (r, time.perf_counter() - t0)
+    (a, ta), (b, tb) = out["sdpa"], out[name]
+    la, lb = a.logits[1].double(), b.logits[1].double()  # step 1: the first decode step (same prefix)
+    rel = float((la - lb).norm() / la.norm())
+    return {"passed": rel < (2e-2 if dtype == torch.bfloat16 else 1e-4), "layers": layers, "batch": batch, "prompt": prompt, "new_tokens": new,
+            "step1_logits_rel_l2": rel,
+            "tokens_equal_fraction": float((a.sequences == b.sequences).double().mean()),
+            "generate_s_sdpa": round(ta, 3), "generate_s_kernel": round(tb, 3)}
 
 
 def main(argv=None) -> int:
@@ -212,6 +264,19 @@ def main(argv=None) -> int:
         row["seconds"] = round(time.perf_counter() - t0, 1)
         if device == "cuda":
             torch.cuda.empty_cache()
+    if not args.no_hf and (not wanted or "decode_attention" in wanted):
+        try:
+            if args.smoke:
+                tiny = {**model, "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 256}
+                report["hf_integration"] = _hf_integration(device, tiny, torch.float32, 2, 4, 12, 4)
+            else:
+                report["hf_integration"] = _hf_integration(device, PRESETS["llama-3.1-8b"], torch.bfloat16)
+            print(f"[hf] {report['hf_integration']}", flush=True)
+        except Exception as exc:
+            report["hf_integration"] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
+            print(f"[hf] error: {report['hf_integration']['error']}", flush=True)
+        if device == "cuda":
+            torch.cuda.empty_cache()
     report["seconds"] = round(time.perf_counter() - t_start, 1)
 
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -219,6 +284,8 @@ def main(argv=None) -> int:
     _print_table(report)
     print(f"\nwrote {out_path} ({report['seconds']} s)")
     bad = [r["name"] for r in report["entries"] if r.get("error") or r.get("passed") is False]
+    if "hf_integration" in report and not report["hf_integration"].get("passed"):
+        bad.append("hf_integration")
     if bad:
         print(f"FAILED: {', '.join(bad)}")
     return 1 if bad else 0

@@ -362,6 +362,8 @@ def test_gpu_script_smoke(tmp_path, monkeypatch):
     assert rows["decode_attention"]["passed"] and len(rows["decode_attention"]["checks"]) == 6
     assert rows["add_rmsnorm"]["impl_us"] > 0
     assert "skipped" in rows["fp8_linear"]
+    hf_row = rep["hf_integration"]
+    assert hf_row["passed"] and hf_row["tokens_equal_fraction"] == 1.0, hf_row
 
 
 def test_custom_ops_compile_without_graph_breaks():
