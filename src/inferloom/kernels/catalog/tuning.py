@@ -31,10 +31,16 @@ def device_name(device: str | torch.device) -> str:
     return dev.type
 
 
+_PATHS: dict[tuple[str, str | None], Path] = {}
+
+
 def cache_path(device: str | torch.device) -> Path:
-    root = Path(os.environ.get("INFERLOOM_KERNEL_CACHE") or Path.home() / ".cache" / "inferloom")
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", device_name(device)).strip("_") or "device"
-    return root / "kernel_tuning" / f"{slug}.json"
+    key = (str(device), os.environ.get("INFERLOOM_KERNEL_CACHE"))
+    if key not in _PATHS:  # launchers look themselves up at every call: keep it cheap
+        root = Path(key[1] or Path.home() / ".cache" / "inferloom")
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", device_name(device)).strip("_") or "device"
+        _PATHS[key] = root / "kernel_tuning" / f"{slug}.json"
+    return _PATHS[key]
 
 
 def shape_key(entry: str, dtype: str, shape: Mapping[str, int]) -> str:
