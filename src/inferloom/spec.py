@@ -92,6 +92,14 @@ class ProtocolSpec(_Strict):
     bootstrap_seed: int = 12345
 
 
+class KernelSpec(_Strict):
+    backend: Literal["auto", "none", "torch", "catalog"] = Field(
+        "auto", description="KERNEL phase backend: auto (catalog on CUDA, torch on CPU, none for the synthetic "
+        "adapter), none (skip the phase), torch (torch's fused ops), catalog (inferloom's Triton kernels, CUDA)")
+    min_share: float = Field(0.02, ge=0.0, le=1.0, description="a category below this share of the profiled run is not targeted")
+    min_speedup: float = Field(1.05, ge=1.0, description="microbenchmark speed-up a kernel must reach over the op it replaces")
+
+
 class WorkloadSpec(_Strict):
     model: str = Field("llama-tiny", description="synthetic preset name or local HF model directory")
     framework: Literal["transformers", "synthetic"] = "transformers"
@@ -102,6 +110,7 @@ class WorkloadSpec(_Strict):
     traffic: Traffic = Traffic()
     quality: QualitySpec = QualitySpec()
     protocol: ProtocolSpec = ProtocolSpec()
+    kernels: KernelSpec = KernelSpec()
     pinned: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("model")

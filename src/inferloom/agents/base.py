@@ -29,6 +29,7 @@ ACTIONS = (
     "try_config",   # FRAMEWORK: measure stack+changes against the stack
     "end_phase",    # FRAMEWORK: nothing more worth trying this cycle
     "stop",         # any phase: ask the coordinator to close the session
+    "try_kernel",   # KERNEL: measure stack+kernel knob changes against the stack (coordinator only)
 )
 
 

@@ -54,6 +54,7 @@ def knob_from_dict(d: Mapping[str, Any]) -> Knob:
         low=d.get("low"), high=d.get("high"),
         applies_to=frozenset(d.get("applies_to", ("cpu", "cuda"))),
         changes_numerics=bool(d.get("changes_numerics", False)),
+        phase=d.get("phase", "FRAMEWORK"),
     )
 
 
@@ -74,6 +75,7 @@ class _View:
         self.stock = self.full(state.get("stock_config") or {}, base)
         self.stack = self.full(state.get("stack") or {}, self.stock)
         self.space = [k for k in self.knobs if self.device in k.applies_to and k.name not in self.pinned
+                      and k.phase == "FRAMEWORK"
                       and (k.choices if k.kind == "choice" else k.kind == "bool" or None not in (k.low, k.high))]
         self.trials = [t for t in state.get("trials", []) if isinstance(t, Mapping)]
         # (trial, its full config): ``config`` if recorded, else the replayed stack + ``changes``

@@ -16,7 +16,7 @@ PHASE_ALLOWLIST: dict[str, frozenset[str]] = {
     "PRELUDE": frozenset({"measure_stock"}),
     "ENABLEMENT": frozenset({"enablement_rung", "stop"}),
     "FRAMEWORK": frozenset({"try_config", "end_phase", "stop"}),
-    "KERNEL": frozenset({"skip_phase"}),
+    "KERNEL": frozenset({"skip_phase", "try_kernel"}),
     "SWEEP": frozenset({"sweep", "skip_phase"}),
     "CLOSE": frozenset({"final_compare", "write_artifacts"}),
 }
@@ -33,11 +33,11 @@ def validate_proposal(raw: Any, phase: str, state: Mapping[str, Any], knobs: lis
         return None, "unknown_action", f"action {action!r} is not one of {', '.join(ACTIONS)}"
     if action not in PHASE_ALLOWLIST.get(phase, frozenset()):
         return None, "action_not_allowed_in_phase", f"{action!r} is not allowed in {phase}"
-    if action != "try_config":
+    if action not in ("try_config", "try_kernel"):
         return dict(raw), None, ""
     changes = raw.get("changes")
     if not isinstance(changes, Mapping) or not changes:
-        return None, "malformed_output", "try_config needs a non-empty 'changes' mapping"
+        return None, "malformed_output", f"{action} needs a non-empty 'changes' mapping"
     by_name = {k.name: k for k in knobs}
     for name in changes:
         if name not in by_name:
@@ -46,6 +46,8 @@ def validate_proposal(raw: Any, phase: str, state: Mapping[str, Any], knobs: lis
             return None, "knob_not_applicable", f"knob {name!r} does not apply to {state.get('device')}"
         if name in (state.get("pinned") or {}):
             return None, "pinned_knob", f"knob {name!r} is pinned by the spec"
+        if by_name[name].phase != phase:
+            return None, "knob_not_in_phase", f"knob {name!r} belongs to the {by_name[name].phase} phase, not {phase}"
     try:
         full = resolve_config(knobs, {**state["stack"], **dict(changes)}, state.get("pinned") or {})
     except ConfigError as exc:

@@ -52,7 +52,7 @@ class Coordinator:
                  robustness: Any, progress: Progress = lambda _m: None, cycle_ceiling: int = 3,
                  sweep: bool = True, sweep_pairs: int = 3, adapter_factory: Callable[[Any], Any] | None = None,
                  kb_url: str | None = "default", replay_min_confidence: float = 0.5, replay_fraction: float = 0.5,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, kernel_backend: Any = None) -> None:
         from pathlib import Path
 
         self.dir = Path(directory)
@@ -74,6 +74,7 @@ class Coordinator:
         self.replay_fraction = replay_fraction
         self.adapter_factory = adapter_factory or (lambda _spec: adapter)
         self.clock = clock
+        self.kernel_backend = kernel_backend  # None: spec.kernels.backend decides
         self.knobs = adapter.knob_space()
         self.settings = proto.ProtocolSettings.from_spec(spec.protocol)
         self.refs = References()
@@ -213,9 +214,9 @@ class Coordinator:
 
     # ---------------------------------------------------------------- KERNEL
     def _step_kernel(self, st: SessionState) -> None:
-        self.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "KERNEL", "cycle": st.cycle,
-                                     "reason": "no kernel backend is available yet (issue 7)"})
-        self._phase(st, Phase.SWEEP, "KERNEL skipped: no kernel backend yet")
+        from inferloom.session.kernel_phase import kernel_step
+
+        kernel_step(self, st)
 
     # ----------------------------------------------------------------- SWEEP
     def _step_sweep(self, st: SessionState) -> None:

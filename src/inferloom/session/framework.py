@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from inferloom.session import ledger as L
 from inferloom.session.allowlist import MAX_CONSECUTIVE_REFUSALS, validate_proposal
@@ -122,10 +122,13 @@ def _end(c: Any, st: SessionState, why: str) -> None:
 
 
 def execute_trial(c: Any, st: SessionState, proposal: Mapping[str, Any], key: str, *, agent: str | None = None,
-                  min_ratio: float | None = None) -> dict[str, Any]:
+                  min_ratio: float | None = None,
+                  guard: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None) -> dict[str, Any]:
     """Measure a proposal against the stack, have a fresh Critic rule, keep or
     revert, and record it (ledger and state). ``min_ratio``: a keep also needs
-    the measured ratio to reach it (warm replay). Returns the trial record."""
+    the measured ratio to reach it (warm replay). ``guard(evidence)``: a last
+    check before a keep; ``(rule, why)`` turns the keep into outcome ``rule``
+    (e.g. a gain larger than Amdahl's law allows). Returns the trial record."""
 
     agent = agent or c.orchestrator.name
     n = len(st.trials) + 1
@@ -164,10 +167,19 @@ def execute_trial(c: Any, st: SessionState, proposal: Mapping[str, Any], key: st
     if ok_shape and ruling["decision"] == "keep" and not allowed:
         c._refuse(st, "critic_keep_without_evidence", "the protocol, quality or noise floor did not support a keep",
                   ruling, critic.name)
-    outcome = _outcome(res, evidence, keep)
+    guarded = guard(evidence) if keep and guard is not None else None
+    if guarded:
+        keep = False
+        c.ledger.append(L.REFUSAL, {"rule": guarded[0], "why": guarded[1], "agent": "coordinator",
+                                    "output": {"changes": changes, "ratio": d.get("ratio")},
+                                    "phase": st.phase.value, "cycle": st.cycle}, key=key + ":guard")
+        c.progress(f"refused ({guarded[0]}): {guarded[1]}")
+    outcome = guarded[0] if guarded else _outcome(res, evidence, keep)
     if not keep and min_ratio is not None and res.get("verdict") == "keep" and (d.get("ratio") or 0.0) < min_ratio:
         outcome = "drift"
     lesson = ruling.get("lesson") if ok_shape and isinstance(ruling.get("lesson"), str) else f"{changes}: {outcome}"
+    if guarded:
+        lesson = f"{changes}: {guarded[1]}"
     vseq = c.ledger.append(L.VERDICT, {"trial": n, "cycle": st.cycle, "agent": agent, "changes": changes, "config": cand,
                                        "outcome": outcome, "kept": keep, "lesson": lesson,
                                        "protocol_verdict": res.get("verdict"), "ratio": d.get("ratio"),

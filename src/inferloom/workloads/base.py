@@ -72,6 +72,10 @@ class Knob:
     high: int | None = None
     applies_to: frozenset[str] = frozenset({"cpu", "cuda"})
     changes_numerics: bool = False
+    # Which phase may change it: FRAMEWORK (serving configuration) or KERNEL
+    # (a kernel replacement, proposed only by the KERNEL phase's backend after
+    # its correctness and microbenchmark gates).
+    phase: Literal["FRAMEWORK", "KERNEL"] = "FRAMEWORK"
 
     def domain_text(self) -> str:
         if self.kind == "bool":

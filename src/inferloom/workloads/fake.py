@@ -25,6 +25,10 @@ full, with no model, no device and no real sleeping):
   in ``fail_quality`` makes ``greedy`` / ``score`` raise ``RuntimeError`` (a
   configuration whose timed runs work but whose quality probe crashes, like a
   forced CUDA attention kernel with no support for the padded probe's mask).
+* ``profile`` (category -> share of a run, optional) is the profile the
+  adapter declares for the KERNEL phase's target selection
+  (:meth:`profile_categories`); it runs no operators, so there is nothing
+  to profile for real.
 """
 
 from __future__ import annotations
@@ -138,6 +142,7 @@ class SyntheticAdapter:
         fail_runs: Mapping[str, Mapping[Any, str]] | None = None,
         fail_prepare: Mapping[str, Mapping[Any, str]] | None = None,
         fail_quality: Mapping[str, Mapping[Any, str]] | None = None,
+        profile: Mapping[str, float] | None = None,
         delay_s: float = 0.0,
     ) -> None:
         if noise_sd < 0 or base_tps <= 0 or vocab_size < 2 or logit_scale <= 0:
@@ -157,6 +162,9 @@ class SyntheticAdapter:
         self.fail_runs = _check_table("fail_runs", fail_runs or {}, by_name)
         self.fail_prepare = _check_table("fail_prepare", fail_prepare or {}, by_name)
         self.fail_quality = _check_table("fail_quality", fail_quality or {}, by_name)
+        if profile is not None and any(not 0.0 <= float(v) <= 1.0 for v in profile.values()):
+            raise ValueError("SyntheticAdapter: profile shares must be in [0, 1]")
+        self.profile = dict(profile) if profile is not None else None
         self.noise_sd = float(noise_sd)
         self.base_tps = float(base_tps)
         self.seed = int(seed)
@@ -262,6 +270,13 @@ class SyntheticAdapter:
     def prompts(self, seed: int, n: int, length: int) -> list[list[int]]:
         rng = np.random.default_rng([self.seed & _MASK, int(seed) & _MASK])
         return rng.integers(0, self.vocab_size, size=(n, length)).tolist()
+
+    def profile_categories(self, config: Mapping[str, Any]) -> dict[str, dict[str, float]] | None:
+        """The declared profile (the same for every configuration), shaped like a
+        real profile's ``categories``; None when none was declared."""
+        if self.profile is None:
+            return None
+        return {k: {"share": float(v)} for k, v in self.profile.items()}
 
     def _check_probe(self, h: SyntheticHandle) -> None:
         for k, v in h.config.items():

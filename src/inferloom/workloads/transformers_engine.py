@@ -32,6 +32,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
+from inferloom.kernels.apply import apply_kernels
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
 
@@ -221,6 +222,20 @@ class TransformersEngine:
                 "dynamic cache; verifying several tokens per forward changes GEMM shapes and rounding)",
                 low=0, high=10, changes_numerics=True,
             ),
+            Knob(
+                "rmsnorm_impl", "choice", "eager",
+                "RMSNorm kernel (KERNEL phase): eager (transformers' ops) or torch_fused "
+                "(torch.nn.functional.rms_norm, one fused kernel); see kernels/apply.py",
+                choices=("eager", "torch_fused"), changes_numerics=True, phase="KERNEL",
+            ),
+            Knob(
+                "attention_kernel", "choice", "sdpa",
+                "decode attention over the static cache (KERNEL phase): sdpa (transformers, whole padded "
+                "cache), torch_sliced (SDPA over the cache up to the batch's longest valid end), "
+                "triton_decode (split-KV kernel reading only each row's valid range, CUDA); "
+                "see kernels/attention.py",
+                choices=("sdpa", "torch_sliced", "triton_decode"), changes_numerics=True, phase="KERNEL",
+            ),
         ]
         return list(self._knobs)
 
@@ -244,6 +259,14 @@ class TransformersEngine:
                 refuse("attn_implementation", f"{cfg['attn_implementation']} is CUDA-only; device is cpu")
             if cfg["compile_mode"] == "reduce-overhead":
                 refuse("compile_mode", "reduce-overhead captures CUDA graphs; device is cpu")
+        if cfg["attention_kernel"] != "sdpa" and cfg["attn_implementation"] != "sdpa":
+            refuse("attention_kernel", f"{cfg['attention_kernel']} replaces the sdpa attention path; "
+                   f"attn_implementation is {cfg['attn_implementation']}")
+        if cfg["attention_kernel"] == "triton_decode" and dev != "cuda":
+            refuse("attention_kernel", f"triton_decode is a CUDA kernel; device is {dev}")
+        if cfg["attention_kernel"] == "torch_sliced" and cfg["compile_mode"] == "reduce-overhead":
+            refuse("attention_kernel", "torch_sliced slices to a data-dependent length, which CUDA graphs "
+                   "(reduce-overhead) cannot capture")
         if cfg["compile_mode"] == "reduce-overhead" and cfg["cache_implementation"] != "static":
             refuse(
                 "compile_mode",
@@ -357,6 +380,11 @@ class TransformersEngine:
                 kind="oom" if kind == "oom" else ("unsupported" if isinstance(exc, (ValueError, ImportError)) else kind),
             ) from exc
 
+        try:
+            kernel_notes = apply_kernels(model, cfg)
+        except Exception as exc:
+            raise AdapterError(f"applying kernels for {config_key(cfg)} failed: {type(exc).__name__}: {exc}",
+                               kind="unsupported") from exc
         eager_forward = model.forward
         gen = GenerationConfig(
             do_sample=False,
@@ -370,7 +398,7 @@ class TransformersEngine:
             gen.cache_implementation = "static"
         mode = cfg["compile_mode"]
         gen.disable_compile = True  # never let transformers auto-compile behind our back
-        notes: dict[str, Any] = {}
+        notes: dict[str, Any] = dict(kernel_notes)
         if mode != "off":
             if cfg["cache_implementation"] == "static":
                 from transformers import CompileConfig

@@ -1,0 +1,68 @@
+"""Switching kernel replacements on in a built model (the engine's KERNEL-phase knobs).
+
+``rmsnorm_impl``: every module whose class name ends in ``RMSNorm`` and that
+has ``weight`` and ``variance_epsilon`` (Llama-style, as in transformers) gets
+its ``forward`` replaced on the instance:
+
+* ``eager``: untouched (transformers' own ops: fp32 upcast, mean of squares,
+  rsqrt, scale, cast back, multiply by the weight).
+* ``torch_fused``: :func:`torch.nn.functional.rms_norm` with the same
+  epsilon, computed in fp32 and cast back, then the weight, in the module's
+  own order (one fused kernel where torch has it; same numerics up to
+  rounding).
+
+The module's class is never changed, so anything else (hooks, state dicts)
+is unaffected; the replacement is recorded in the handle's notes.
+
+``attention_kernel``: anything but ``sdpa`` registers the decode attention
+function of :mod:`inferloom.kernels.attention` with transformers and sets it
+as the model's attention implementation (decode steps use it; prefill goes to
+SDPA).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+__all__ = ["apply_kernels", "fused_rmsnorm", "KERNEL_KNOBS"]
+
+KERNEL_KNOBS = ("rmsnorm_impl", "attention_kernel")
+
+
+def fused_rmsnorm(hidden_states: Any, weight: Any, eps: float) -> Any:
+    """RMSNorm with transformers' Llama numerics through torch's fused op."""
+    import torch
+
+    dt = hidden_states.dtype
+    h = torch.nn.functional.rms_norm(hidden_states.to(torch.float32), (hidden_states.shape[-1],), None, eps)
+    return weight * h.to(dt)
+
+
+def _rmsnorm_modules(model: Any) -> list[Any]:
+    return [m for m in model.modules()
+            if type(m).__name__.endswith("RMSNorm") and hasattr(m, "weight") and hasattr(m, "variance_epsilon")]
+
+
+def apply_kernels(model: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply the kernel knobs of ``cfg`` to ``model`` in place; returns notes."""
+    notes: dict[str, Any] = {}
+    impl = cfg.get("rmsnorm_impl", "eager")
+    if impl != "eager":
+        mods = _rmsnorm_modules(model)
+        if not mods:
+            raise ValueError(f"rmsnorm_impl={impl}: the model has no Llama-style RMSNorm module to replace")
+        for m in mods:
+            if impl == "torch_fused":
+                m.forward = (lambda mod: (lambda hidden_states: fused_rmsnorm(hidden_states, mod.weight,
+                                                                               mod.variance_epsilon)))(m)
+            else:
+                raise ValueError(f"rmsnorm_impl={impl!r}: unknown implementation")
+        notes["rmsnorm_impl"] = f"{impl}: {len(mods)} modules"
+    attn = cfg.get("attention_kernel", "sdpa")
+    if attn != "sdpa":
+        from inferloom.kernels.attention import register
+
+        name = register(attn)
+        model.set_attn_implementation(name)
+        notes["attention_kernel"] = f"{attn}: decode steps through {name}, prefill through sdpa"
+    return notes

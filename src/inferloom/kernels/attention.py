@@ -1,0 +1,130 @@
+"""Decode attention over a static KV cache, as a transformers attention function.
+
+transformers (5.x) calls a registered attention function with ``(module,
+query [B, Hq, q, D], key [B, Hkv, S, D], value, attention_mask, dropout,
+scaling, ...)`` and expects ``(output [B, q, Hq, D], None)``. With a static
+cache, ``S`` is the cache's full length and the boolean mask ``[B, 1, q, S]``
+marks the positions each sequence may attend to. The engine left-pads its
+batches, so in a decode step (``q == 1``) each row's valid positions are one
+contiguous range ``[start, end)``: :func:`ranges_from_mask` derives it with
+tensor ops only (no host sync, so it stays inside a compiled graph).
+
+Implementations (engine knob ``attention_kernel``):
+
+* ``sdpa``: untouched (transformers' SDPA over the whole padded cache).
+* ``torch_sliced``: SDPA over the cache sliced to the batch's longest valid
+  end (``max(end)``), with the mask sliced alike: the padded tail past every
+  row's end is never read. The slice length is data-dependent, so it suits
+  eager and dynamic-shape execution, not CUDA graphs. CPU and CUDA.
+* ``triton_decode``: the kernel catalog's split-KV (flash-decoding) kernel,
+  reading only ``[start, end)`` of each row (CUDA; wired in when the catalog
+  provides it: :data:`DECODE_IMPLS`).
+
+Prefill steps (``q > 1``) and calls without a boolean mask always go to
+transformers' own SDPA path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["ranges_from_mask", "sliced_decode", "decode_reference", "register", "DECODE_IMPLS", "ATTN_NAME"]
+
+ATTN_NAME = "inferloom_decode"
+# name -> fn(query [B,Hq,1,D], key [B,Hkv,S,D], value, start [B], end [B], scale) -> [B,Hq,1,D]
+DECODE_IMPLS: dict[str, Callable[..., Any]] = {}
+
+
+def ranges_from_mask(mask: Any) -> tuple[Any, Any]:
+    """``(start, end)`` int64 [B] of the True range in each row of a boolean
+    ``[B, 1, 1, S]`` (or ``[B, S]``) mask (a row with none gives start = end = 0)."""
+    import torch
+
+    valid = mask.reshape(mask.shape[0], mask.shape[-1])
+    s = valid.shape[-1]
+    any_ = valid.any(dim=-1)
+    idx = torch.arange(s, device=valid.device)
+    start = torch.where(valid, idx, s).amin(dim=-1)
+    end = torch.where(valid, idx + 1, 0).amax(dim=-1)
+    return torch.where(any_, start, 0), torch.where(any_, end, 0)
+
+
+def _gqa(x: Any, rep: int) -> Any:
+    return x if rep == 1 else x.repeat_interleave(rep, dim=1)
+
+
+def decode_reference(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float) -> Any:
+    """Float64 truth: softmax(q k^T * scale) v over [start, end) of each row."""
+    import torch
+
+    b, hq, _, d = query.shape
+    rep = hq // key.shape[1]
+    k, v, q = _gqa(key, rep).double(), _gqa(value, rep).double(), query.double()
+    s = k.shape[2]
+    idx = torch.arange(s, device=query.device)
+    ok = (idx[None, :] >= start[:, None]) & (idx[None, :] < end[:, None])  # [B, S]
+    scores = (q @ k.transpose(-1, -2)) * scale  # [B, Hq, 1, S]
+    scores = scores.masked_fill(~ok[:, None, None, :], float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def sliced_decode(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float) -> Any:
+    """``torch_sliced``: SDPA over ``[0, max(end))`` of the cache only."""
+    import torch
+
+    n = int(end.max()) if end.numel() else 0
+    n = max(n, 1)
+    k, v = key[:, :, :n], value[:, :, :n]
+    idx = torch.arange(n, device=query.device)
+    ok = (idx[None, :] >= start[:, None]) & (idx[None, :] < end[:, None])
+    rep = query.shape[1] // key.shape[1]
+    return torch.nn.functional.scaled_dot_product_attention(
+        query, _gqa(k, rep), _gqa(v, rep), attn_mask=ok[:, None, None, :], scale=scale)
+
+
+DECODE_IMPLS["torch_sliced"] = sliced_decode
+
+
+def triton_decode(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float) -> Any:
+    """``triton_decode``: the catalog's split-KV kernel as a compile-safe custom op."""
+    import torch
+
+    from inferloom.kernels.catalog import ops
+
+    return ops.decode_attention(query, key, value, end.to(torch.int32), start.to(torch.int32), scale)
+
+
+def _make_attention(impl: Callable[..., Any]) -> Callable[..., Any]:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
+                  scaling: float | None = None, **kwargs: Any) -> tuple[Any, None]:
+        import torch
+
+        if (query.shape[2] != 1 or attention_mask is None or attention_mask.dtype != torch.bool
+                or dropout or kwargs.get("softcap") is not None):
+            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                          scaling=scaling, **kwargs)
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        start, end = ranges_from_mask(attention_mask)
+        out = impl(query, key, value, start, end, scale)  # [B, Hq, 1, D]
+        return out.transpose(1, 2).contiguous(), None
+
+    return attention
+
+
+def register(impl_name: str) -> str:
+    """Register the attention function for ``impl_name`` with transformers
+    (and SDPA's mask builder under the same name); returns the name to set as
+    the model's attention implementation."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    if impl_name == "triton_decode" and impl_name not in DECODE_IMPLS:
+        DECODE_IMPLS[impl_name] = triton_decode
+    if impl_name not in DECODE_IMPLS:
+        raise ValueError(f"attention_kernel={impl_name!r}: not available here (have {sorted(DECODE_IMPLS)})")
+    name = f"{ATTN_NAME}_{impl_name}"
+    AttentionInterface.register(name, _make_attention(DECODE_IMPLS[impl_name]))
+    AttentionMaskInterface.register(name, sdpa_mask)
+    return name

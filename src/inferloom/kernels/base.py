@@ -1,0 +1,96 @@
+"""The KERNEL phase's extension point: a kernel backend and its candidates.
+
+Contract:
+
+* A :class:`KernelBackend` looks at the profile's hot categories (selected
+  by :func:`inferloom.kernels.select.select_targets`) and the workload, and
+  proposes :class:`KernelCandidate` s. One backend runs per KERNEL phase
+  (``spec.kernels.backend``). A backend's claims are never trusted: every
+  candidate passes the gates of :mod:`inferloom.kernels.gates` (correctness
+  at the workload's real shapes, then a microbenchmark against the op it
+  replaces), and only the coordinator's paired end-to-end measurement with
+  the quality contract keeps anything.
+* A candidate names its ``target`` (a profile category), the ``op`` it
+  replaces, the ``shapes`` it is checked at, its ``tolerance`` and its
+  ``claimed_speedup`` (of the op, recorded as ``unverified``), and the knob
+  ``config_changes`` that switch it on end to end (so the measurement, the
+  ledger, the knowledge base and resume treat it like any configuration).
+* Calling convention: ``inputs, out = make_inputs(shape, dtype, device,
+  seed)``; ``implementation(**inputs, out=out)`` writes its result into
+  ``out`` (the gate fills ``out`` with NaN first, so an element it does not
+  write fails); ``baseline(**inputs)`` is the op it replaces at the
+  workload's dtype (what the microbenchmark races); ``reference(**inputs)``
+  is the truth in higher precision (what correctness compares against).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+__all__ = ["KernelCandidate", "KernelBackend", "Target", "workload_of"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A profile category the KERNEL phase considered, and why it was picked or passed over."""
+
+    category: str
+    share: float
+    picked: bool
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True, eq=False)
+class KernelCandidate:
+    """One proposed kernel replacement (see the module docstring)."""
+
+    id: str
+    target: str
+    op: str
+    implementation: Callable[..., Any]
+    baseline: Callable[..., Any]
+    reference: Callable[..., Any]
+    make_inputs: Callable[[Mapping[str, int], str, str, int], tuple[dict[str, Any], Any]]
+    shapes: tuple[Mapping[str, int], ...]
+    dtype: str
+    claimed_speedup: float
+    config_changes: Mapping[str, Any]
+    tolerance: Mapping[str, float] = field(default_factory=lambda: {"rel_l2": 1e-2, "max_rel": 5e-2})
+    notes: str = ""
+
+    def to_record(self) -> dict[str, Any]:
+        """JSON-able description (no callables) for the ledger."""
+        return {"id": self.id, "target": self.target, "op": self.op, "shapes": [dict(s) for s in self.shapes],
+                "dtype": self.dtype, "tolerance": dict(self.tolerance), "claimed_speedup": self.claimed_speedup,
+                "claim_status": "unverified", "config_changes": dict(self.config_changes), "notes": self.notes}
+
+
+@runtime_checkable
+class KernelBackend(Protocol):
+    """Proposes kernel replacements for hot ops (see the module docstring)."""
+
+    name: str
+
+    def unavailable(self, workload: Mapping[str, Any]) -> str | None:
+        """None when the backend can work on this workload, else the reason it can't."""
+        ...
+
+    def rewritable(self) -> frozenset[str]:
+        """Profile categories this backend has kernels for."""
+        ...
+
+    def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
+        """Candidates for the picked targets, hottest first."""
+        ...
+
+
+def workload_of(spec: Any, device: str, stack: Mapping[str, Any]) -> dict[str, Any]:
+    """What a backend sees of the workload: device, dtype, model, traffic, the current stack."""
+    t = spec.traffic
+    return {"device": device, "dtype": str(stack.get("dtype", spec.dtype)), "model": spec.model,
+            "framework": spec.framework, "batch": t.concurrency, "input_len": t.input_len,
+            "output_len": t.output_len, "stack": dict(stack)}

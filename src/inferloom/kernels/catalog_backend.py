@@ -1,0 +1,86 @@
+"""The ``catalog`` kernel backend: inferloom's Triton kernels (``kernels/catalog``)
+for the transformers engine on CUDA.
+
+It proposes only catalog entries that the engine can switch on end to end:
+
+* ``decode_attention`` (target ``attention``; ``attention_kernel=triton_decode``):
+  split-KV (flash-decoding) attention of each decode step over only the
+  valid ``[start, end)`` range of every row of the static cache, through the
+  catalog's compile-safe custom op, so it stays inside compiled graphs and
+  CUDA graphs. Proposed when the stack uses the static cache with the sdpa
+  attention path. Checked at the workload's decode shape (mean context of
+  the cache) and at a ragged, left-padded batch.
+
+The other entries (fused residual + RMSNorm, gate/up + SiLU, fp8 linear)
+have their correctness and microbenchmark in ``benchmarks/gpu_kernels.py``
+but no engine switch yet; the backend does not propose them, and says so in
+its notes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from inferloom.kernels.base import KernelCandidate, Target
+
+__all__ = ["CatalogBackend"]
+
+NOT_SWITCHABLE = ("add_rmsnorm", "gate_up_silu", "silu_mul", "qkv_proj", "fp8_linear")
+
+
+def _model_config(model: str) -> dict[str, Any]:
+    from inferloom.models.presets import PRESETS
+
+    if model in PRESETS:
+        return dict(PRESETS[model])
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(model) / "config.json").read_text())
+
+
+class CatalogBackend:
+    """See the module docstring."""
+
+    name = "catalog"
+
+    def unavailable(self, workload: Mapping[str, Any]) -> str | None:
+        from inferloom.kernels.catalog import triton_available
+
+        if workload.get("framework") != "transformers":
+            return f"the catalog rewrites the transformers engine's modules, not {workload.get('framework')}"
+        if workload.get("device") != "cuda":
+            return "the Triton catalog runs on CUDA (on a CPU only under the Triton interpreter, for tests)"
+        if not triton_available():
+            return "triton is not installed"
+        return None
+
+    def rewritable(self) -> frozenset[str]:
+        return frozenset({"attention"})
+
+    def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
+        from inferloom.kernels import catalog
+        from inferloom.measure.roofline import mean_decode_context
+
+        picked = {t.category for t in targets if t.picked}
+        stack = workload.get("stack", {})
+        out: list[KernelCandidate] = []
+        if ("attention" in picked and stack.get("cache_implementation") == "static"
+                and stack.get("attention_kernel", "sdpa") == "sdpa" and stack.get("attn_implementation", "sdpa") == "sdpa"):
+            entry = catalog.get("decode_attention")
+            dtype = str(workload["dtype"])
+            why = entry.unsupported(dtype, str(workload.get("device", "cuda")))
+            if why is None:
+                cache = int(workload["input_len"]) + int(workload["output_len"])
+                ctx = min(cache, int(round(mean_decode_context(int(workload["input_len"]), int(workload["output_len"])))))
+                shape = catalog.workload_shapes(_model_config(str(workload["model"])), int(workload["batch"]), ctx,
+                                                cache)["decode_attention"]
+                out.append(KernelCandidate(
+                    id="catalog-decode-attention", target="attention", op=entry.target_op,
+                    implementation=entry.implementation, baseline=entry.baseline, reference=entry.reference,
+                    make_inputs=entry.make_inputs,
+                    shapes=(shape, {**shape, "ragged": 1, "left_pad": 1}),
+                    dtype=dtype, claimed_speedup=cache / max(1, ctx),
+                    config_changes={"attention_kernel": "triton_decode"}, tolerance=dict(entry.tolerance(dtype)),
+                    notes=entry.notes + "; claim = cache length / mean context (a guess: it reads only the valid range)"))
+        return out

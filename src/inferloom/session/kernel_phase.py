@@ -1,0 +1,246 @@
+"""KERNEL phase: one backend proposes kernel replacements for the hot ops of
+the current stack; the coordinator trusts none of its claims.
+
+One tick does one thing, so a kill at any point resumes cleanly:
+
+1. (first tick of a cycle) resolve the backend (``spec.kernels.backend``, or
+   the one the coordinator was given), profile the current stack (stock's
+   PRELUDE profile when the stack is stock), select targets by time share and
+   by what the backend can rewrite (ledger ``kernel_targets``: every category
+   with why it was picked or passed over). No backend or no target: the
+   phase is skipped with its reason.
+2. per candidate: its claim is recorded ``unverified`` (``kernel_claim``);
+   the correctness gate, then the microbenchmark gate (``kernel_gate``
+   entries; a failure is a refusal with the gate's rule); then the paired
+   end-to-end measurement with the quality contract against the stack, like
+   any FRAMEWORK trial (same Critic, same keep rule). A measured gain larger
+   than Amdahl's law allows from the op's time share and its microbenchmark
+   speed-up is refused (``amdahl_suspect``) and measured once more; only that
+   second measurement can keep it.
+3. when every candidate is done (or the budget is used): SWEEP.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from inferloom.kernels.base import KernelCandidate, Target, workload_of
+from inferloom.kernels.gates import correctness, microbenchmark
+from inferloom.kernels.select import select_targets
+from inferloom.measure.roofline import amdahl_limit
+from inferloom.session import ledger as L
+from inferloom.session.allowlist import validate_proposal
+from inferloom.session.common import jsonable as _jsonable
+from inferloom.session.common import step_key as _key
+from inferloom.session.framework import agent_view, execute_trial
+from inferloom.session.state import PendingAction, Phase, SessionState
+from inferloom.workloads.base import config_key
+
+__all__ = ["kernel_step", "KERNEL_TARGETS", "KERNEL_CLAIM", "KERNEL_GATE", "AMDAHL_TOLERANCE"]
+
+KERNEL_TARGETS = "kernel_targets"
+KERNEL_CLAIM = "kernel_claim"
+KERNEL_GATE = "kernel_gate"
+AMDAHL_TOLERANCE = 0.05
+
+
+def _to_sweep(c: Any, st: SessionState, why: str, skipped: bool) -> None:
+    if skipped:
+        c.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "KERNEL", "cycle": st.cycle, "reason": why},
+                        key=_key("kernel-skip", st.session_id, st.cycle))
+    c._phase(st, Phase.SWEEP, ("KERNEL skipped: " if skipped else "KERNEL done: ") + why)
+
+
+def _backend(c: Any, st: SessionState) -> tuple[Any, str]:
+    if getattr(c, "kernel_backend", None) is not None:
+        return c.kernel_backend, f"backend {c.kernel_backend.name} (given to the coordinator)"
+    from inferloom.kernels.registry import resolve_backend
+
+    return resolve_backend(c.spec.kernels.backend, workload_of(c.spec, st.device, st.stack))
+
+
+def _stack_categories(c: Any, st: SessionState) -> tuple[dict[str, Any] | None, int | None, str]:
+    """The time shares of the current stack: (categories, ledger seq, where from)."""
+    from inferloom.session.prelude import PROFILE
+
+    synthetic = getattr(c.adapter, "profile_categories", None)
+    if callable(synthetic):  # the synthetic adapter declares its pretend profile
+        return synthetic(st.stack), None, "the synthetic adapter's declared profile"
+    prof = st.extra.get("profile") or {}
+    if st.stack == st.stock_config and prof.get("categories"):
+        return prof["categories"], prof.get("ledger_seq"), "stock's PRELUDE profile"
+    key = _key("profile-kernel", st.session_id, st.cycle)
+    found = c.ledger.find(key)
+    if found is None:
+        from inferloom.measure.profile import profile_run
+
+        c.progress("KERNEL: profiling one untimed run of the current stack (torch.profiler)")
+        try:
+            h = c.adapter.prepare(dict(st.stack))
+            try:
+                c.adapter.run(h, 7)
+                res = profile_run(c.adapter, h, 8)
+            finally:
+                c.adapter.release(h)
+        except Exception as exc:  # noqa: BLE001 - no profile is a reason to skip, not a crash
+            res = {"error": f"{type(exc).__name__}: {exc}"}
+        seq = c.ledger.append(PROFILE, {"profile": _jsonable(res), "stack": dict(st.stack), "cycle": st.cycle}, key=key)
+        found = {"profile": res, "seq": seq}
+    p = found.get("profile") or {}
+    if p.get("error") or not p.get("categories"):
+        return None, found["seq"], f"the stack's profile failed: {p.get('error')}"
+    return p["categories"], found["seq"], "a profile of the current stack"
+
+
+def _begin(c: Any, st: SessionState) -> dict[str, Any] | None:
+    backend, why = _backend(c, st)
+    if backend is None:
+        _to_sweep(c, st, why, skipped=True)
+        return None
+    cats, pseq, source = _stack_categories(c, st)
+    if not cats:
+        _to_sweep(c, st, f"no profile to pick targets from ({source})", skipped=True)
+        return None
+    ks = c.spec.kernels
+    targets = select_targets(cats, backend.rewritable(), ks.min_share)
+    c.ledger.append(KERNEL_TARGETS, {"cycle": st.cycle, "backend": backend.name, "profile_seq": pseq,
+                                     "profile_source": source, "targets": [t.to_dict() for t in targets]},
+                    key=_key("kernel-targets", st.session_id, st.cycle))
+    for t in targets:
+        c.progress(f"KERNEL: {'target' if t.picked else 'passed over'} {t.category} ({t.share * 100:.1f}%): {t.why}")
+    if not any(t.picked for t in targets):
+        _to_sweep(c, st, f"{backend.name}: no profiled category is both hot enough and rewritable", skipped=True)
+        return None
+    state = {"cycle": st.cycle, "backend": backend.name, "targets": [t.to_dict() for t in targets], "next": 0,
+             "kept": [], "stack_at_start": dict(st.stack)}
+    st.extra["kernel"] = state
+    return state
+
+
+def _candidates(c: Any, st: SessionState, ks: Mapping[str, Any]) -> list[KernelCandidate]:
+    backend, _ = _backend(c, st)
+    targets = [Target(**t) for t in ks["targets"]]
+    work = workload_of(c.spec, st.device, ks.get("stack_at_start") or st.stack)
+    return list(backend.propose(targets, work)) if backend is not None else []
+
+
+def _refuse(c: Any, st: SessionState, cand_id: str, rule: str, why: str, agent: str) -> None:
+    c.ledger.append(L.REFUSAL, {"rule": rule, "why": why, "agent": agent, "output": {"candidate": cand_id},
+                                "phase": "KERNEL", "cycle": st.cycle},
+                    key=_key("kernel-refusal", st.session_id, st.cycle, cand_id, rule))
+    c.progress(f"refused ({rule}): {why}")
+
+
+def _guard(bound: float | None):
+    def check(ev: Mapping[str, Any]) -> tuple[str, str] | None:
+        r = ev.get("ratio")
+        if bound is None or r is None or r <= bound * (1 + AMDAHL_TOLERANCE):
+            return None
+        return ("amdahl_suspect", f"measured x{r:.3f} end to end, more than the x{bound:.3f} Amdahl's law allows "
+                f"from the op's time share and its microbenchmark speed-up: measuring it once more")
+    return check
+
+
+def _trial(c: Any, st: SessionState, ks: dict[str, Any], proposal: dict[str, Any], key: str) -> None:
+    agent = f"kernel:{ks['backend']}"
+    remeasure = bool(proposal.get("remeasure"))
+    t = execute_trial(c, st, proposal, key, agent=agent,
+                      guard=None if remeasure else _guard(proposal.get("amdahl_bound")))
+    if t["verdict"] == "amdahl_suspect" and not remeasure:
+        again = {**proposal, "remeasure": True}
+        st.pending_action = PendingAction(action="try_kernel", params=_jsonable(again), key=key + ":remeasure")
+        c._save(st)
+        _trial(c, st, ks, again, key + ":remeasure")
+        return
+    if t["kept"]:
+        ks["kept"].append(proposal.get("candidate"))
+    st.extra.setdefault("kernel_decided", {})[str(proposal.get("candidate"))] = \
+        f"cycle {st.cycle}: measured end to end, {t['verdict']} (trial {t['trial']})"
+    ks["next"] = int(ks["next"]) + 1
+
+
+def kernel_step(c: Any, st: SessionState) -> None:
+    if st.stop_reason:
+        _to_sweep(c, st, st.stop_reason, skipped=True)
+        return
+    ks = st.extra.get("kernel")
+    if not ks or ks.get("cycle") != st.cycle:
+        ks = _begin(c, st)
+        return  # state saved; candidates from the next tick on
+    if st.pending_action is not None and st.pending_action.action == "try_kernel":
+        _trial(c, st, ks, dict(st.pending_action.params), st.pending_action.key)
+        return
+    reason = c._budget_reason(st)
+    if reason:
+        st.stop_reason = reason
+        _to_sweep(c, st, reason, skipped=False)
+        return
+    cands = _candidates(c, st, ks)
+    i = int(ks["next"])
+    if i >= len(cands):
+        kept = ks.get("kept") or []
+        _to_sweep(c, st, f"{len(cands)} candidate(s) from {ks['backend']}, {len(kept)} kept"
+                  + (f" ({', '.join(kept)})" if kept else ""), skipped=False)
+        return
+    cand = cands[i]
+    agent = f"kernel:{ks['backend']}"
+    if all(st.stack.get(k) == v for k, v in cand.config_changes.items()):
+        c.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} is already in the stack")
+        ks["next"] = i + 1
+        return
+    decided = st.extra.setdefault("kernel_decided", {})
+    if cand.id in decided:  # gates don't depend on the stack; an end-to-end verdict stands for the session
+        c.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} was decided in an earlier cycle: {decided[cand.id]}")
+        ks["next"] = i + 1
+        return
+    # can it be measured at all (knob space, phase, pinned, measured before)? Checked before the gates spend time.
+    _, rule, why = validate_proposal({"action": "try_kernel", "changes": dict(cand.config_changes)}, "KERNEL",
+                                     agent_view(st), c.knobs)
+    if rule:
+        _refuse(c, st, cand.id, rule, why, agent)
+        ks["next"] = i + 1
+        return
+    c.ledger.append(KERNEL_CLAIM, {"cycle": st.cycle, "backend": ks["backend"], "candidate": cand.to_record()},
+                    key=_key("kernel-claim", st.session_id, st.cycle, cand.id))
+    c.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} for {cand.op} (claims x{cand.claimed_speedup:.2f}, "
+               "unverified)")
+    device = st.device
+    results = {}
+    for gate in (correctness, microbenchmark):
+        gkey = _key("kernel-gate", st.session_id, st.cycle, cand.id, gate.__name__)
+        found = c.ledger.find(gkey)
+        if found is None:
+            c.progress(f"KERNEL gate {gate.__name__}: {cand.id}")
+            kw = {"min_speedup": c.spec.kernels.min_speedup} if gate is microbenchmark else {}
+            res = gate(cand, device, **kw).to_dict()
+            c.ledger.append(KERNEL_GATE, {"cycle": st.cycle, "candidate": cand.id, **_jsonable(res)}, key=gkey)
+        else:
+            res = found
+        results[gate.__name__] = res
+        c.progress(f"  {res['gate']}: {'pass' if res['passed'] else 'refused (' + str(res['rule']) + ')'}: {res['why']}")
+        if not res["passed"]:
+            _refuse(c, st, cand.id, res["rule"], res["why"], agent)
+            st.extra.setdefault("kernel_decided", {})[cand.id] = f"cycle {st.cycle}: refused ({res['rule']})"
+            ks["next"] = i + 1
+            return
+    share = next((t["share"] for t in ks["targets"] if t["category"] == cand.target), None)
+    local = results["microbenchmark"]["details"].get("speedup")
+    bound = amdahl_limit(min(max(float(share), 0.0), 1.0), float(local)) if share is not None and local else None
+    raw = {"action": "try_kernel", "changes": dict(cand.config_changes),
+           "predicted_gain": (bound - 1.0) if bound is not None else None,
+           "rationale": f"{cand.id}: {cand.op}; gates passed (x{local:.2f} on the op); Amdahl bound "
+                        + (f"x{bound:.3f} from its {share * 100:.1f}% share" if bound else "unknown"),
+           "source": agent, "candidate": cand.id, "amdahl_bound": bound}
+    proposal, rule, why = validate_proposal(raw, "KERNEL", agent_view(st), c.knobs)
+    if rule:
+        _refuse(c, st, cand.id, rule, why, agent)
+        ks["next"] = i + 1
+        return
+    key = _key("try_kernel", st.session_id, st.cycle, config_key(proposal["config"]))
+    c.ledger.append(L.PROPOSAL, {"agent": agent, "cycle": st.cycle, "trial": len(st.trials) + 1,
+                                 "changes": proposal["changes"], "config": proposal["config"],
+                                 "predicted_gain": proposal.get("predicted_gain"), "source": agent,
+                                 "rationale": proposal["rationale"], "candidate": cand.id}, key=key + ":proposal")
+    st.pending_action = PendingAction(action="try_kernel", params=_jsonable(proposal), key=key)
+    c._save(st)
+    _trial(c, st, ks, proposal, key)
