@@ -22,7 +22,7 @@ For every entry (``inferloom.kernels.catalog.entries()``):
    replay must write the same values as the eager call;
 5. (``--no-hf`` skips it) decode attention inside HF's model: a 2-layer model
    of the 8B shape, eager, static cache, left-padded batch of 64, 16 new
-   tokens, ``attn_implementation="inferloom_decode"`` against ``"sdpa"``:
+   tokens, the engine's ``attention_kernel=triton_decode`` against ``"sdpa"``:
    the first decode step's logits (same prefix) and generate() wall times
    (informational; eager, so host overhead dominates).
 
@@ -124,15 +124,15 @@ def _graph_replay_ok(entry, shape, dtype, device, config) -> dict:
 
 def _hf_integration(device: str, fields: dict, dtype, layers: int = 2, batch: int = 64, prompt: int = 256,
                     new: int = 16) -> dict:
-    """The kernel inside HF's model (``attn_implementation="inferloom_decode"``) on a
+    """The kernel inside HF's model (the engine's ``attention_kernel=triton_decode``) on a
     ``layers``-layer model of the 8B shape, eager, static cache, left-padded batch:
     decode-step logits against SDPA's, and the generate() wall times."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from inferloom.kernels.catalog import hf
+    from inferloom.kernels import attention
 
-    name = hf.register()
+    name = attention.register("triton_decode")
     fields = {k: v for k, v in fields.items() if k != "architecture"}
     cfg = LlamaConfig(**{**fields, "num_hidden_layers": layers, "pad_token_id": 0, "bos_token_id": 1,
                          "eos_token_id": 2})

@@ -441,13 +441,13 @@ def test_candidate_fields_follow_the_backend_calling_convention():
 
 
 def test_hf_attention_implementation_decodes_like_sdpa(monkeypatch):
-    # a tiny Llama, left-padded batch, static cache, greedy: the registered implementation runs
-    # the kernel at every decode step of every layer and matches HF's SDPA
+    # a tiny Llama, left-padded batch, static cache, greedy: the engine's attention_kernel=triton_decode
+    # (kernels/attention.py) runs the kernel at every decode step of every layer and matches HF's SDPA
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from inferloom.kernels.catalog import hf
+    from inferloom.kernels import attention
 
-    name = hf.register()
+    name = attention.register("triton_decode")
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, vocab_size=100, max_position_embeddings=128, pad_token_id=0,
@@ -474,3 +474,27 @@ def test_hf_attention_implementation_decodes_like_sdpa(monkeypatch):
     assert len(calls) == 4 * 2  # 4 decode steps (the first new token comes from prefill) x 2 layers
     # the real lengths (not the cache size) and the left padding of row 0
     assert calls[0] == ([7, 7], [3, 0]) and calls[-1] == ([10, 10], [3, 0])
+
+
+def test_catalog_backend_candidate_passes_the_correctness_gate_and_a_broken_one_does_not():
+    # the KERNEL phase's own gate (kernels/gates.py) over the catalog backend's proposal, on CPU
+    import dataclasses
+
+    from inferloom.kernels import gates
+    from inferloom.kernels.base import Target
+    from inferloom.kernels.catalog_backend import CatalogBackend
+
+    workload = {"device": "cuda", "dtype": "float16", "model": "llama-tiny", "framework": "transformers",
+                "batch": 3, "input_len": 20, "output_len": 12,
+                "stack": {"cache_implementation": "static", "attn_implementation": "sdpa"}}
+    (cand,) = CatalogBackend().propose([Target("attention", 0.4, True, "hot")], workload)
+    assert cand.shapes[0]["max_len"] == 32 and cand.shapes[0]["context"] == 26
+    ok = gates.correctness(cand, "cpu", seeds=(1,))
+    assert ok.passed, ok.why
+
+    def wrong_scale(q, k_cache, v_cache, seq_lens, starts=None, scale=None, *, out, config=None):
+        da.decode_attention(q, k_cache, v_cache, seq_lens, starts, 1.5 * q.shape[-1] ** -0.5, out=out)
+
+    broken = dataclasses.replace(cand, implementation=wrong_scale)
+    bad = gates.correctness(broken, "cpu", seeds=(1,))
+    assert not bad.passed and bad.rule == "kernel_incorrect", bad.why
