@@ -75,6 +75,8 @@ class Coordinator:
         self.adapter_factory = adapter_factory or (lambda _spec: adapter)
         self.clock = clock
         self.knobs = adapter.knob_space()
+        if hasattr(adapter, "set_log_dir"):  # server adapters keep each server's log in the session
+            adapter.set_log_dir(self.dir / "servers")
         self.settings = proto.ProtocolSettings.from_spec(spec.protocol)
         self.refs = References()
         self.ledger = L.Ledger(self.dir)
@@ -145,8 +147,10 @@ class Coordinator:
                 self._phase(st, Phase.KERNEL if st.phase == Phase.FRAMEWORK else Phase.CLOSE, reason)
                 self._save(st)
                 continue
+            _sync_rejected_flags(self.adapter, st, restore=True)
             step = getattr(self, "_step_" + st.phase.value.lower())
             step(st)
+            _sync_rejected_flags(self.adapter, st, restore=False)
             self._save(st)
 
     # --------------------------------------------------------------- PRELUDE
@@ -228,3 +232,16 @@ class Coordinator:
         from inferloom.session.close import close_step
 
         close_step(self, st)
+
+
+def _sync_rejected_flags(adapter: Any, st: SessionState, *, restore: bool) -> None:
+    """Flags the installed server rejected (learned by a server adapter from a
+    launch error) live in the session state: restored into the adapter after a
+    resume, and read by ``validate_proposal`` so they are never proposed again."""
+    learned = getattr(adapter, "rejected_flags", None)
+    if learned is None:
+        return
+    if restore and st.extra.get("rejected_flags"):
+        adapter.restore_rejected_flags(st.extra["rejected_flags"])
+    elif not restore and learned:
+        st.extra["rejected_flags"] = {k: dict(v) for k, v in learned.items()}

@@ -11,6 +11,8 @@ ADAPTERS: dict[str, str] = {
     "transformers": "inferloom.workloads.transformers_engine:TransformersEngine",
     # deterministic fake with known true effects: tests and demos of the coordinator
     "synthetic": "inferloom.workloads.fake:from_spec",
+    # an OpenAI-compatible vLLM server as a subprocess, from its own Python environment
+    "vllm": "inferloom.workloads.vllm_adapter:from_spec",
 }
 
 
