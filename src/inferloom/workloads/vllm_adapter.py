@@ -169,7 +169,7 @@ class VLLMAdapter:
             if exc.kind == "unsupported_flag" and exc.flag:
                 knob, value = origin.get(exc.flag, (None, None))
                 self.rejected_flags[exc.flag] = {"knob": knob, "value": value, "kind": exc.kind,
-                                                 "error": (exc.log_tail.strip().splitlines() or [""])[-1][:300],
+                                                 "error": _evidence(exc.log_tail, exc.flag)[:300],
                                                  "whole_flag": knob is None}
             raise AdapterError(f"vLLM server for {hid} failed to start: {exc}\n{exc.log_tail[-1500:]}",
                                kind=exc.kind) from None
@@ -398,6 +398,12 @@ class VLLMAdapter:
     def close(self) -> None:
         for h in list(self._handles.values()):
             self.release(h)
+
+
+def _evidence(log_tail: str, needle: str) -> str:
+    """The log line that names ``needle`` (the server's own words), else the last line."""
+    lines = [ln for ln in log_tail.splitlines() if ln.strip() and not ln.startswith("[inferloom]")]
+    return next((ln for ln in reversed(lines) if needle in ln and not ln.startswith("$ ")), lines[-1] if lines else "")
 
 
 def from_spec(spec: Any) -> VLLMAdapter:
