@@ -68,3 +68,22 @@ def test_launch_failure_of_a_missing_server_python_is_an_adapter_error(tmp_path)
     with pytest.raises(AdapterError) as ei:
         a.prepare({})
     assert ei.value.kind == "crash" and "could not execute" in str(ei.value)
+
+
+def test_run_prompts_are_fresh_per_run_and_a_shared_prefix_is_declared(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"vocab_size": 500}))
+    base = {"framework": "vllm", "device": "cpu", "model": str(tmp_path / "m"), "traffic.concurrency": 3,
+            "traffic.input_len": 12}
+    fresh = VLLMAdapter(load_spec(None, base), tmp_path)
+    p1, c1 = fresh.run_prompts(1)
+    p2, _ = fresh.run_prompts(2)
+    assert len(p1) == 15 and all(len(p) == 12 for p in p1)  # default 5 x concurrency
+    assert p1 != p2 and p1 == fresh.run_prompts(1)[0]
+    assert c1["prompt_mode"] == "fresh" and c1["shared_prefix_len"] == 0
+    shared = VLLMAdapter(load_spec(None, {**base, "serving.prefix": "shared", "serving.shared_prefix_len": 5}), tmp_path)
+    s1, c = shared.run_prompts(1)
+    s2, _ = shared.run_prompts(2)
+    assert c["prompt_mode"] == "shared" and c["shared_prefix_len"] == 5
+    assert len({tuple(p[:5]) for p in s1 + s2}) == 1  # one prefix, every prompt, every run
+    assert len({tuple(p[5:]) for p in s1 + s2}) == 30  # the rest fresh

@@ -76,7 +76,7 @@ class Coordinator:
         self.clock = clock
         self.knobs = adapter.knob_space()
         if hasattr(adapter, "set_log_dir"):  # server adapters keep each server's log in the session
-            adapter.set_log_dir(self.dir / "servers")
+            adapter.set_log_dir(self.dir / "servers", progress=progress)
         self.settings = proto.ProtocolSettings.from_spec(spec.protocol)
         self.refs = References()
         self.ledger = L.Ledger(self.dir)

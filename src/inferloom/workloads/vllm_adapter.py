@@ -80,8 +80,11 @@ class VLLMAdapter:
         self._knobs = vllm_knobs(spec.traffic.concurrency, kv)
 
     # ------------------------------------------------------------ plumbing
-    def set_log_dir(self, path: str | Path) -> None:
+    def set_log_dir(self, path: str | Path, progress: Callable[[str], None] | None = None) -> None:
+        """Where server logs go (a session's ``servers/``), and whom to tell about slow start-ups."""
         self._log_dir = Path(path)
+        if progress is not None:
+            self.progress = progress
 
     def restore_rejected_flags(self, learned: Mapping[str, Mapping[str, Any]]) -> None:
         for flag, info in learned.items():
