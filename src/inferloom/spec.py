@@ -20,6 +20,7 @@ __all__ = [
     "Traffic",
     "QualitySpec",
     "ProtocolSpec",
+    "ServingSpec",
     "WorkloadSpec",
     "CustomKnob",
     "CustomSpec",
@@ -182,19 +183,41 @@ class CustomSpec(_Strict):
         return str(p.resolve())
 
 
+class ServingSpec(_Strict):
+    """Server adapters (``framework: vllm``): how the server is launched and
+    how the load generator drives it. See docs/loadgen.md and README."""
+
+    python: str = Field("python", description="the server environment's Python (e.g. .venv-vllm/bin/python)")
+    module: str = Field("vllm.entrypoints.openai.api_server", description="server module run with python -m")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the server process")
+    extra_args: list[str] = Field(default_factory=list, description="extra server arguments, every candidate")
+    startup_timeout_s: float = Field(300.0, gt=0)
+    request_timeout_s: float = Field(300.0, gt=0)
+    max_model_len: int | None = Field(None, ge=16)
+    arrival: Literal["concurrency", "poisson"] = "concurrency"
+    request_rate: float | None = Field(None, gt=0, description="req/s for poisson arrivals")
+    warmup_requests: int | None = Field(None, ge=0, description="untimed requests first (default concurrency)")
+    prefix: Literal["fresh", "shared"] = Field("fresh", description="fresh prompts per run, or a declared shared prefix")
+    shared_prefix_len: int = Field(0, ge=0)
+    slo_ttft_ms: float | None = Field(None, gt=0)
+    slo_tpot_ms: float | None = Field(None, gt=0)
+    slo_e2el_ms: float | None = Field(None, gt=0)
+
+
 class WorkloadSpec(_Strict):
     model: str = Field("llama-tiny", description="synthetic preset name or local HF model directory")
-    framework: Literal["transformers", "synthetic", "custom"] = "transformers"
+    framework: Literal["transformers", "synthetic", "custom", "vllm"] = "transformers"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     seed: int = 0
-    objective: Literal["output_tokens_per_s"] = "output_tokens_per_s"
+    objective: Literal["output_tokens_per_s", "goodput"] = "output_tokens_per_s"
     traffic: Traffic = Traffic()
     quality: QualitySpec = QualitySpec()
     protocol: ProtocolSpec = ProtocolSpec()
     kernels: KernelSpec = KernelSpec()
     pinned: dict[str, Any] = Field(default_factory=dict)
     custom: CustomSpec | None = Field(None, description="framework: custom only (docs/custom.md)")
+    serving: ServingSpec = ServingSpec()
 
     @model_validator(mode="after")
     def _custom(self) -> "WorkloadSpec":
@@ -202,6 +225,17 @@ class WorkloadSpec(_Strict):
             raise ValueError("framework 'custom' needs a 'custom' section (repo, entrypoint, knobs)")
         if self.framework != "custom" and self.custom is not None:
             raise ValueError(f"a 'custom' section needs framework: custom, got framework: {self.framework}")
+        return self
+
+    @model_validator(mode="after")
+    def _goodput_needs_slo(self) -> "WorkloadSpec":
+        s = self.serving
+        if self.objective == "goodput" and not (s.slo_ttft_ms or s.slo_tpot_ms or s.slo_e2el_ms):
+            raise ValueError("objective goodput needs at least one SLO (serving.slo_ttft_ms, slo_tpot_ms or slo_e2el_ms)")
+        if self.objective == "goodput" and self.framework != "vllm":
+            raise ValueError("objective goodput needs a server framework (vllm): only the load generator measures it")
+        if s.arrival == "poisson" and s.request_rate is None:
+            raise ValueError("serving.arrival poisson needs serving.request_rate")
         return self
 
     @field_validator("model")

@@ -27,6 +27,7 @@ __all__ = [
     "output_tokens_per_s",
     "total_tokens_per_s",
     "requests_per_s",
+    "goodput",
     "get_metric",
     "log_ratio",
     "log_ratios",
@@ -68,8 +69,20 @@ def requests_per_s(rec: RunRecord) -> float:
     return float(rec.num_requests) / wall
 
 
+def goodput(rec: RunRecord) -> float:
+    """Requests per second meeting every declared SLO (``request_goodput`` of
+    the load generator's result in ``extra['serving']``; server adapters only)."""
+    _checked_wall(rec)
+    serving = rec.extra.get("serving") or {}
+    v = serving.get("request_goodput")
+    if v is None:
+        raise ValueError(f"run {rec.config_id!r} seed {rec.seed}: no request_goodput (no SLO declared, or not a server run)")
+    return float(v)
+
+
 METRICS: dict[str, Metric] = {
     "output_tokens_per_s": output_tokens_per_s,
+    "goodput": goodput,
     "total_tokens_per_s": total_tokens_per_s,
     "requests_per_s": requests_per_s,
 }

@@ -285,4 +285,7 @@ def evaluate(adapter: Any, handle: Any, ref: Reference, th: QualityThresholds) -
         "tie_margin_declared": th.tie_margin,
         "tie_margin_used": margin,
     }
+    approx = getattr(adapter, "score_approximation", None)
+    if isinstance(approx, str):  # e.g. a server's top-k log-probabilities: stated in every verdict
+        verdict.details["score_approximation"] = approx
     return verdict

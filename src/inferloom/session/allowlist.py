@@ -48,6 +48,10 @@ def validate_proposal(raw: Any, phase: str, state: Mapping[str, Any], knobs: lis
             return None, "pinned_knob", f"knob {name!r} is pinned by the spec"
         if by_name[name].phase != phase:
             return None, "knob_not_in_phase", f"knob {name!r} belongs to the {by_name[name].phase} phase, not {phase}"
+        for flag, info in ((state.get("extra") or {}).get("rejected_flags") or {}).items():
+            if info.get("knob") == name and (info.get("whole_flag") or info.get("value") == changes[name]):
+                return None, "rejected_by_server", (f"knob {name!r}={changes[name]!r}: the installed server rejected "
+                                                    f"{flag} earlier in this session")
     try:
         full = resolve_config(knobs, {**state["stack"], **dict(changes)}, state.get("pinned") or {})
     except ConfigError as exc:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.measure import protocol as proto
 from inferloom.measure import quality as Q
-from inferloom.measure.metrics import output_tokens_per_s
+from inferloom.measure.metrics import get_metric, output_tokens_per_s
 from inferloom.workloads.base import AdapterError, RunRecord
 
 __all__ = ["QUALITY_PROBE_FAILED", "References", "compare", "stock_references", "warmup", "compile_overhead", "timed_pairs"]
@@ -77,7 +77,7 @@ def compile_overhead(warmups: list[dict[str, Any]], timed_walls: list[float]) ->
 
 def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int, labels: tuple[str, str],
                 progress: Progress, on_pair: Callable[[Any, Any], None] | None = None,
-                stop_early: bool = True) -> Any:
+                stop_early: bool = True, metric: Any = output_tokens_per_s) -> Any:
     h_a, h_b = handles
 
     def _on_pair(pair: Any, decision: Any) -> None:
@@ -133,7 +133,8 @@ def compare(
             out.update(verdict="failed", error=str(exc), error_kind=exc.kind, quality={"evaluated": False},
                        timings=timings)
             return out
-        pres = timed_pairs(adapter, handles, settings, seed_base, labels, progress, on_pair, stop_early)
+        pres = timed_pairs(adapter, handles, settings, seed_base, labels, progress, on_pair, stop_early,
+                           metric=get_metric(getattr(spec, "objective", "output_tokens_per_s")))
         out["protocol"] = pres.to_dict()
         out["verdict"] = pres.verdict
         out["error"] = pres.error

@@ -76,6 +76,8 @@ class Coordinator:
         self.clock = clock
         self.kernel_backend = kernel_backend  # None: spec.kernels.backend decides
         self.knobs = adapter.knob_space()
+        if hasattr(adapter, "set_log_dir"):  # server adapters keep each server's log in the session
+            adapter.set_log_dir(self.dir / "servers", progress=progress)
         self.settings = proto.ProtocolSettings.from_spec(spec.protocol)
         self.refs = References()
         self.ledger = L.Ledger(self.dir)
@@ -150,8 +152,10 @@ class Coordinator:
                 self._phase(st, Phase.KERNEL if st.phase == Phase.FRAMEWORK else Phase.CLOSE, reason)
                 self._save(st)
                 continue
+            _sync_rejected_flags(self, st, restore=True)
             step = getattr(self, "_step_" + st.phase.value.lower())
             step(st)
+            _sync_rejected_flags(self, st, restore=False)
             self._save(st)
 
     # --------------------------------------------------------------- PRELUDE
@@ -238,3 +242,23 @@ class Coordinator:
         from inferloom.session.close import close_step
 
         close_step(self, st)
+
+
+def _sync_rejected_flags(c: "Coordinator", st: SessionState, *, restore: bool) -> None:
+    """Flags the installed server rejected (learned by a server adapter from a
+    launch error) live in the session state: restored into the adapter after a
+    resume, and read by ``validate_proposal`` so they are never proposed again.
+    Each newly learned flag is also a ledger entry."""
+    learned = getattr(c.adapter, "rejected_flags", None)
+    if learned is None:
+        return
+    if restore and st.extra.get("rejected_flags"):
+        c.adapter.restore_rejected_flags(st.extra["rejected_flags"])
+    elif not restore and learned:
+        known = st.extra.get("rejected_flags") or {}
+        for flag in sorted(set(learned) - set(known)):
+            c.ledger.append(L.ERROR, {"what": "server rejected a flag; never proposed again in this session",
+                                      "flag": flag, **{("failure_kind" if k == "kind" else k): v for k, v in learned[flag].items()}},
+                           key=_key("rejected_flag", st.session_id, flag))
+            c.progress(f"learned: the server rejects {flag} ({learned[flag].get('knob')}); never proposed again")
+        st.extra["rejected_flags"] = {k: dict(v) for k, v in learned.items()}

@@ -13,10 +13,18 @@ from inferloom.session.common import step_key as _key
 from inferloom.session.state import SessionState
 from inferloom.workloads.base import AdapterError, ConfigError, resolve_config
 
-__all__ = ["RUNGS", "climb", "recovery_options"]
+__all__ = ["RUNGS", "FAILURE_KINDS", "NEXT_RUNG", "climb", "recovery_options"]
 
 RUNGS = ("read-only diagnosis", "flag or environment change", "source patch", "alternate environment",
          "upstream diff", "rebuild")
+
+# What a failed stock launch or run is classified as (server adapters classify
+# from the launch log: inferloom.workloads.server_process.classify_failure), and
+# the rung above 2 that each would need when no flag or environment change helps.
+FAILURE_KINDS = ("oom", "unsupported_flag", "missing_kernel", "model_config", "startup_timeout", "crash",
+                 "compile", "unsupported", "error")
+NEXT_RUNG = {"oom": 4, "unsupported_flag": 4, "missing_kernel": 4, "model_config": 3, "startup_timeout": 3,
+             "crash": 3, "compile": 3, "unsupported": 4, "error": 3}
 
 
 def recovery_options(kind: str, stock: dict[str, Any], knobs: list[Any]) -> list[dict[str, Any]]:
@@ -64,10 +72,18 @@ def climb(c: Any, st: SessionState) -> dict[str, Any] | None:
         c.progress(f"ENABLEMENT rung 2 {change}: {'runs' if ok else 'still fails'}")
         if ok:
             return cfg
-    c.ledger.append(L.ENABLEMENT_RUNG, {"rung": 3, "name": RUNGS[2], "outcome": "not available in this version: stopping"},
-                    key=_key("rung3", st.session_id))
-    st.stop_reason = (f"enablement: stock fails ({kind}: {fail.get('error')}); rungs 1-2 did not recover it and "
-                      "rung 3 (source patch) is not available yet")
+    if not options:
+        c.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "failure_kind": kind,
+                                            "outcome": f"no flag or environment change is known for '{kind}'"},
+                        key=_key("rung2-none", st.session_id))
+    need = NEXT_RUNG.get(kind, 3)
+    for r in range(3, 7):  # declared, not implemented: recorded so the ledger shows the whole ladder
+        c.ledger.append(L.ENABLEMENT_RUNG, {"rung": r, "name": RUNGS[r - 1], "failure_kind": kind,
+                                            "outcome": "declared, not available in this version"
+                                            + (": this failure needs it; stopping" if r == need else "")},
+                        key=_key(f"rung{r}", st.session_id))
+    st.stop_reason = (f"enablement: stock fails ({kind}: {str(fail.get('error'))[:300]}); rungs 1-2 did not recover "
+                      f"it and it needs rung {need} ({RUNGS[need - 1]}), which is not available yet")
     return None
 
 

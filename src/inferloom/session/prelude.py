@@ -128,6 +128,9 @@ def profile_step(c: Any, st: SessionState) -> None:
     if c.spec.framework == "custom":
         st.extra["profile"] = {"skipped": "a custom workload is the user's own process: no operator profile"}
         return
+    if c.spec.framework == "vllm":
+        st.extra["profile"] = {"skipped": "the server runs out of process: no torch.profiler trace or roofline yet"}
+        return
     from inferloom.measure.profile import profile_run
 
     c.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")

@@ -46,6 +46,8 @@ def sweep_step(c: Any, st: SessionState) -> None:
         update={"concurrency": conc, "input_len": inl, "num_prompts": None})})
     settings = c.settings.__class__(**{**c.settings.to_dict(), "min_pairs": c.sweep_pairs, "max_pairs": c.sweep_pairs})
     adapter = c.adapter_factory(spec2)
+    if adapter is not c.adapter and hasattr(adapter, "set_log_dir"):  # server logs stay in the session
+        adapter.set_log_dir(c.dir / "servers" / f"sweep-c{conc}-i{inl}", progress=c.progress)
     c.progress(f"SWEEP cycle {st.cycle}: concurrency {conc}, input {inl} ({len(done) + 1}/{len(points)})")
     key = _key("sweep", st.session_id, st.cycle, conc, inl)
     # Stock and the stack at this operating point: stock's defaults there (e.g.

@@ -13,6 +13,8 @@ ADAPTERS: dict[str, str] = {
     "synthetic": "inferloom.workloads.fake:from_spec",
     # the user's own code and entrypoint, with its own quality gate (docs/custom.md)
     "custom": "inferloom.workloads.custom:CustomAdapter",
+    # an OpenAI-compatible vLLM server as a subprocess, from its own Python environment
+    "vllm": "inferloom.workloads.vllm_adapter:from_spec",
 }
 
 

