@@ -90,7 +90,7 @@ def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int,
             on_pair(pair, decision)
 
     # an adapter with its own objective (a custom workload) supplies the metric
-    metric = getattr(adapter, "objective_metric", None) or output_tokens_per_s
+    metric = getattr(adapter, "objective_metric", None) or metric
     return proto.run_paired(lambda s: adapter.run(h_a, s), lambda s: adapter.run(h_b, s), settings,
                             seed_base=seed_base, on_pair=_on_pair, stop_early=stop_early, metric=metric)
 
