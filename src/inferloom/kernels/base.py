@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
-__all__ = ["KernelCandidate", "KernelBackend", "Target", "workload_of"]
+__all__ = ["KernelCandidate", "KernelBackend", "Target", "model_config", "workload_of"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,18 @@ class KernelBackend(Protocol):
     def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
         """Candidates for the picked targets, hottest first."""
         ...
+
+
+def model_config(model: str) -> dict[str, Any]:
+    """The HF config fields of a preset, or of a local model directory's config.json."""
+    from inferloom.models.presets import PRESETS
+
+    if model in PRESETS:
+        return dict(PRESETS[model])
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(model) / "config.json").read_text())
 
 
 def workload_of(spec: Any, device: str, stack: Mapping[str, Any]) -> dict[str, Any]:

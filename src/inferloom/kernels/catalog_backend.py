@@ -21,22 +21,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from inferloom.kernels.base import KernelCandidate, Target
+from inferloom.kernels.base import KernelCandidate, Target, model_config
 
 __all__ = ["CatalogBackend"]
 
 NOT_SWITCHABLE = ("add_rmsnorm", "gate_up_silu", "silu_mul", "qkv_proj", "fp8_linear")
-
-
-def _model_config(model: str) -> dict[str, Any]:
-    from inferloom.models.presets import PRESETS
-
-    if model in PRESETS:
-        return dict(PRESETS[model])
-    import json
-    from pathlib import Path
-
-    return json.loads((Path(model) / "config.json").read_text())
 
 
 class CatalogBackend:
@@ -73,7 +62,7 @@ class CatalogBackend:
             if why is None:
                 cache = int(workload["input_len"]) + int(workload["output_len"])
                 ctx = min(cache, int(round(mean_decode_context(int(workload["input_len"]), int(workload["output_len"])))))
-                shape = catalog.workload_shapes(_model_config(str(workload["model"])), int(workload["batch"]), ctx,
+                shape = catalog.workload_shapes(model_config(str(workload["model"])), int(workload["batch"]), ctx,
                                                 cache)["decode_attention"]
                 out.append(KernelCandidate(
                     id="catalog-decode-attention", target="attention", op=entry.target_op,

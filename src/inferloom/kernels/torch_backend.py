@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from inferloom.kernels.apply import fused_rmsnorm
-from inferloom.kernels.base import KernelCandidate, Target
+from inferloom.kernels.base import KernelCandidate, Target, model_config
 
 __all__ = ["TorchBackend", "rmsnorm_eager", "rmsnorm_reference", "rmsnorm_inputs", "model_dims"]
 
@@ -35,15 +35,7 @@ _EPS = 1e-5
 def model_dims(model: str) -> dict[str, int]:
     """Sizes of a preset or local model directory (config.json): hidden,
     heads, kv_heads, head_dim."""
-    from inferloom.models.presets import PRESETS
-
-    if model in PRESETS:
-        cfg = PRESETS[model]
-    else:
-        import json
-        from pathlib import Path
-
-        cfg = json.loads((Path(model) / "config.json").read_text())
+    cfg = model_config(model)
     hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     return {"hidden": hidden, "heads": heads, "kv_heads": int(cfg.get("num_key_value_heads", heads)),
             "head_dim": int(cfg.get("head_dim") or hidden // heads)}
