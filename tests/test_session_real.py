@@ -58,3 +58,24 @@ def test_real_session_on_llama_tiny(tmp_path):
     assert "## Roofline" in report and "## Profile of one stock run" in report
     assert "Where the time went" in report and "ledger #" in report
     assert "FRAMEWORK cycle 1, trial 1/2" in p.stderr  # live progress
+    if not kept:
+        return
+    # the same workload again: PRELUDE replays the recipe before it has measured the
+    # ceilings; once it has, the replayed keep gets its roofline point too
+    d2 = tmp_path / "session2"
+    p2 = subprocess.run(
+        [sys.executable, "-m", "inferloom.cli", "optimize", "--model", "llama-tiny", "--device", "cpu",
+         "--concurrency", "4", "--input-len", "32", "--output-len", "16", "--num-prompts", "8",
+         "--min-pairs", "3", "--max-pairs", "5", "--budget-minutes", "0.1", "--max-trials", "1", "--out", str(d2)],
+        capture_output=True, text=True, timeout=900)
+    assert p2.returncode == 0, p2.stderr[-3000:]
+    st2 = load_state(d2)
+    replay = [t for t in st2.trials if t["agent"] == "kb-replay"]
+    assert len(replay) == 1
+    if replay[0]["kept"]:
+        e2 = L.read_entries(d2)
+        kept2 = [e for e in e2 if e["kind"] == "roofline" and "kept" in e]
+        assert [k["kept"]["trial"] for k in kept2] == [replay[0]["trial"]]
+        assert replay[0]["roofline"]["ledger_seq"] == kept2[0]["seq"]
+        stock_roof = next(e for e in e2 if e["kind"] == "roofline" and "stock" in e)
+        assert stock_roof["seq"] < kept2[0]["seq"]  # computed once the ceilings were there

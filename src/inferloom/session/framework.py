@@ -21,7 +21,7 @@ from inferloom.session.compare import compare, stock_references
 from inferloom.session.state import PendingAction, Phase, SessionState
 from inferloom.workloads.base import config_key
 
-__all__ = ["agent_view", "framework_step", "noise_floor_gain", "execute_trial"]
+__all__ = ["agent_view", "framework_step", "noise_floor_gain", "execute_trial", "kept_roofline"]
 
 
 def agent_view(st: SessionState) -> dict[str, Any]:
@@ -198,22 +198,23 @@ def execute_trial(c: Any, st: SessionState, proposal: Mapping[str, Any], key: st
     if keep:
         st.stack = cand
         st.extra["stack_ratio"] = _best(st) * float(d["ratio"])
-        _kept_roofline(c, st, res, key)
+        kept_roofline(c, st, res, key, st.trials[-1])
     st.pending_action = None
     c.progress(f"  -> {outcome}: {lesson}")
     return st.trials[-1]
 
 
-def _kept_roofline(c: Any, st: SessionState, res: Mapping[str, Any], key: str) -> None:
-    """Where the newly kept stack sits against the roofline (its median in
-    the measurement that kept it); recorded once, also across a resume."""
+def kept_roofline(c: Any, st: SessionState, res: Mapping[str, Any], key: str, trial: dict[str, Any]) -> None:
+    """Where a kept stack (``trial``'s config) sits against the roofline: its
+    median in the measurement that kept it; recorded once, also across a
+    resume. Nothing without ceilings (a warm replay keeps before PRELUDE has
+    measured them: PRELUDE calls this again once it has)."""
     from inferloom.session.prelude import ROOFLINE, roofline_for
 
     vals = [p["value_b"] for p in (res.get("protocol") or {}).get("pairs", []) if p.get("value_b") is not None]
-    roof = roofline_for(c, st, statistics.median(vals), st.stack) if vals else None
+    roof = roofline_for(c, st, statistics.median(vals), dict(trial["config"])) if vals else None
     if roof is None:
         return
-    trial = st.trials[-1]
     found = c.ledger.find(key + ":roofline")
     seq = found["seq"] if found is not None else c.ledger.append(
         ROOFLINE, {"kept": {"trial": trial["trial"], "cycle": st.cycle, "changes": trial["changes"], "roofline": roof}},

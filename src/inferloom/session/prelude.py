@@ -157,6 +157,13 @@ def profile_step(c: Any, st: SessionState) -> None:
     if roof:
         c.progress(f"PRELUDE: roofline: stock at {roof['fraction'] * 100:.1f}% of the {roof['ceiling_tok_per_s']:,.0f} tok/s "
                    f"ceiling (headroom x{roof['headroom']:.2f})")
+        from inferloom.session.framework import kept_roofline
+
+        for t in st.trials:  # a warm replay kept before the ceilings existed
+            if t.get("kept") and "roofline" not in t:
+                m = next((e for e in c.ledger.entries(L.MEASUREMENT) if e["seq"] == t["measurement_seq"]), None)
+                if m is not None:
+                    kept_roofline(c, st, m, _key("replay-roofline", st.session_id, t["trial"]), t)
 
 
 def _ceilings(c: Any, st: SessionState) -> dict[str, Any] | None:
