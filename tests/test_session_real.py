@@ -10,14 +10,19 @@ from inferloom.session import ledger as L
 from inferloom.session.state import Phase, load_state
 
 
+def _optimize(out, budget_minutes, max_trials):
+    return subprocess.run(
+        [sys.executable, "-m", "inferloom.cli", "optimize", "--model", "llama-tiny", "--device", "cpu",
+         "--concurrency", "4", "--input-len", "32", "--output-len", "16", "--num-prompts", "8",
+         "--min-pairs", "3", "--max-pairs", "5", "--budget-minutes", budget_minutes, "--max-trials", max_trials,
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=900)
+
+
 @pytest.mark.slow
 def test_real_session_on_llama_tiny(tmp_path):
     d = tmp_path / "session"
-    p = subprocess.run(
-        [sys.executable, "-m", "inferloom.cli", "optimize", "--model", "llama-tiny", "--device", "cpu",
-         "--concurrency", "4", "--input-len", "32", "--output-len", "16", "--num-prompts", "8",
-         "--min-pairs", "3", "--max-pairs", "5", "--budget-minutes", "6", "--max-trials", "2", "--out", str(d)],
-        capture_output=True, text=True, timeout=900)
+    p = _optimize(d, "6", "2")
     assert p.returncode == 0, p.stderr[-3000:]
     st = load_state(d)
     assert st.phase == Phase.DONE and st.used.trials == 2 and st.stop_reason
@@ -63,11 +68,7 @@ def test_real_session_on_llama_tiny(tmp_path):
     # the same workload again: PRELUDE replays the recipe before it has measured the
     # ceilings; once it has, the replayed keep gets its roofline point too
     d2 = tmp_path / "session2"
-    p2 = subprocess.run(
-        [sys.executable, "-m", "inferloom.cli", "optimize", "--model", "llama-tiny", "--device", "cpu",
-         "--concurrency", "4", "--input-len", "32", "--output-len", "16", "--num-prompts", "8",
-         "--min-pairs", "3", "--max-pairs", "5", "--budget-minutes", "0.1", "--max-trials", "1", "--out", str(d2)],
-        capture_output=True, text=True, timeout=900)
+    p2 = _optimize(d2, "0.1", "1")
     assert p2.returncode == 0, p2.stderr[-3000:]
     st2 = load_state(d2)
     replay = [t for t in st2.trials if t["agent"] == "kb-replay"]

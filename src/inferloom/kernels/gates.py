@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from inferloom.kernels.base import KernelCandidate
 
-__all__ = ["GateResult", "correctness", "microbenchmark", "cache_bytes", "MIN_SPEEDUP"]
+__all__ = ["GateResult", "correctness", "error_metrics", "microbenchmark", "cache_bytes", "MIN_SPEEDUP"]
 
 MIN_SPEEDUP = 1.05
 _CORRECTNESS_SEEDS = (11, 12, 13)
@@ -48,7 +48,8 @@ class GateResult:
         return dict(self.__dict__)
 
 
-def _errors(out: Any, ref: Any) -> dict[str, float]:
+def error_metrics(out: Any, ref: Any) -> dict[str, float]:
+    """``rel_l2`` = ||out - ref|| / ||ref|| and ``max_rel`` = max|out - ref| / max|ref|, in float64."""
     import torch
 
     o, r = out.detach().to(torch.float64), ref.detach().to(torch.float64)
@@ -88,7 +89,7 @@ def correctness(cand: KernelCandidate, device: str, seeds: tuple[int, ...] = _CO
                 return GateResult("correctness", False, "kernel_nan_or_unwritten",
                                   f"{cand.id}: {bad} of {out.numel()} output elements are NaN/Inf (unwritten or "
                                   f"non-finite) at {where}", {"checks": checks})
-            err = _errors(out, ref)
+            err = error_metrics(out, ref)
             checks.append({"shape": dict(shape), "seed": seed, **err})
             over = {k: v for k, v in err.items() if v > float(cand.tolerance.get(k, math.inf))}
             if over:

@@ -194,8 +194,8 @@ def kernel_step(c: Any, st: SessionState) -> None:
         ks["next"] = i + 1
         return
     # can it be measured at all (knob space, phase, pinned, measured before)? Checked before the gates spend time.
-    _, rule, why = validate_proposal({"action": "try_kernel", "changes": dict(cand.config_changes)}, "KERNEL",
-                                     agent_view(st), c.knobs)
+    proposal, rule, why = validate_proposal({"action": "try_kernel", "changes": dict(cand.config_changes),
+                                             "source": agent, "candidate": cand.id}, "KERNEL", agent_view(st), c.knobs)
     if rule:
         _refuse(c, st, cand.id, rule, why, agent)
         ks["next"] = i + 1
@@ -226,16 +226,9 @@ def kernel_step(c: Any, st: SessionState) -> None:
     share = next((t["share"] for t in ks["targets"] if t["category"] == cand.target), None)
     local = results["microbenchmark"]["details"].get("speedup")
     bound = amdahl_limit(min(max(float(share), 0.0), 1.0), float(local)) if share is not None and local else None
-    raw = {"action": "try_kernel", "changes": dict(cand.config_changes),
-           "predicted_gain": (bound - 1.0) if bound is not None else None,
-           "rationale": f"{cand.id}: {cand.op}; gates passed (x{local:.2f} on the op); Amdahl bound "
-                        + (f"x{bound:.3f} from its {share * 100:.1f}% share" if bound else "unknown"),
-           "source": agent, "candidate": cand.id, "amdahl_bound": bound}
-    proposal, rule, why = validate_proposal(raw, "KERNEL", agent_view(st), c.knobs)
-    if rule:
-        _refuse(c, st, cand.id, rule, why, agent)
-        ks["next"] = i + 1
-        return
+    proposal.update(predicted_gain=(bound - 1.0) if bound is not None else None, amdahl_bound=bound,
+                    rationale=f"{cand.id}: {cand.op}; gates passed (x{local:.2f} on the op); Amdahl bound "
+                    + (f"x{bound:.3f} from its {share * 100:.1f}% share" if bound else "unknown"))
     key = _key("try_kernel", st.session_id, st.cycle, config_key(proposal["config"]))
     c.ledger.append(L.PROPOSAL, {"agent": agent, "cycle": st.cycle, "trial": len(st.trials) + 1,
                                  "changes": proposal["changes"], "config": proposal["config"],
