@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3 and 4 GPU runs: one unattended `inferloom optimize` session per call on
+# Issue 3, 4 and 7 GPU runs: one unattended `inferloom optimize` session per call on
 # one H200 (llama-3.1-8b preset, bf16, concurrency 64, 256 in / 128 out).
 #   bash benchmarks/gpu_session.sh first     # stock start, files its recipe in the KB
 #   bash benchmarks/gpu_session.sh second    # same workload, warm-starts from that KB
@@ -27,6 +27,11 @@ KB=${KB:-/tmp/inferloom-kb.sqlite}
 [ -f "$KB" ] || { [ -f .gpu/kb.sqlite ] && cp .gpu/kb.sqlite "$KB"; }
 export INFERLOOM_KB=$KB INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
 SPEC=${SPEC:-examples/llama-3.1-8b-h200.yaml}
+# the catalog's shape-tuned configs measured on this device (docs/results/h200-kernels-*)
+export INFERLOOM_KERNEL_CACHE=${INFERLOOM_KERNEL_CACHE:-/tmp/inferloom-kcache}
+mkdir -p "$INFERLOOM_KERNEL_CACHE/kernel_tuning"
+for f in docs/results/h200-kernels-*/tuning-*.json; do
+  [ -f "$f" ] && cp -n "$f" "$INFERLOOM_KERNEL_CACHE/kernel_tuning/${f##*/tuning-}"; done
 DIR=/tmp/sessions/$NAME; mkdir -p /tmp/sessions
 # a session cut short on a machine that has since gone back: resume the carried copy
 [ -d "$DIR" ] || { [ -f ".gpu/$NAME/state.json" ] && cp -r ".gpu/$NAME" "$DIR"; }
@@ -36,5 +41,9 @@ if [ -f "$DIR/state.json" ]; then CMD=(resume "$DIR"); else
 # A session cut short by the call's limit resumes from its state on the next call.
 timeout -s KILL "${SESSION_TIMEOUT:-540}" python3 -m inferloom.cli "${CMD[@]}" 2>&1 | tee -a "$OUT/$NAME.log"
 echo "exit: ${PIPESTATUS[0]}" | tee -a "$OUT/$NAME.log"
+# a finished session: profile its final stack (PROFILE_FINAL=0 skips it)
+if [ "${PROFILE_FINAL:-1}" = 1 ] && python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["phase"] != "DONE")' "$DIR/state.json" 2>/dev/null; then
+  timeout -s KILL "${PROFILE_TIMEOUT:-200}" python3 benchmarks/profile_stack.py "$DIR" --out "$DIR/final_profile.json" \
+    2>&1 | grep -v '^USDT' | tee -a "$OUT/$NAME.log"; fi
 cp "$KB" /tmp/sessions/kb.sqlite
 tar czf "$OUT/$NAME.tgz" -C /tmp/sessions "$NAME" kb.sqlite

@@ -206,6 +206,42 @@ def test_a_gain_beyond_amdahl_is_measured_again_before_it_is_kept(tmp_path, one_
     assert st.stack["k_good"] is True
 
 
+def test_framework_leaves_the_kernel_phase_its_share_of_the_budget(tmp_path, one_thread):
+    from tests.test_session import SPEC, agents
+
+    many = KNOBS + [Knob(f"flag{i}", "bool", False, "synthetic 0%") for i in range(8)]
+    runs = {}
+    for share in (0.5, 0.0):
+        spec = SPEC.model_copy(update={"kernels": SPEC.kernels.model_copy(update={"budget_share": share})})
+        ad = SyntheticAdapter(effects={"fast_path": {True: 1.2}, "k_good": {True: 1.25}}, numerics={}, knobs=many,
+                              noise_sd=0.03, profile={"normalization": 0.4, "gemm": 0.3, "idle": 0.3})
+        st = start(tmp_path / f"s{share}", spec, budget_minutes=10, max_trials=6, adapter=ad, agents=agents(),
+                   kernel_backend=ScriptedBackend())
+        entries = L.read_entries(tmp_path / f"s{share}")
+        to_kernel = next(e for e in entries if e["kind"] == L.PHASE and e.get("to") == "KERNEL")
+        runs[share] = (st, to_kernel)
+    st, to_kernel = runs[0.5]
+    framework = [t for t in st.trials if not str(t["agent"]).startswith("kernel:")]
+    assert len(framework) == 3 and "spec.kernels.budget_share" in to_kernel["why"]  # 6 - ceil(0.5 * 6)
+    assert any(t["changes"] == {"k_good": True} and t["kept"] for t in st.trials)  # KERNEL got its trials
+    st, to_kernel = runs[0.0]  # no reserve: FRAMEWORK may use every trial, and KERNEL gets none
+    assert "budget_share" not in to_kernel["why"]
+    assert not any(str(t["agent"]).startswith("kernel:") for t in st.trials)
+
+
+def test_amdahl_share_counts_the_categories_the_replaced_op_covers():
+    from inferloom.session.kernel_phase import _share
+
+    targets = [{"category": "attention", "share": 0.2}, {"category": "memory_copy", "share": 0.25},
+               {"category": "gemm", "share": 0.4}]
+    plain = _cand(_fused)
+    assert _share(targets, _with(plain, {})) == (None, "")  # normalization is not in this profile
+    att = KernelCandidate(**{**plain.__dict__, "target": "attention"})
+    assert _share(targets, att) == (0.2, "attention")
+    share, spans = _share(targets, KernelCandidate(**{**att.__dict__, "covers": ("memory_copy", "absent")}))
+    assert abs(share - 0.45) < 1e-12 and spans == "attention + memory_copy"
+
+
 def test_kernel_knobs_are_refused_in_framework():
     from inferloom.session.allowlist import validate_proposal
 

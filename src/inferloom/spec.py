@@ -102,6 +102,10 @@ class KernelSpec(_Strict):
         "adapter), none (skip the phase), torch (torch's fused ops), catalog (inferloom's Triton kernels, CUDA)")
     min_share: float = Field(0.02, ge=0.0, le=1.0, description="a category below this share of the profiled run is not targeted")
     min_speedup: float = Field(1.05, ge=1.0, description="microbenchmark speed-up a kernel must reach over the op it replaces")
+    budget_share: float = Field(
+        0.35, ge=0.0, lt=1.0, description="share of the session's budget (wall-clock minutes and trials) kept for "
+        "the KERNEL phase when a kernel backend applies: FRAMEWORK ends once the rest is used (0: FRAMEWORK may use "
+        "it all)")
 
 
 class CustomKnob(_Strict):

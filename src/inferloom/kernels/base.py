@@ -61,12 +61,18 @@ class KernelCandidate:
     config_changes: Mapping[str, Any]
     tolerance: Mapping[str, float] = field(default_factory=lambda: {"rel_l2": 1e-2, "max_rel": 5e-2})
     notes: str = ""
+    # profile categories that the replaced op also spends time in (e.g. the KV
+    # copies that transformers' decode attention makes before SDPA): the
+    # microbenchmark's baseline includes that work, so Amdahl's bound counts
+    # their shares with the target's
+    covers: tuple[str, ...] = ()
 
     def to_record(self) -> dict[str, Any]:
         """JSON-able description (no callables) for the ledger."""
         return {"id": self.id, "target": self.target, "op": self.op, "shapes": [dict(s) for s in self.shapes],
                 "dtype": self.dtype, "tolerance": dict(self.tolerance), "claimed_speedup": self.claimed_speedup,
-                "claim_status": "unverified", "config_changes": dict(self.config_changes), "notes": self.notes}
+                "claim_status": "unverified", "config_changes": dict(self.config_changes), "covers": list(self.covers),
+                "notes": self.notes}
 
 
 @runtime_checkable

@@ -71,5 +71,8 @@ class CatalogBackend:
                     shapes=(shape, {**shape, "ragged": 1, "left_pad": 1}),
                     dtype=dtype, claimed_speedup=cache / max(1, ctx),
                     config_changes={"attention_kernel": "triton_decode"}, tolerance=dict(entry.tolerance(dtype)),
+                    # the op replaced includes repeat_kv's copy of the whole cache: a copy kernel
+                    # in eager, an inductor "triton_poi_fused_..." kernel (elementwise) when compiled
+                    covers=("memory_copy", "elementwise"),
                     notes=entry.notes + "; claim = cache length / mean context (a guess: it reads only the valid range)"))
         return out

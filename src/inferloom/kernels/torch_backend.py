@@ -168,6 +168,7 @@ class TorchBackend:
                 make_inputs=attention_inputs, shapes=(shape, {**shape, "context": cache}),
                 dtype=str(workload["dtype"]), claimed_speedup=cache / max(1, shape["context"]),
                 config_changes={"attention_kernel": "torch_sliced"},
+                covers=("memory_copy", "elementwise"),  # repeat_kv's copy of the cache (eager / inductor kernel)
                 tolerance={"rel_l2": 2e-2, "max_rel": 5e-2},
                 notes="reads the cache only up to the batch's longest valid end; claim = cache / context (guess)"))
         return out

@@ -3,6 +3,8 @@ proposal (validated against the allowlist and the knob space), and at most one
 measured trial judged by a fresh Critic. The coordinator, not an agent, keeps
 or reverts: a change is kept only when the protocol keeps it, the quality
 contract passes, the gain clears the A/A noise floor, and the Critic agrees.
+When a kernel backend applies, FRAMEWORK ends once its part of the budget is
+used, leaving ``spec.kernels.budget_share`` to the KERNEL phase.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ def _tick_key(c: Any, st: SessionState, what: str) -> str:
 def framework_step(c: Any, st: SessionState) -> None:
     if st.pending_action is not None and st.pending_action.action == "try_config":
         execute_trial(c, st, dict(st.pending_action.params), st.pending_action.key)
+        return
+    from inferloom.session.kernel_phase import kernel_reserve
+
+    reserved = kernel_reserve(c, st)
+    if reserved:
+        _end(c, st, reserved)
         return
     view = agent_view(st)
     forced = c.robustness.check(view, c.clock())

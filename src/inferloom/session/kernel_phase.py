@@ -22,6 +22,7 @@ One tick does one thing, so a kill at any point resumes cleanly:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from inferloom.kernels.base import KernelCandidate, Target, workload_of
@@ -36,7 +37,7 @@ from inferloom.session.framework import agent_view, execute_trial
 from inferloom.session.state import PendingAction, Phase, SessionState
 from inferloom.workloads.base import config_key
 
-__all__ = ["kernel_step", "KERNEL_TARGETS", "KERNEL_CLAIM", "KERNEL_GATE", "AMDAHL_TOLERANCE"]
+__all__ = ["kernel_step", "kernel_reserve", "KERNEL_TARGETS", "KERNEL_CLAIM", "KERNEL_GATE", "AMDAHL_TOLERANCE"]
 
 KERNEL_TARGETS = "kernel_targets"
 KERNEL_CLAIM = "kernel_claim"
@@ -131,6 +132,40 @@ def _refuse(c: Any, st: SessionState, cand_id: str, rule: str, why: str, agent: 
     c.progress(f"refused ({rule}): {why}")
 
 
+def _share(targets: list[Mapping[str, Any]], cand: KernelCandidate) -> tuple[float | None, str]:
+    """The profiled share the candidate's op spends: its target's plus the
+    categories it also covers (``KernelCandidate.covers``); None when the
+    target is not in the profile."""
+    shares = {t["category"]: float(t["share"]) for t in targets}
+    if cand.target not in shares:
+        return None, ""
+    cats = [cand.target] + [k for k in cand.covers if k in shares and k != cand.target]
+    return sum(shares[k] for k in cats), " + ".join(cats)
+
+
+def kernel_reserve(c: Any, st: SessionState) -> str | None:
+    """Why FRAMEWORK should end now to leave ``spec.kernels.budget_share`` of
+    the session's budget to the KERNEL phase; None while it may go on (or when
+    no kernel backend applies, or the share is 0)."""
+    share = float(c.spec.kernels.budget_share)
+    if share <= 0.0:
+        return None
+    if "kernel_backend_applies" not in st.extra:
+        backend, _ = _backend(c, st)
+        st.extra["kernel_backend_applies"] = backend is not None
+    if not st.extra["kernel_backend_applies"]:
+        return None
+    minutes = st.budget.minutes * (1.0 - share)
+    trials = st.budget.trials - math.ceil(st.budget.trials * share)
+    if st.used.elapsed_s >= minutes * 60:
+        return (f"budget: {minutes:.1f} of {st.budget.minutes:g} minutes used; the rest "
+                f"({share * 100:.0f}%, spec.kernels.budget_share) is the KERNEL phase's")
+    if st.used.trials >= trials:
+        return (f"budget: {st.used.trials} of {st.budget.trials} trials used; the rest "
+                f"({share * 100:.0f}%, spec.kernels.budget_share) is the KERNEL phase's")
+    return None
+
+
 def _guard(bound: float | None):
     def check(ev: Mapping[str, Any]) -> tuple[str, str] | None:
         r = ev.get("ratio")
@@ -223,12 +258,12 @@ def kernel_step(c: Any, st: SessionState) -> None:
             st.extra.setdefault("kernel_decided", {})[cand.id] = f"cycle {st.cycle}: refused ({res['rule']})"
             ks["next"] = i + 1
             return
-    share = next((t["share"] for t in ks["targets"] if t["category"] == cand.target), None)
+    share, spans = _share(ks["targets"], cand)
     local = results["microbenchmark"]["details"].get("speedup")
     bound = amdahl_limit(min(max(float(share), 0.0), 1.0), float(local)) if share is not None and local else None
     proposal.update(predicted_gain=(bound - 1.0) if bound is not None else None, amdahl_bound=bound,
                     rationale=f"{cand.id}: {cand.op}; gates passed (x{local:.2f} on the op); Amdahl bound "
-                    + (f"x{bound:.3f} from its {share * 100:.1f}% share" if bound else "unknown"))
+                    + (f"x{bound:.3f} from its {share * 100:.1f}% share ({spans})" if bound else "unknown"))
     key = _key("try_kernel", st.session_id, st.cycle, config_key(proposal["config"]))
     c.ledger.append(L.PROPOSAL, {"agent": agent, "cycle": st.cycle, "trial": len(st.trials) + 1,
                                  "changes": proposal["changes"], "config": proposal["config"],
