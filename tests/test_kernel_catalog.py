@@ -498,3 +498,66 @@ def test_catalog_backend_candidate_passes_the_correctness_gate_and_a_broken_one_
     broken = dataclasses.replace(cand, implementation=wrong_scale)
     bad = gates.correctness(broken, "cpu", seeds=(1,))
     assert not bad.passed and bad.rule == "kernel_incorrect", bad.why
+
+
+def test_mlp_kernel_triton_gate_up_silu_matches_eager_in_a_tiny_llama(monkeypatch):
+    # the engine's mlp_kernel=triton_gate_up_silu (CUDA in the engine; here apply_kernels on CPU under the
+    # interpreter, float32): same logits as transformers' MLP, also compiled (the custom op keeps one graph)
+    import copy
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from inferloom.kernels.apply import apply_kernels
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=100, max_position_embeddings=128)
+    eager = LlamaForCausalLM(cfg).eval()
+    fused = copy.deepcopy(eager)
+    notes = apply_kernels(fused, {"mlp_kernel": "triton_gate_up_silu"})
+    assert notes["mlp_kernel"].startswith("triton_gate_up_silu: 2 MLP modules")
+    calls = []
+    real = mlp.gate_up_silu
+    monkeypatch.setattr(mlp, "gate_up_silu", lambda *a, **k: calls.append(tuple(a[0].shape)) or real(*a, **k))
+    ids = torch.randint(0, 100, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = eager(ids, use_cache=False).logits
+        got = fused(ids, use_cache=False).logits
+        assert calls == [(14, 64)] * 2  # every layer, through the custom op, the batch's tokens flattened
+        compiled = torch.compile(fused, fullgraph=True, backend="aot_eager")(ids, use_cache=False).logits
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(compiled, want, rtol=1e-5, atol=1e-5)
+    assert not hasattr(fused.model.layers[0].mlp, "gate_proj")  # the separate weights are released
+
+
+def test_catalog_backend_proposes_gate_up_silu_after_decode_attention():
+    import dataclasses
+
+    from inferloom.kernels import gates
+    from inferloom.kernels.base import Target
+    from inferloom.kernels.catalog_backend import NOT_SWITCHABLE, CatalogBackend
+
+    be = CatalogBackend()
+    assert {"attention", "gemm"} <= be.rewritable() and "gate_up_silu" not in NOT_SWITCHABLE
+    workload = {"device": "cuda", "dtype": "float32", "model": "llama-tiny", "framework": "transformers",
+                "batch": 3, "input_len": 20, "output_len": 12,
+                "stack": {"cache_implementation": "static", "attn_implementation": "sdpa"}}
+    both = [Target("gemm", 0.5, True, "hot"), Target("attention", 0.4, True, "hot")]
+    assert [c.id for c in be.propose(both, workload)] == ["catalog-decode-attention", "catalog-gate-up-silu"]
+    assert [c.id for c in be.propose(both[1:], workload)] == ["catalog-decode-attention"]
+    assert [c.id for c in be.propose([Target("gemm", 0.5, False, "cold")], workload)] == []
+    done = {**workload, "stack": {**workload["stack"], "mlp_kernel": "torch_gate_up"}}
+    assert [c.id for c in be.propose(both, done)] == ["catalog-decode-attention"]
+    cand = be.propose(both[:1], workload)[0]
+    assert cand.target == "gemm" and cand.config_changes == {"mlp_kernel": "triton_gate_up_silu"}
+    assert cand.shapes == ({"tokens": 3, "hidden": 256, "intermediate": 512},  # decode (llama-tiny)
+                           {"tokens": 60, "hidden": 256, "intermediate": 512})  # prefill: batch x input_len
+    ok = gates.correctness(cand, "cpu", seeds=(1,))
+    assert ok.passed, ok.why
+
+    def swapped(x, w_gate_up, *, out, config=None):  # SiLU on the up half
+        n = w_gate_up.shape[0] // 2
+        mlp.gate_up_silu(x, torch.cat([w_gate_up[n:], w_gate_up[:n]]).contiguous(), out=out, config=config)
+
+    bad = gates.correctness(dataclasses.replace(cand, implementation=swapped), "cpu", seeds=(1,))
+    assert not bad.passed and bad.rule == "kernel_incorrect", bad.why

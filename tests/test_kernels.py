@@ -276,20 +276,24 @@ def test_real_engine_kernel_phase_with_the_torch_backend(tmp_path):
     entries = L.read_entries(tmp_path / "s")
     targets = next(e for e in entries if e["kind"] == "kernel_targets")
     assert targets["backend"] == "torch" and targets["profile_source"] == "stock's PRELUDE profile"
-    norm = next(t for t in targets["targets"] if t["category"] == "normalization")
-    assert norm["picked"] and norm["share"] > 0
-    gates = {e["gate"]: e for e in entries if e["kind"] == "kernel_gate"}
-    assert gates["correctness"]["passed"], gates["correctness"]["why"]
-    assert len(gates["correctness"]["details"]["checks"]) == 6  # decode and prefill shapes, three seeds
-    mb = gates.get("microbenchmark")
-    assert mb is not None and mb["details"]["speedup"] > 0
-    if mb["passed"]:  # then it was measured end to end against stock, with the quality contract
-        [t] = [t for t in st.trials if t["agent"] == "kernel:torch"]
-        assert t["changes"] == {"rmsnorm_impl": "torch_fused"} and t["quality_passed"] is not None
-        m = next(e for e in entries if e["seq"] == t["measurement_seq"])
-        assert m["candidate_config"]["rmsnorm_impl"] == "torch_fused" and m["protocol"]["pairs"]
-    else:
-        assert mb["rule"] == "kernel_not_faster"
+    for cat in ("normalization", "gemm"):
+        t = next(t for t in targets["targets"] if t["category"] == cat)
+        assert t["picked"] and t["share"] > 0
+    gates = {(e["candidate"], e["gate"]): e for e in entries if e["kind"] == "kernel_gate"}
+    for cid, changes in (("rmsnorm-torch-fused", {"rmsnorm_impl": "torch_fused"}),
+                         ("torch-gate-up", {"mlp_kernel": "torch_gate_up"})):
+        corr = gates[(cid, "correctness")]
+        assert corr["passed"], corr["why"]
+        assert len(corr["details"]["checks"]) == 6  # decode and prefill shapes, three seeds
+        mb = gates.get((cid, "microbenchmark"))
+        assert mb is not None and mb["details"]["speedup"] > 0
+        if mb["passed"]:  # then it was measured end to end against stock, with the quality contract
+            ts = [t for t in st.trials if t["agent"] == "kernel:torch" and t["changes"] == changes]
+            assert ts and ts[-1]["quality_passed"] is not None
+            m = next(e for e in entries if e["seq"] == ts[-1]["measurement_seq"])
+            assert all(m["candidate_config"][k] == v for k, v in changes.items()) and m["protocol"]["pairs"]
+        else:
+            assert mb["rule"] == "kernel_not_faster"
 
 
 def test_attention_hook_runs_in_the_real_engine_and_matches_sdpa(monkeypatch):
@@ -364,3 +368,151 @@ def test_a_session_killed_in_the_kernel_phase_resumes_without_duplicates(tmp_pat
     gates = [(e["candidate"], e["gate"]) for e in entries if e["kind"] == "kernel_gate"]
     assert len(gates) == len(set(gates))  # no gate ran twice for a candidate, across the kill and the cycles
     assert st.stack["k_good"] is True and not st.stack["k_wrong"]
+
+
+# ------------------------------------------------------------ mlp_kernel: the fused gate/up projection
+def _tiny_llama(dtype=torch.float32, **overrides):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**{"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+                         "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 128, **overrides})
+    return LlamaForCausalLM(cfg).to(dtype).eval()
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(ids, use_cache=False).logits.float()
+
+
+def test_torch_gate_up_gives_eagers_logits_also_compiled():
+    import copy
+
+    from inferloom.kernels.apply import apply_kernels
+
+    ids = torch.randint(0, 100, (2, 7), generator=torch.Generator().manual_seed(0))
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 3e-2)):
+        eager = _tiny_llama(dtype)
+        want = _logits(eager, ids)
+        fused = copy.deepcopy(eager)
+        notes = apply_kernels(fused, {"mlp_kernel": "torch_gate_up"})
+        assert notes["mlp_kernel"].startswith("torch_gate_up: 2 MLP modules")
+        assert type(fused.model.layers[0].mlp) is type(eager.model.layers[0].mlp)  # class unchanged
+        scale = want.abs().max()
+        assert (_logits(fused, ids) - want).abs().max() <= tol * scale, dtype
+        compiled = torch.compile(fused, fullgraph=True, backend="aot_eager")  # traceable: no graph break
+        assert (_logits(compiled, ids) - want).abs().max() <= tol * scale, dtype
+
+
+def test_torch_gate_up_releases_the_separate_weights():
+    import gc
+    import weakref
+
+    from inferloom.kernels.apply import apply_kernels
+
+    model = _tiny_llama()
+    n_before = sum(p.numel() for p in model.parameters())
+    olds = [weakref.ref(m.mlp.gate_proj.weight) for m in model.model.layers]
+    olds += [weakref.ref(m.mlp.up_proj.weight) for m in model.model.layers]
+    gate0 = model.model.layers[0].mlp.gate_proj.weight.detach().clone()
+    apply_kernels(model, {"mlp_kernel": "torch_gate_up"})
+    gc.collect()
+    assert all(r() is None for r in olds)  # the separate gate/up weights are gone, not kept beside the fused one
+    params = list(model.parameters())
+    assert sum(p.numel() for p in params) == n_before  # one copy of every weight
+    storages = {p.untyped_storage().data_ptr() for p in params}
+    assert len(storages) == len(params)  # and no two parameters share (or duplicate) storage
+    mlp = model.model.layers[0].mlp
+    assert not hasattr(mlp, "gate_proj") and not hasattr(mlp, "up_proj")
+    assert tuple(mlp.gate_up_proj.weight.shape) == (2 * 96, 64) and torch.equal(mlp.gate_up_proj.weight[:96], gate0)
+    keys = set(model.state_dict())
+    assert "model.layers.0.mlp.gate_up_proj.weight" in keys
+    assert not any(k.endswith((".gate_proj.weight", ".up_proj.weight")) for k in keys)
+    # the fused weight is an ordinary registered parameter: .to() moves it with the rest
+    model.to(torch.float64)
+    assert mlp.gate_up_proj.weight.dtype == torch.float64
+    assert _logits(model, torch.tensor([[1, 2, 3]])).isfinite().all()
+
+
+def test_mlp_kernel_refuses_models_it_cannot_rewrite():
+    from inferloom.kernels.apply import apply_kernels
+
+    with pytest.raises(ValueError, match=r"model\.layers\.0\.mlp \(LlamaMLP\): gate_proj has a bias"):
+        apply_kernels(_tiny_llama(mlp_bias=True), {"mlp_kernel": "torch_gate_up"})
+    with pytest.raises(ValueError, match=r"model\.layers\.0\.mlp .*act_fn is GELU.*not SiLU"):
+        apply_kernels(_tiny_llama(hidden_act="gelu"), {"mlp_kernel": "torch_gate_up"})
+    with pytest.raises(ValueError, match="Sequential has no Llama-style MLP"):
+        apply_kernels(torch.nn.Sequential(torch.nn.Linear(4, 4)), {"mlp_kernel": "torch_gate_up"})
+    mixed = _tiny_llama()
+    mixed.model.layers[1].mlp.act_fn = torch.nn.ReLU()
+    with pytest.raises(ValueError, match=r"model\.layers\.1\.mlp .*act_fn is ReLU"):
+        apply_kernels(mixed, {"mlp_kernel": "torch_gate_up"})
+    assert hasattr(mixed.model.layers[0].mlp, "gate_proj")  # every module is checked before any is changed
+    with pytest.raises(ValueError, match="unknown implementation"):
+        apply_kernels(_tiny_llama(), {"mlp_kernel": "cublaslt"})
+
+
+def test_engine_mlp_kernel_knob():
+    from inferloom.spec import load_spec
+    from inferloom.workloads.base import AdapterError
+    from inferloom.workloads.transformers_engine import TransformersEngine
+
+    spec = load_spec(None, {"model": "llama-tiny", "device": "cpu", "traffic.concurrency": 2, "traffic.input_len": 8,
+                            "traffic.output_len": 4, "traffic.num_prompts": 2})
+    eng = TransformersEngine(spec)
+    knob = {k.name: k for k in eng.knob_space()}["mlp_kernel"]
+    assert knob.phase == "KERNEL" and knob.default == "eager" and knob.changes_numerics
+    assert knob.choices == ("eager", "torch_gate_up", "triton_gate_up_silu")
+    with pytest.raises(AdapterError, match="triton_gate_up_silu is a CUDA kernel") as exc:
+        eng.prepare({"mlp_kernel": "triton_gate_up_silu"})
+    assert exc.value.kind == "unsupported"
+    prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
+    outs = {}
+    for impl in ("eager", "torch_gate_up"):
+        h = eng.prepare({"mlp_kernel": impl})
+        try:
+            outs[impl] = eng.greedy(h, prompts, 4)
+            assert ("mlp_kernel" in h.notes) == (impl != "eager")
+        finally:
+            eng.release(h)
+    assert outs["torch_gate_up"] == outs["eager"]
+
+
+GEMM_WORK = {"framework": "transformers", "device": "cpu", "model": "llama-tiny", "batch": 3, "input_len": 8,
+             "output_len": 4, "dtype": "float32", "stack": {}}
+
+
+def test_torch_backend_proposes_the_fused_gate_up_only_for_a_picked_gemm_and_an_eager_mlp():
+    be = TorchBackend()
+    assert "gemm" in be.rewritable()
+    gemm = select_targets({"gemm": {"share": 0.5}, "normalization": {"share": 0.1}}, be.rewritable())
+    ids = [c.id for c in be.propose(gemm, GEMM_WORK)]
+    assert ids == ["rmsnorm-torch-fused", "torch-gate-up"]  # stable order
+    [c] = [c for c in be.propose(gemm, GEMM_WORK) if c.id == "torch-gate-up"]
+    assert c.target == "gemm" and c.config_changes == {"mlp_kernel": "torch_gate_up"}
+    assert c.shapes == ({"tokens": 3, "hidden": 256, "intermediate": 512},
+                        {"tokens": 24, "hidden": 256, "intermediate": 512})  # decode, prefill (llama-tiny)
+    assert [x.id for x in be.propose(select_targets({"gemm": {"share": 0.01}}, be.rewritable()), GEMM_WORK)] == []
+    done = {**GEMM_WORK, "stack": {"mlp_kernel": "torch_gate_up"}}
+    assert "torch-gate-up" not in [x.id for x in be.propose(gemm, done)]
+
+
+def test_torch_gate_up_candidate_passes_the_correctness_gate_and_a_wrong_one_does_not():
+    import dataclasses
+
+    from inferloom.kernels.base import Target
+
+    for dtype in ("float32", "bfloat16"):
+        [c] = TorchBackend().propose([Target("gemm", 0.5, True, "hot")], {**GEMM_WORK, "dtype": dtype})
+        ok = correctness(c, "cpu")
+        assert ok.passed, ok.why
+        base = c.baseline(**c.make_inputs(c.shapes[0], dtype, "cpu", 0)[0])
+        assert base.shape == (3, 512)
+
+    def swapped(x, w_gate_up, out):  # SiLU on the up half instead of the gate half
+        i = w_gate_up.shape[0] // 2
+        gu = torch.nn.functional.linear(x, w_gate_up)
+        out.copy_(torch.nn.functional.silu(gu[:, i:]) * gu[:, :i])
+
+    bad = correctness(dataclasses.replace(c, implementation=swapped), "cpu")
+    assert not bad.passed and bad.rule == "kernel_incorrect", bad.why

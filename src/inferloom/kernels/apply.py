@@ -18,6 +18,12 @@ is unaffected; the replacement is recorded in the handle's notes.
 function of :mod:`inferloom.kernels.attention` with transformers and sets it
 as the model's attention implementation (decode steps use it; prefill goes to
 SDPA).
+
+``mlp_kernel``: anything but ``eager`` fuses every Llama-style MLP's gate and
+up projections into one ``[2I, H]`` weight (the separate ones released) and
+replaces the module's ``forward`` on the instance: one GEMM + SiLU·mul
+(``torch_gate_up``) or the catalog's Triton GEMM with a SiLU·mul epilogue
+(``triton_gate_up_silu``, CUDA); see :mod:`inferloom.kernels.gate_up`.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any, Mapping
 
 __all__ = ["apply_kernels", "fused_rmsnorm", "KERNEL_KNOBS"]
 
-KERNEL_KNOBS = ("rmsnorm_impl", "attention_kernel")
+KERNEL_KNOBS = ("rmsnorm_impl", "attention_kernel", "mlp_kernel")
 
 
 def fused_rmsnorm(hidden_states: Any, weight: Any, eps: float) -> Any:
@@ -65,4 +71,9 @@ def apply_kernels(model: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
         name = register(attn)
         model.set_attn_implementation(name)
         notes["attention_kernel"] = f"{attn}: decode steps through {name}, prefill through sdpa"
+    mlp = cfg.get("mlp_kernel", "eager")
+    if mlp != "eager":
+        from inferloom.kernels.gate_up import apply_mlp_kernel
+
+        notes["mlp_kernel"] = apply_mlp_kernel(model, mlp)
     return notes

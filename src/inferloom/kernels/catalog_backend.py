@@ -11,10 +11,20 @@ It proposes only catalog entries that the engine can switch on end to end:
   attention path. Checked at the workload's decode shape (mean context of
   the cache) and at a ragged, left-padded batch.
 
-The other entries (fused residual + RMSNorm, gate/up + SiLU, fp8 linear)
-have their correctness and microbenchmark in ``benchmarks/gpu_kernels.py``
-but no engine switch yet; the backend does not propose them, and says so in
-its notes.
+* ``gate_up_silu`` (target ``gemm``; ``mlp_kernel=triton_gate_up_silu``):
+  the Llama MLP's gate and up GEMMs as one Triton GEMM over the
+  concatenated ``[2I, H]`` weight with a SiLU·mul epilogue (the engine fuses
+  the weights once and releases the separate ones; through the catalog's
+  custom op, so compiled graphs and CUDA graphs keep it). Proposed while
+  ``mlp_kernel`` is ``eager``, after the decode-attention candidate. Checked
+  at the workload's decode shape (``tokens`` = batch) and at a prefill chunk
+  (``tokens`` = batch x input_len, at most 256); claimed x1.2 on the op (a
+  guess: the ``[tokens, 2I]`` intermediate and the SiLU and mul kernels go).
+
+The other entries (fused residual + RMSNorm, SiLU·mul alone, fused QKV, fp8
+linear) have their correctness and microbenchmark in
+``benchmarks/gpu_kernels.py`` but no engine switch yet; the backend does not
+propose them (``NOT_SWITCHABLE``).
 """
 
 from __future__ import annotations
@@ -25,7 +35,8 @@ from inferloom.kernels.base import KernelCandidate, Target, model_config
 
 __all__ = ["CatalogBackend"]
 
-NOT_SWITCHABLE = ("add_rmsnorm", "gate_up_silu", "silu_mul", "qkv_proj", "fp8_linear")
+NOT_SWITCHABLE = ("add_rmsnorm", "silu_mul", "qkv_proj", "fp8_linear")
+PREFILL_TOKENS_CHECKED = 256  # the prefill shape's token count is capped: the float64 reference is [tokens, 2I]
 
 
 class CatalogBackend:
@@ -45,7 +56,7 @@ class CatalogBackend:
         return None
 
     def rewritable(self) -> frozenset[str]:
-        return frozenset({"attention"})
+        return frozenset({"attention", "gemm"})
 
     def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
         from inferloom.kernels import catalog
@@ -75,4 +86,25 @@ class CatalogBackend:
                     # in eager, an inductor "triton_poi_fused_..." kernel (elementwise) when compiled
                     covers=("memory_copy", "elementwise"),
                     notes=entry.notes + "; claim = cache length / mean context (a guess: it reads only the valid range)"))
+        if "gemm" in picked and stack.get("mlp_kernel", "eager") == "eager":
+            out.extend(self._gate_up(workload))
         return out
+
+    def _gate_up(self, workload: Mapping[str, Any]) -> list[KernelCandidate]:
+        """The ``gate_up_silu`` entry as a candidate (none for this dtype or device, or a non-Llama MLP)."""
+        from inferloom.kernels import catalog
+
+        entry = catalog.get("gate_up_silu")
+        dtype = str(workload["dtype"])
+        cfg = model_config(str(workload["model"]))
+        if not cfg.get("intermediate_size") or entry.unsupported(dtype, str(workload.get("device", "cuda"))):
+            return []
+        batch, cache = int(workload["batch"]), int(workload["input_len"]) + int(workload["output_len"])
+        shape = catalog.workload_shapes(cfg, batch, cache, cache)["gate_up_silu"]
+        prefill = {**shape, "tokens": min(batch * int(workload["input_len"]), PREFILL_TOKENS_CHECKED)}
+        return [KernelCandidate(
+            id="catalog-gate-up-silu", target="gemm", op=entry.target_op,
+            implementation=entry.implementation, baseline=entry.baseline, reference=entry.reference,
+            make_inputs=entry.make_inputs, shapes=(shape, prefill), dtype=dtype, claimed_speedup=1.2,
+            config_changes={"mlp_kernel": "triton_gate_up_silu"}, tolerance=dict(entry.tolerance(dtype)),
+            notes=entry.notes + "; claim x1.2 (a guess: no [tokens, 2I] intermediate, no SiLU and mul kernels)")]

@@ -18,6 +18,16 @@ Entries:
   hidden]``; tolerance 1e-2 relative L2 and 2e-2 worst element relative to the
   largest (half precision rounding of the output); claimed x1.3 on the op
   (a guess, recorded as unverified).
+
+* ``torch-gate-up`` (target ``gemm``, proposed while ``mlp_kernel`` is
+  ``eager``): the Llama MLP's front half, transformers' two GEMMs (gate,
+  up) + SiLU + mul -> one GEMM over the concatenated ``[2I, H]`` weight +
+  SiLU·mul (``mlp_kernel=torch_gate_up``; the engine releases the separate
+  weights). Checked at the decode shape (``tokens`` = batch) and a prefill
+  chunk (``tokens`` = batch x input_len, at most 256); tolerance per dtype
+  (the GEMM's, SiLU's and the product's roundings, as transformers has them);
+  claimed x1.1 on the op (a guess: at decode both read the same weight bytes,
+  one launch and one weight pass fewer).
 """
 
 from __future__ import annotations
@@ -26,10 +36,16 @@ from typing import Any, Mapping, Sequence
 
 from inferloom.kernels.apply import fused_rmsnorm
 from inferloom.kernels.base import KernelCandidate, Target, model_config
+from inferloom.kernels.gate_up import gate_up_silu_torch
 
-__all__ = ["TorchBackend", "rmsnorm_eager", "rmsnorm_reference", "rmsnorm_inputs", "model_dims"]
+__all__ = ["TorchBackend", "rmsnorm_eager", "rmsnorm_reference", "rmsnorm_inputs", "model_dims",
+           "gate_up_inputs", "gate_up_eager", "gate_up_reference", "GATE_UP_TOLERANCE"]
 
 _EPS = 1e-5
+PREFILL_TOKENS_CHECKED = 256  # the prefill shape's token count is capped: the float64 reference is [tokens, 2I]
+GATE_UP_TOLERANCE = {"float32": {"rel_l2": 1e-5, "max_rel": 1e-4},
+                     "float16": {"rel_l2": 3e-3, "max_rel": 1e-2},
+                     "bfloat16": {"rel_l2": 1e-2, "max_rel": 3e-2}}
 
 
 def model_dims(model: str) -> dict[str, int]:
@@ -86,6 +102,56 @@ def _sliced_into(query: Any, key: Any, value: Any, start: Any, end: Any, scale: 
     return out
 
 
+def gate_up_inputs(shape: Mapping[str, int], dtype: str, device: str, seed: int) -> tuple[dict[str, Any], Any]:
+    """``x`` ``[tokens, hidden]`` ~ N(0, 1) and ``w_gate_up`` = ``[Wg; Wu]``
+    ``[2 intermediate, hidden]`` ~ N(0, 1/hidden), as the engine fuses it."""
+    import torch
+
+    from inferloom.models.presets import parse_dtype
+
+    g = torch.Generator(device="cpu").manual_seed(int(seed))
+    dt = parse_dtype(dtype)
+    m, h, i = (int(shape[k]) for k in ("tokens", "hidden", "intermediate"))
+    x = torch.randn(m, h, generator=g).to(device=device, dtype=dt)
+    w = (torch.randn(2 * i, h, generator=g) * h ** -0.5).to(device=device, dtype=dt)
+    return {"x": x, "w_gate_up": w}, torch.empty(m, i, device=device, dtype=dt)
+
+
+def gate_up_eager(x: Any, w_gate_up: Any) -> Any:
+    """transformers' LlamaMLP front half: ``act_fn(gate_proj(x)) * up_proj(x)``,
+    two GEMMs over the separate (here: row blocks of the fused) weights."""
+    import torch.nn.functional as F
+
+    i = w_gate_up.shape[0] // 2
+    return F.silu(F.linear(x, w_gate_up[:i])) * F.linear(x, w_gate_up[i:])
+
+
+def gate_up_reference(x: Any, w_gate_up: Any) -> Any:
+    """The truth in float64."""
+    import torch
+
+    i = w_gate_up.shape[0] // 2
+    y = x.to(torch.float64) @ w_gate_up.to(torch.float64).t()
+    return torch.nn.functional.silu(y[:, :i]) * y[:, i:]
+
+
+def _gate_up_into(x: Any, w_gate_up: Any, out: Any) -> Any:
+    out.copy_(gate_up_silu_torch(x, w_gate_up, w_gate_up.shape[0] // 2))
+    return out
+
+
+def gate_up_shapes(workload: Mapping[str, Any]) -> tuple[dict[str, int], ...] | None:
+    """The decode shape (timed) and a prefill chunk, or None when the model's
+    config has no ``intermediate_size`` (not a Llama-style MLP)."""
+    cfg = model_config(str(workload["model"]))
+    if not cfg.get("intermediate_size"):
+        return None
+    b = int(workload["batch"])
+    dims = {"hidden": int(cfg["hidden_size"]), "intermediate": int(cfg["intermediate_size"])}
+    prefill = min(b * int(workload["input_len"]), PREFILL_TOKENS_CHECKED)
+    return ({"tokens": b, **dims}, {"tokens": prefill, **dims})
+
+
 def rmsnorm_inputs(shape: Mapping[str, int], dtype: str, device: str, seed: int) -> tuple[dict[str, Any], Any]:
     import torch
 
@@ -133,7 +199,7 @@ class TorchBackend:
         return None
 
     def rewritable(self) -> frozenset[str]:
-        return frozenset({"normalization", "attention"})
+        return frozenset({"normalization", "attention", "gemm"})
 
     def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
         picked = {t.category for t in targets if t.picked}
@@ -171,4 +237,15 @@ class TorchBackend:
                 covers=("memory_copy", "elementwise"),  # repeat_kv's copy of the cache (eager / inductor kernel)
                 tolerance={"rel_l2": 2e-2, "max_rel": 5e-2},
                 notes="reads the cache only up to the batch's longest valid end; claim = cache / context (guess)"))
+        shapes = gate_up_shapes(workload) if "gemm" in picked and stack.get("mlp_kernel", "eager") == "eager" else None
+        if shapes is not None:
+            dtype = str(workload["dtype"])
+            out.append(KernelCandidate(
+                id="torch-gate-up", target="gemm",
+                op="LlamaMLP: act_fn(gate_proj(x)) * up_proj(x) (two GEMMs + SiLU + mul)",
+                implementation=_gate_up_into, baseline=gate_up_eager, reference=gate_up_reference,
+                make_inputs=gate_up_inputs, shapes=shapes, dtype=dtype, claimed_speedup=1.1,
+                config_changes={"mlp_kernel": "torch_gate_up"},
+                tolerance=dict(GATE_UP_TOLERANCE.get(dtype, GATE_UP_TOLERANCE["bfloat16"])),
+                notes="one GEMM over the concatenated [2I, H] weight, then SiLU·mul; claim x1.1 (guess)"))
         return out

@@ -9,9 +9,10 @@ local model directory is loaded from its checkpoint each time.
 Knobs (see :meth:`TransformersEngine.knob_space`): ``dtype``,
 ``attn_implementation``, ``sdpa_backend``, ``cache_implementation``,
 ``compile_mode``, ``micro_batch``, ``cpu_threads``, ``tf32_matmul``,
-``prompt_lookup``. A knob that does not apply to the device, or a value that
-cannot work there, is refused by :meth:`prepare` with
-``AdapterError(kind='unsupported')`` naming the knob.
+``prompt_lookup``; the KERNEL phase's ``rmsnorm_impl``, ``attention_kernel``
+and ``mlp_kernel`` (applied by :mod:`inferloom.kernels.apply`). A knob that
+does not apply to the device, or a value that cannot work there, is refused
+by :meth:`prepare` with ``AdapterError(kind='unsupported')`` naming the knob.
 
 Global torch state a configuration changes (thread count, TF32, the SDPA
 backend) is applied around each call and restored afterwards, so configurations
@@ -236,6 +237,14 @@ class TransformersEngine:
                 "see kernels/attention.py",
                 choices=("sdpa", "torch_sliced", "triton_decode"), changes_numerics=True, phase="KERNEL",
             ),
+            Knob(
+                "mlp_kernel", "choice", "eager",
+                "MLP gate/up projection (KERNEL phase): eager (transformers: two GEMMs, SiLU, mul), "
+                "torch_gate_up (one GEMM over the concatenated [2I, H] weight, then SiLU·mul), "
+                "triton_gate_up_silu (Triton GEMM with a SiLU·mul epilogue, CUDA); the separate gate/up "
+                "weights are released; see kernels/gate_up.py",
+                choices=("eager", "torch_gate_up", "triton_gate_up_silu"), changes_numerics=True, phase="KERNEL",
+            ),
         ]
         return list(self._knobs)
 
@@ -264,6 +273,8 @@ class TransformersEngine:
                    f"attn_implementation is {cfg['attn_implementation']}")
         if cfg["attention_kernel"] == "triton_decode" and dev != "cuda":
             refuse("attention_kernel", f"triton_decode is a CUDA kernel; device is {dev}")
+        if cfg["mlp_kernel"] == "triton_gate_up_silu" and dev != "cuda":
+            refuse("mlp_kernel", f"triton_gate_up_silu is a CUDA kernel; device is {dev}")
         if cfg["attention_kernel"] == "torch_sliced" and cfg["compile_mode"] == "reduce-overhead":
             refuse("attention_kernel", "torch_sliced slices to a data-dependent length, which CUDA graphs "
                    "(reduce-overhead) cannot capture")

@@ -52,7 +52,8 @@ def workload_shapes(model: dict, batch: int, context: int, cache_len: int) -> di
     config fields): ``batch`` sequences, ``context`` tokens already in a
     static cache of ``cache_len`` slots."""
     hidden = int(model["hidden_size"])
-    hq, hkv = int(model["num_attention_heads"]), int(model["num_key_value_heads"])
+    hq = int(model["num_attention_heads"])
+    hkv = int(model.get("num_key_value_heads") or hq)  # absent in MHA configs
     d = int(model.get("head_dim") or hidden // hq)
     inter = int(model["intermediate_size"])
     return {
