@@ -528,6 +528,15 @@ def test_mlp_kernel_triton_gate_up_silu_matches_eager_in_a_tiny_llama(monkeypatc
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
     assert torch.allclose(compiled, want, rtol=1e-5, atol=1e-5)
     assert not hasattr(fused.model.layers[0].mlp, "gate_proj")  # the separate weights are released
+    # a prefill-sized call (more tokens than the Triton GEMM is tuned for) goes to one cuBLAS GEMM instead
+    from inferloom.kernels.gate_up import TRITON_MAX_TOKENS
+
+    calls.clear()
+    long = torch.randint(0, 100, (1, TRITON_MAX_TOKENS + 1), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(fused(long, use_cache=False).logits, eager(long, use_cache=False).logits,
+                              rtol=1e-5, atol=1e-5)
+    assert calls == []
 
 
 def test_catalog_backend_proposes_gate_up_silu_after_decode_attention():

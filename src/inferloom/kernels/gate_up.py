@@ -25,7 +25,9 @@ every such module in place:
   - ``triton_gate_up_silu``: ``down_proj(ops.gate_up_silu(x2d, W))``: the
     catalog's Triton GEMM over ``[Wg; Wu]`` with a SiLU·mul epilogue
     (``kernels/catalog/mlp.py``), neither ``[tokens, I]`` intermediate in
-    memory, one rounding at the end. Through the catalog's custom op
+    memory, one rounding at the end, for up to ``TRITON_MAX_TOKENS`` tokens
+    (decode steps: the sizes it is tuned and checked at); a larger call (a
+    prefill) takes ``torch_gate_up``'s one cuBLAS GEMM over the same weight. Through the catalog's custom op
     (``catalog/ops.py``), so it is one opaque node in a compiled graph and a
     plain kernel launch for CUDA graphs. CUDA (the engine refuses it
     elsewhere; on a CPU it runs only under ``TRITON_INTERPRET=1``, for tests).
@@ -122,11 +124,20 @@ def _torch_forward(mod: Any, inter: int) -> Callable[[Any], Any]:
     return forward
 
 
+# the Triton GEMM is tuned for decode-sized token counts; a prefill's many
+# tokens go to cuBLAS over the same fused weight (the token count is static in
+# a traced graph, so the branch is resolved at trace time)
+TRITON_MAX_TOKENS = 256
+
+
 def _triton_forward(mod: Any, inter: int) -> Callable[[Any], Any]:
     from inferloom.kernels.catalog import ops
 
     def forward(x: Any) -> Any:
-        y = ops.gate_up_silu(x.reshape(-1, x.shape[-1]), mod.gate_up_proj.weight)
+        x2 = x.reshape(-1, x.shape[-1])
+        if x2.shape[0] > TRITON_MAX_TOKENS:
+            return mod.down_proj(gate_up_silu_torch(x, mod.gate_up_proj.weight, inter))
+        y = ops.gate_up_silu(x2, mod.gate_up_proj.weight)
         return mod.down_proj(y.reshape(*x.shape[:-1], inter))
 
     return forward
