@@ -204,6 +204,34 @@ def test_resume_of_a_finished_session_is_a_no_op(tmp_path):
     assert st.phase == Phase.DONE and len(L.read_entries(d)) == n
 
 
+class _Killed(BaseException):
+    """Stands in for a kill: nothing in the session catches it."""
+
+
+def test_resume_continues_with_the_options_the_session_was_started_with(tmp_path):
+    d = tmp_path / "s"
+
+    class DiesOnce(SyntheticAdapter):
+        runs = 0
+
+        def run(self, handle, seed):
+            DiesOnce.runs += 1
+            if DiesOnce.runs == 30:  # in FRAMEWORK, after PRELUDE's stock and A/A runs
+                raise _Killed()
+            return super().run(handle, seed)
+
+    ad = DiesOnce(effects={"fast_path": {True: 1.20}, "useless": {True: 1.0}}, numerics={}, knobs=TWO_KNOBS,
+                  noise_sd=0.05)
+    with pytest.raises(_Killed):
+        start(d, SPEC, budget_minutes=10, max_trials=6, adapter=ad, agents=agents(), sweep=False, cycle_ceiling=1)
+    assert load_state(d).extra["run_options"] == {"sweep": False, "cycle_ceiling": 1}
+    st = resume(d, adapter=two_knob_adapter(), agents=agents())  # no options given again
+    assert st.phase == Phase.DONE and st.cycle == 1
+    skips = [e for e in L.read_entries(d) if e["kind"] == L.PHASE and e.get("phase") == "SWEEP"]
+    assert skips and skips[0]["reason"] == "sweep disabled"
+    assert any(t["kept"] for t in st.trials)  # cycle 1 kept something: only the options stopped a sweep and cycle 2
+
+
 def test_stock_failure_enters_enablement_and_stops_with_the_reason(tmp_path):
     bad = SyntheticAdapter(fail_runs={"fast_path": {False: "synthetic crash"}})
     st = start(tmp_path / "s", SPEC, budget_minutes=10, max_trials=2, adapter=bad, agents=agents())

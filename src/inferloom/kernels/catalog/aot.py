@@ -127,13 +127,13 @@ def _meta_calls(all_configs: bool, batch: int = 64, context_len: int = 384) -> l
 
     calls = []
     for c in cfgs(da.TUNE_SPACE, da.DEFAULT_CONFIG):
-        calls.append((f"decode_attention {c}", da, ["_split_kernel", "_merge_kernel"],
+        calls.append((f"decode_attention {c}", da, ["_decode_attn_split_kernel", "_decode_attn_merge_kernel"],
                       lambda c=c: da.decode_attention(q, kc, kc, lens, lens, config=c)))
     for c in cfgs(rmsnorm.TUNE_SPACE, rmsnorm.DEFAULT_CONFIG):
         calls.append((f"add_rmsnorm {c}", rmsnorm, ["_add_rmsnorm_kernel"],
                       lambda c=c: rmsnorm.fused_add_rmsnorm(x, x, w, 1e-5, config=c)))
     for c in cfgs(mlp.GATE_UP_TUNE, mlp.GATE_UP_DEFAULT):
-        calls.append((f"gate_up_silu {c}", mlp, ["_gate_up_silu_kernel"],
+        calls.append((f"gate_up_silu {c}", mlp, ["_gemm_gate_up_silu_kernel"],
                       lambda c=c: mlp.gate_up_silu(x, wgu, config=c)))
     for c in cfgs(mlp.SILU_TUNE, mlp.SILU_DEFAULT):
         calls.append((f"silu_mul {c}", mlp, ["_silu_mul_kernel"], lambda c=c: mlp.silu_mul(gu, config=c)))

@@ -67,7 +67,7 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _split_kernel(
+def _decode_attn_split_kernel(
     Q, K, V, SeqLens, Starts, Opart, Lse,
     s_qb, s_qh, s_qd,
     s_kb, s_kh, s_ks, s_kd,
@@ -131,7 +131,7 @@ def _split_kernel(
 
 
 @triton.jit
-def _merge_kernel(
+def _decode_attn_merge_kernel(
     Opart, Lse, Out, n_splits, head_dim,
     s_ob, s_oh, s_os, s_od,
     s_lb, s_lh, s_ls,
@@ -193,7 +193,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     block_d = max(16, triton.next_power_of_2(D))
     prec = "ieee" if q.dtype == torch.float32 else "tf32"
-    _split_kernel[(B, Hkv, n_splits)](
+    _decode_attn_split_kernel[(B, Hkv, n_splits)](
         q, k_cache, v_cache, seq_lens, starts if starts is not None else seq_lens, opart, lse,
         q.stride(0), q.stride(1), q.stride(3),
         *k_cache.stride(), *v_cache.stride(),
@@ -204,7 +204,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         num_warps=int(config["num_warps"]), num_stages=int(config["num_stages"]),
     )
     merge = n_splits if _merge_splits is None else _merge_splits
-    _merge_kernel[(B, Hq)](
+    _decode_attn_merge_kernel[(B, Hq)](
         opart, lse, out, merge, D,
         *opart.stride(), *lse.stride(),
         out.stride(0), out.stride(1), out.stride(3),

@@ -71,7 +71,7 @@ GATE_UP_TUNE = tuple(
 
 
 @triton.jit
-def _gate_up_silu_kernel(X, W, Out, M, N,
+def _gemm_gate_up_silu_kernel(X, W, Out, M, N,
                          s_xm, s_wn, s_om,
                          K: tl.constexpr,  # constexpr: a static trip count (and the interpreter can't loop to a runtime one)
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -121,7 +121,7 @@ def gate_up_silu(x: torch.Tensor, w_gate_up: torch.Tensor, *, out: torch.Tensor 
                                {"tokens": M, "hidden": K, "intermediate": N}, x.device, GATE_UP_DEFAULT)
     bm = min(int(config["block_m"]), max(16, triton.next_power_of_2(M)))
     bn, bk = int(config["block_n"]), int(config["block_k"])
-    _gate_up_silu_kernel[(triton.cdiv(M, bm), triton.cdiv(N, bn))](
+    _gemm_gate_up_silu_kernel[(triton.cdiv(M, bm), triton.cdiv(N, bn))](
         x2, w_gate_up, o2, M, N, x2.stride(0), w_gate_up.stride(0), o2.stride(0),
         K=K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32",
         num_warps=int(config["num_warps"]), num_stages=int(config["num_stages"]),
