@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from typing import Any, Callable, Mapping
 
 import torch
@@ -24,7 +23,6 @@ from inferloom.kernels.catalog.entry import CatalogEntry, _errors, as_tuple, poi
 
 __all__ = ["input_sets", "time_calls", "bench_entry", "autotune_entry", "l2_bytes"]
 
-_SLEEP_CYCLES = 1_000_000  # ~0.5 ms at H200 clocks: longer than the host needs to enqueue one call
 _MAX_ROTATION_BYTES = 8 << 30
 
 
@@ -56,27 +54,17 @@ def input_sets(entry: CatalogEntry, shape: Mapping[str, int], dtype: str, device
 
 
 def time_calls(calls: list[Callable[[], Any]], device: str, runs: int = 50, warmup: int = 5) -> list[float]:
-    """Microseconds per call, one entry per run; run ``i`` uses ``calls[i % len(calls)]``."""
+    """Microseconds per call, one entry per run; run ``i`` uses ``calls[i % len(calls)]``
+    (timed like the KERNEL phase's microbenchmark gate: :func:`inferloom.kernels.gates.time_call`)."""
+    from inferloom.kernels.gates import time_call
+
     n = len(calls)
     for i in range(warmup):
         calls[i % n]()
-    if torch.device(device).type != "cuda":
-        out = []
-        for i in range(runs):
-            t0 = time.perf_counter()
-            calls[(warmup + i) % n]()
-            out.append((time.perf_counter() - t0) * 1e6)
-        return out
-    torch.cuda.synchronize(device)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    for i in range(runs):
-        torch.cuda._sleep(_SLEEP_CYCLES)
-        starts[i].record()
-        calls[(warmup + i) % n]()
-        ends[i].record()
-    torch.cuda.synchronize(device)
-    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+    return [time_call(calls[(warmup + i) % n], cuda) * 1e6 for i in range(runs)]
 
 
 def bench_entry(entry: CatalogEntry, shape: Mapping[str, int], dtype: str, device: str, seed: int = 1000,
