@@ -67,7 +67,7 @@ def test_knob_space_declares_domains(engine):
     knobs = {k.name: k for k in engine.knob_space()}
     assert set(knobs) >= {
         "dtype", "attn_implementation", "sdpa_backend", "cache_implementation", "compile_mode",
-        "micro_batch", "cpu_threads", "tf32_matmul", "prompt_lookup",
+        "micro_batch", "cpu_threads", "tf32_matmul", "prompt_lookup", "decode_loop",
     }
     for k in knobs.values():
         assert k.kind in ("choice", "int", "bool")
@@ -97,6 +97,7 @@ def test_knob_space_declares_domains(engine):
     assert knobs["cpu_threads"].default == torch.get_num_threads()
     assert knobs["tf32_matmul"].applies_to == {"cuda"} and knobs["tf32_matmul"].default is False
     assert (knobs["prompt_lookup"].low, knobs["prompt_lookup"].high, knobs["prompt_lookup"].default) == (0, 10, 0)
+    assert knobs["decode_loop"].choices == ("generate", "static_loop") and knobs["decode_loop"].default == "generate"
 
 
 def test_stock_run_exact_tokens(engine, stock):
@@ -167,6 +168,9 @@ def test_different_seeds_draw_different_prompts(engine):
         ({"prompt_lookup": 2}, "prompt_lookup"),  # micro_batch 2: assisted generation is batch-1 only
         ({"prompt_lookup": 2, "micro_batch": 1, "cache_implementation": "static"}, "prompt_lookup"),
         ({"attn_implementation": "eager", "sdpa_backend": "math"}, "sdpa_backend"),
+        ({"decode_loop": "static_loop"}, "decode_loop"),  # needs the static cache
+        ({"decode_loop": "static_loop", "cache_implementation": "static", "prompt_lookup": 2, "micro_batch": 1},
+         "decode_loop"),
     ],
 )
 def test_unsupported_refused(engine, config, knob):
@@ -313,3 +317,30 @@ def test_save_preset_loads_as_local_dir(cache_dir, tmp_path, engine, stock):
         assert local.describe()["model_info"]["parameters"] == engine.describe()["model_info"]["parameters"]
     finally:
         local.close()
+
+
+@pytest.mark.parametrize("compile_mode", ["off", "default"])
+def test_static_loop_decodes_what_generate_decodes(engine, compile_mode):
+    # the same greedy tokens and per-step log-probs as generate() over the same static cache, for a
+    # ragged (left-padded) batch, twice (the second call reuses and resets the cache), and full runs
+    base = {"cache_implementation": "static", "compile_mode": compile_mode}
+    ref = engine.prepare(base)
+    loop = engine.prepare({**base, "decode_loop": "static_loop"})
+    try:
+        assert "static_loop" in loop.notes["decode_loop"]
+        assert (loop.step is not None) == (compile_mode != "off")
+        prompts = engine.prompts(11, n=3, length=10)
+        ragged = [prompts[0][:4], prompts[1], prompts[2][:7]]
+        want = engine.greedy(ref, ragged, 7)
+        assert engine.greedy(loop, ragged, 7) == want
+        assert engine.greedy(loop, ragged, 7) == want
+        assert len(loop.caches) == 2  # one cache per (batch, length) (micro-batches of 2 and 1), reused
+        conts, lp = engine.greedy_logprobs(loop, ragged, 7)
+        ref_conts, ref_lp = engine.greedy_logprobs(ref, ragged, 7)
+        assert conts == ref_conts == want
+        assert lp.shape == ref_lp.shape and torch.allclose(lp, ref_lp, atol=1e-4)
+        _check_record(engine.run(loop, seed=3), loop)
+    finally:
+        engine.release(ref)
+        engine.release(loop)
+    assert loop.caches == {} and loop.step is None

@@ -87,6 +87,15 @@ DEFAULT_PRIORS: tuple[Prior, ...] = (
         _CUDA, rank=10, max_concurrency=SMALL_BATCH,
     ),
     Prior(
+        "static-loop+cuda-graphs",
+        {"cache_implementation": "static", "compile_mode": "reduce-overhead", "decode_loop": "static_loop"},
+        0.1,
+        "decode the CUDA-graph step in inferloom's own loop instead of generate(): generate()'s per-step "
+        "host work and device sync leave the GPU idle between graph replays (25% of the H200 campaign's "
+        "final run: docs/benchmarks.md section 8; FACTS.md measured +8% for such a loop; guess)",
+        _CUDA, rank=15, max_concurrency=SMALL_BATCH,
+    ),
+    Prior(
         "static-cache+compile", {"cache_implementation": "static", "compile_mode": "default"},
         0.2,
         "static cache with a compiled decode step: fused kernels, fixed shapes (FACTS.md: +18-26% "
@@ -141,6 +150,12 @@ DEFAULT_PRIORS: tuple[Prior, ...] = (
         0.3,
         "static cache gives the compiled decode step fixed shapes (no recompiles; guess)",
         _CPU, rank=20,
+    ),
+    Prior(
+        "static-loop+compile",
+        {"cache_implementation": "static", "compile_mode": "default", "decode_loop": "static_loop"}, 0.05,
+        "the compiled decode step in inferloom's own loop: no generate() host work per step (guess)",
+        _CPU, rank=25,
     ),
     Prior(
         "static-cache", {"cache_implementation": "static"}, 0.02,

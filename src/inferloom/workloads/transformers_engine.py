@@ -9,7 +9,7 @@ local model directory is loaded from its checkpoint each time.
 Knobs (see :meth:`TransformersEngine.knob_space`): ``dtype``,
 ``attn_implementation``, ``sdpa_backend``, ``cache_implementation``,
 ``compile_mode``, ``micro_batch``, ``cpu_threads``, ``tf32_matmul``,
-``prompt_lookup``; the KERNEL phase's ``rmsnorm_impl``, ``attention_kernel``
+``prompt_lookup``, ``decode_loop`` (generate() or :mod:`inferloom.workloads.static_loop`); the KERNEL phase's ``rmsnorm_impl``, ``attention_kernel``
 and ``mlp_kernel`` (applied by :mod:`inferloom.kernels.apply`). A knob that
 does not apply to the device, or a value that cannot work there, is refused
 by :meth:`prepare` with ``AdapterError(kind='unsupported')`` naming the knob.
@@ -36,6 +36,7 @@ import torch
 from inferloom.kernels.apply import apply_kernels
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
+from inferloom.workloads.static_loop import LOOPS, greedy_static
 
 __all__ = ["TransformersEngine", "TransformersHandle"]
 
@@ -62,6 +63,8 @@ class TransformersHandle:
     prepare_s: float = 0.0
     released: bool = False
     notes: dict[str, Any] = field(default_factory=dict)
+    step: Any = None  # decode_loop=static_loop: the decode step's forward (compiled or not)
+    caches: dict[tuple[int, int], Any] = field(default_factory=dict)  # static_loop's StaticCache per (batch, length)
 
 
 def _error_kind(exc: BaseException) -> str:
@@ -224,6 +227,14 @@ class TransformersEngine:
                 low=0, high=10, changes_numerics=True,
             ),
             Knob(
+                "decode_loop", "choice", "generate",
+                "the decoding loop: generate (transformers' generate(): host work and a device sync around "
+                "every step) or static_loop (inferloom's greedy loop over a static cache: prefill once, then "
+                "the decode step, compiled by compile_mode, with nothing read back until the batch ends; "
+                "needs cache_implementation=static); see workloads/static_loop.py",
+                choices=LOOPS, changes_numerics=True,
+            ),
+            Knob(
                 "rmsnorm_impl", "choice", "eager",
                 "RMSNorm kernel (KERNEL phase): eager (transformers' ops) or torch_fused "
                 "(torch.nn.functional.rms_norm, one fused kernel); see kernels/apply.py",
@@ -278,6 +289,12 @@ class TransformersEngine:
         if cfg["attention_kernel"] == "torch_sliced" and cfg["compile_mode"] == "reduce-overhead":
             refuse("attention_kernel", "torch_sliced slices to a data-dependent length, which CUDA graphs "
                    "(reduce-overhead) cannot capture")
+        if cfg["decode_loop"] == "static_loop":
+            if cfg["cache_implementation"] != "static":
+                refuse("decode_loop", "static_loop decodes over a static KV cache; cache_implementation is "
+                       f"{cfg['cache_implementation']}")
+            if cfg["prompt_lookup"] > 0:
+                refuse("decode_loop", "static_loop decodes one token per step; prompt_lookup needs generate()")
         if cfg["compile_mode"] == "reduce-overhead" and cfg["cache_implementation"] != "static":
             refuse(
                 "compile_mode",
@@ -410,7 +427,13 @@ class TransformersEngine:
         mode = cfg["compile_mode"]
         gen.disable_compile = True  # never let transformers auto-compile behind our back
         notes: dict[str, Any] = dict(kernel_notes)
-        if mode != "off":
+        step = None
+        if cfg["decode_loop"] == "static_loop":
+            notes["decode_loop"] = "static_loop: prefill uncompiled, then one decode step per token, no host sync"
+            if mode != "off":
+                step = torch.compile(model.forward, mode=mode, fullgraph=False, dynamic=False)
+                notes["compile"] = f"torch.compile(model.forward, mode={mode}) of the decode step (static_loop)"
+        elif mode != "off":
             if cfg["cache_implementation"] == "static":
                 from transformers import CompileConfig
 
@@ -434,6 +457,7 @@ class TransformersEngine:
             eager_forward=eager_forward,
             prepare_s=time.perf_counter() - t0,
             notes=notes,
+            step=step,
         )
         self._handles[handle.id] = handle
         return handle
@@ -490,6 +514,11 @@ class TransformersEngine:
     ) -> torch.Tensor:
         """One generate() call; returns the new tokens [b, new_tokens] (still on
         the device). Raises _TokenCountError if the count is not exact."""
+        if handle.config["decode_loop"] == "static_loop":
+            m = handle.model
+            new, _ = greedy_static(m, handle.eager_forward, handle.step or handle.eager_forward, ids, mask,
+                                   new_tokens, handle.caches)
+            return new
         kwargs: dict[str, Any] = {
             "max_new_tokens": new_tokens,
             "min_new_tokens": new_tokens,
@@ -595,6 +624,13 @@ class TransformersEngine:
         with self._state(handle):
             for j in range(0, len(prompts), micro):
                 ids, mask = self._batch_tensors(prompts[j:j + micro])
+                if handle.config["decode_loop"] == "static_loop":
+                    new, rows = greedy_static(handle.model, handle.eager_forward,
+                                              handle.step or handle.eager_forward, ids, mask, max_new_tokens,
+                                              handle.caches, keep_logits=True)
+                    conts.extend(new.cpu().tolist())
+                    chunks.append(torch.log_softmax(torch.stack(rows, dim=1), dim=-1).cpu())
+                    continue
                 out = handle.model.generate(
                     input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                     min_new_tokens=max_new_tokens, output_logits=True, return_dict_in_generate=True,
@@ -683,6 +719,8 @@ class TransformersEngine:
         self._handles.pop(handle.id, None)
         handle.model = None
         handle.eager_forward = None
+        handle.step = None
+        handle.caches = {}
         if handle.config.get("compile_mode", "off") != "off" and not any(
             h.config.get("compile_mode", "off") != "off" for h in self._handles.values()
         ):
