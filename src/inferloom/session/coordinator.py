@@ -114,12 +114,16 @@ class Coordinator:
         self.progress(f"phase {st.phase.value} -> {phase.value}: {why}")
         st.phase = phase
 
-    def _refuse(self, st: SessionState, rule: str, why: str, raw: Any, agent: str) -> None:
-        self.ledger.append(L.REFUSAL, {"rule": rule, "why": why, "agent": agent, "output": _jsonable(raw),
-                                       "phase": st.phase.value, "cycle": st.cycle},
-                           key=_key("refusal", st.session_id, st.cycle, len(st.trials),
-                                    st.extra.get("refusals_total", 0), rule))
+    def record_refusal(self, st: SessionState, rule: str, why: str, agent: str, output: Any, key: str) -> None:
+        """One refusal entry in the ledger (the one place they are written) and its progress line."""
+        self.ledger.append(L.REFUSAL, {"rule": rule, "why": why, "agent": agent, "output": _jsonable(output),
+                                       "phase": st.phase.value, "cycle": st.cycle}, key=key)
         self.progress(f"refused ({rule}): {why}")
+
+    def _refuse(self, st: SessionState, rule: str, why: str, raw: Any, agent: str) -> None:
+        """An agent's output refused: recorded, and counted toward the refusal limit."""
+        self.record_refusal(st, rule, why, agent, raw,
+                            _key("refusal", st.session_id, st.cycle, len(st.trials), st.extra.get("refusals_total", 0), rule))
         st.extra["refusals_in_a_row"] = st.extra.get("refusals_in_a_row", 0) + 1
         st.extra.setdefault("proposals", []).append(_jsonable(raw.get("changes") if isinstance(raw, Mapping) else raw))
 

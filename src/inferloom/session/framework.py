@@ -178,10 +178,8 @@ def execute_trial(c: Any, st: SessionState, proposal: Mapping[str, Any], key: st
     guarded = guard(evidence) if keep and guard is not None else None
     if guarded:
         keep = False
-        c.ledger.append(L.REFUSAL, {"rule": guarded[0], "why": guarded[1], "agent": "coordinator",
-                                    "output": {"changes": changes, "ratio": d.get("ratio")},
-                                    "phase": st.phase.value, "cycle": st.cycle}, key=key + ":guard")
-        c.progress(f"refused ({guarded[0]}): {guarded[1]}")
+        c.record_refusal(st, guarded[0], guarded[1], "coordinator", {"changes": changes, "ratio": d.get("ratio")},
+                         key + ":guard")
     outcome = guarded[0] if guarded else _outcome(res, evidence, keep)
     if not keep and min_ratio is not None and res.get("verdict") == "keep" and (d.get("ratio") or 0.0) < min_ratio:
         outcome = "drift"

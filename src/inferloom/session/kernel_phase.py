@@ -126,10 +126,8 @@ def _candidates(c: Any, st: SessionState, ks: Mapping[str, Any]) -> list[KernelC
 
 
 def _refuse(c: Any, st: SessionState, cand_id: str, rule: str, why: str, agent: str) -> None:
-    c.ledger.append(L.REFUSAL, {"rule": rule, "why": why, "agent": agent, "output": {"candidate": cand_id},
-                                "phase": "KERNEL", "cycle": st.cycle},
-                    key=_key("kernel-refusal", st.session_id, st.cycle, cand_id, rule))
-    c.progress(f"refused ({rule}): {why}")
+    c.record_refusal(st, rule, why, agent, {"candidate": cand_id},
+                     _key("kernel-refusal", st.session_id, st.cycle, cand_id, rule))
 
 
 def _share(targets: list[Mapping[str, Any]], cand: KernelCandidate) -> tuple[float | None, str]:
