@@ -43,8 +43,12 @@ def test_real_session_on_llama_tiny(tmp_path):
         assert b["final"]["quality_passed"] is not None and b["final"]["ledger_seq"]
         assert b["sweep"], "the final stack is swept across operating points"
     assert b["time_s"]["compilation"] >= 0 and b["time_s"]["total"] > 0
-    prof = [e for e in entries if e["kind"] == "profile"]
+    prof = [e for e in entries if e["kind"] == "profile" and "stack" not in e]  # stock's, in PRELUDE
     assert len(prof) == 1 and prof[0]["profile"]["categories"]["gemm"]["share"] > 0
+    # FRAMEWORK left the KERNEL phase its share (35% of 2 trials: one), and the phase ran
+    to_kernel = next(e for e in entries if e["kind"] == L.PHASE and e.get("to") == "KERNEL")
+    assert "spec.kernels.budget_share" in to_kernel["why"]
+    assert any(e["kind"] == "kernel_targets" for e in entries)
     assert abs(sum(c["share"] for c in prof[0]["profile"]["categories"].values()) - 1) < 0.02
     roof = [e for e in entries if e["kind"] == "roofline" and "stock" in e][0]
     assert 0 < roof["stock"]["fraction"] <= 1 and roof["ceilings"]["memory_bandwidth_bytes_per_s"] > 0

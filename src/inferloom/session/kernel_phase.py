@@ -46,6 +46,7 @@ AMDAHL_TOLERANCE = 0.05
 
 
 def _to_sweep(c: Any, st: SessionState, why: str, skipped: bool) -> None:
+    st.extra["kernel_had_turn"] = st.cycle  # done or skipped: FRAMEWORK keeps no reserve for it after this
     if skipped:
         c.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "KERNEL", "cycle": st.cycle, "reason": why},
                         key=_key("kernel-skip", st.session_id, st.cycle))
@@ -144,9 +145,11 @@ def _share(targets: list[Mapping[str, Any]], cand: KernelCandidate) -> tuple[flo
 def kernel_reserve(c: Any, st: SessionState) -> str | None:
     """Why FRAMEWORK should end now to leave ``spec.kernels.budget_share`` of
     the session's budget to the KERNEL phase; None while it may go on (or when
-    no kernel backend applies, or the share is 0)."""
+    no kernel backend applies, or the share is 0, or the KERNEL phase has
+    already had its turn in an earlier cycle: its candidates are decided once
+    per session, so later cycles' FRAMEWORK may use the rest)."""
     share = float(c.spec.kernels.budget_share)
-    if share <= 0.0:
+    if share <= 0.0 or "kernel_had_turn" in st.extra:
         return None
     if "kernel_backend_applies" not in st.extra:
         backend, _ = _backend(c, st)
