@@ -93,7 +93,12 @@ def greedy_static(model: Any, prefill: Callable[..., Any], step: Callable[..., A
     out[:, 0] = tok
     if keep_logits:
         rows.append(last.float())
+    # a new CUDA-graph "step" each call: the previous step's outputs (already
+    # consumed by argmax) may be overwritten by the replay
+    mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None) if step is not prefill else None
     for t in range(new_tokens - 1):
+        if mark is not None:
+            mark()
         o = step(input_ids=tok[:, None], attention_mask=full, position_ids=step_pos[:, t:t + 1], use_cache=True,
                  logits_to_keep=1, **{kw: cache})
         last = o.logits[:, -1, :]

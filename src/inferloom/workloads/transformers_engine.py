@@ -9,8 +9,9 @@ local model directory is loaded from its checkpoint each time.
 Knobs (see :meth:`TransformersEngine.knob_space`): ``dtype``,
 ``attn_implementation``, ``sdpa_backend``, ``cache_implementation``,
 ``compile_mode``, ``micro_batch``, ``cpu_threads``, ``tf32_matmul``,
-``prompt_lookup``, ``decode_loop`` (generate() or :mod:`inferloom.workloads.static_loop`); the KERNEL phase's ``rmsnorm_impl``, ``attention_kernel``
-and ``mlp_kernel`` (applied by :mod:`inferloom.kernels.apply`). A knob that
+``prompt_lookup``, ``decode_loop`` (``generate()`` or
+:mod:`inferloom.workloads.static_loop`); the KERNEL phase's ``rmsnorm_impl``,
+``attention_kernel`` and ``mlp_kernel`` (applied by :mod:`inferloom.kernels.apply`). A knob that
 does not apply to the device, or a value that cannot work there, is refused
 by :meth:`prepare` with ``AdapterError(kind='unsupported')`` naming the knob.
 
