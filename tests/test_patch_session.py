@@ -65,6 +65,19 @@ def test_session_closes(session):
     assert any("gates: parse, policy, critic, apply" in m for m in session["progress"])
 
 
+def test_report_and_progress_name_the_custom_objective_not_tokens(session):
+    from inferloom.spec import objective_label
+
+    label = objective_label(session["spec"])
+    c = session["spec"].custom
+    assert label == (c.objective if c.higher_is_better else f"1/{c.objective}") and "tok/s" not in label
+    assert session["breakdown"]["objective_label"] == label
+    stock_line = next(x for x in session["report"].splitlines() if x.startswith("- Stock:"))
+    assert stock_line.split("(")[0].rstrip().endswith(label)
+    assert "tok/s" not in session["report"].split("## Roofline")[0]
+    assert any(m.startswith("pair ") and f" {label}" in m for m in session["progress"])
+
+
 def test_real_speedup_is_kept_and_committed_on_the_session_branch(session):
     st, repo = session["st"], session["repo"]
     src = st.extra["source"]

@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from inferloom.spec import objective_label
+
 __all__ = ["print_bench", "print_knobs"]
 
 
@@ -19,8 +21,9 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
     aa = res["kind"] == "aa"
     b_label = "stock-2" if aa else "candidate"
     prot = res.get("protocol", {})
+    unit = objective_label(res.get("spec") or {})
     t = Table(title="A/A noise measurement (stock vs stock)" if aa else "stock vs candidate, interleaved pairs")
-    for col in ("pair", "order", "seed", "stock tok/s", f"{b_label} tok/s", "ratio"):
+    for col in ("pair", "order", "seed", f"stock {unit}", f"{b_label} {unit}", "ratio"):
         t.add_column(col, justify="right")
     for p in prot.get("pairs", []):
         va, vb = p.get("value_a"), p.get("value_b")
@@ -45,7 +48,7 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
     va = [p["value_a"] for p in prot.get("pairs", []) if p.get("value_a") is not None]
     vb = [p["value_b"] for p in prot.get("pairs", []) if p.get("value_b") is not None]
     if va and vb:
-        s.add_row("median tok/s", f"stock {statistics.median(va):,.1f}  |  {b_label} {statistics.median(vb):,.1f}")
+        s.add_row(f"median {unit}", f"stock {statistics.median(va):,.1f}  |  {b_label} {statistics.median(vb):,.1f}")
     if d:
         s.add_row(f"ratio {b_label}/stock", f"{d['ratio']:.4f} ({_pct(d['ratio'])})")
         s.add_row(f"{d.get('confidence', 0.95) * 100:.0f}% interval",

@@ -448,7 +448,8 @@ def _summary(b: dict[str, Any]) -> str:
                    f'<div class="big {cls}">{_x(r)} ({_pct(r)})</div>'
                    f"<div>interval [{_pct(f.get('ci_low'))}, {_pct(f.get('ci_high'))}] over {_e(f.get('n_pairs'))} pairs, "
                    f"protocol {_e(f.get('protocol_verdict'))}; {_f(f.get('objective_median'))} vs "
-                   f"{_f(f.get('stock_median_same_run'))} output tok/s {_cite(f['ledger_seq'])} {qtag}</div></div>")
+                   f"{_f(f.get('stock_median_same_run'))} {_e(b.get('objective_label') or 'output tok/s')} "
+                   f"{_cite(f['ledger_seq'])} {qtag}</div></div>")
         if f.get("quality_failed"):
             out.append(f"<p>Quality checks failed: {_e(', '.join(map(str, f['quality_failed'])))} {_cite(f['ledger_seq'])}</p>")
     else:
@@ -457,7 +458,8 @@ def _summary(b: dict[str, Any]) -> str:
                    f"{_cite(b.get('close_ledger_seq'))}</div></div>")
     rows = []
     if s:
-        rows.append(("Stock", f"{_f(s.get('objective_median'))} output tok/s (median of the A/A runs) {_cite(s.get('ledger_seq'))}"))
+        rows.append(("Stock", f"{_f(s.get('objective_median'))} {_e(b.get('objective_label') or 'output tok/s')} "
+                              f"(median of the A/A runs) {_cite(s.get('ledger_seq'))}"))
         nz = s.get("noise") or {}
         if nz:
             floor = _num(nz.get("ratio"))

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 __all__ = [
     "SpecError",
+    "objective_label",
     "Traffic",
     "QualitySpec",
     "ProtocolSpec",
@@ -331,3 +332,16 @@ def load_spec(path: str | Path | None = None, overrides: Mapping[str, Any] | Non
 def spec_hash(spec: WorkloadSpec) -> str:
     blob = json.dumps(spec.to_dict(), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def objective_label(spec: "WorkloadSpec | Mapping[str, Any]") -> str:
+    """What the protocol's per-run value is, for progress lines and reports:
+    ``output tok/s``, ``goodput req/s``, or a custom workload's objective name
+    (``1/<name>`` when lower is better: the protocol compares the inverse, so
+    that higher is always faster)."""
+    d = spec.model_dump() if isinstance(spec, BaseModel) else dict(spec or {})
+    if d.get("framework") == "custom":
+        c = d.get("custom") or {}
+        name = str(c.get("objective") or "objective")
+        return name if c.get("higher_is_better", True) else f"1/{name}"
+    return "goodput req/s" if d.get("objective") == "goodput" else "output tok/s"

@@ -43,7 +43,7 @@ def patch_report_lines(b: dict[str, Any]) -> list[str]:
         return []
     lines = ["", "## Source patches (custom workload)", ""]
     if b.get("objective_unit") is not None:
-        lines.append(f"- Objective unit: {b['objective_unit'] or '(none given)'}; the tok/s figures above are this objective.")
+        lines.append(f"- Objective unit (from the entrypoint's results): {b['objective_unit'] or '(none given)'}.")
     for p in b.get("patches", []):
         if p.get("kept"):
             lines.append(f"- `{p['id']}` ({p['title']}): **kept** as commit {str(p.get('commit'))[:10]}, "

@@ -178,8 +178,9 @@ def _pct(r: float | None) -> str:
 def render_report(b: dict[str, Any]) -> str:
     lines = ["# inferloom session report", ""]
     s, f = b.get("stock") or {}, b.get("final") or {}
+    unit = b.get("objective_label") or "output tok/s"
     if s:
-        lines.append(f"- Stock: {s['objective_median']:,.1f} output tok/s (median of the A/A runs; ledger #{s['ledger_seq']}).")
+        lines.append(f"- Stock: {s['objective_median']:,.1f} {unit} (median of the A/A runs; ledger #{s['ledger_seq']}).")
         nz = s.get("noise") or {}
         if nz:
             lines.append(f"- A/A (stock against a second stock instance): ratio {nz.get('ratio', float('nan')):.4f} "
@@ -190,7 +191,7 @@ def render_report(b: dict[str, Any]) -> str:
         lines.append(f"- **Final stack vs stock: x{f['ratio']:.3f} ({_pct(f['ratio'])}), interval [{_pct(f['ci_low'])}, {_pct(f['ci_high'])}]**, "
                      f"{f['n_pairs']} pairs, protocol {f['protocol_verdict']}, held-out quality "
                      f"{'pass' if f['quality_passed'] else 'FAIL' if f['quality_passed'] is False else 'not evaluated'} "
-                     f"({f['objective_median']:,.1f} vs {f['stock_median_same_run']:,.1f} tok/s; ledger #{f['ledger_seq']}).")
+                     f"({f['objective_median']:,.1f} vs {f['stock_median_same_run']:,.1f} {unit}; ledger #{f['ledger_seq']}).")
     else:
         lines.append("- Final stack = stock: nothing was kept.")
     lines.append(f"- Stop reason: {b.get('stop_reason')} (ledger #{b.get('close_ledger_seq')}).")
@@ -259,10 +260,22 @@ def _fmt(changes: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in changes.items())
 
 
+def _objective_label(d: Path) -> str:
+    """What the session's objective values are (from the manifest's spec)."""
+    from inferloom.session.manifest import ManifestError, read_manifest
+    from inferloom.spec import objective_label
+
+    try:
+        return objective_label(read_manifest(d).get("spec") or {})
+    except (ManifestError, OSError, ValueError):
+        return "output tok/s"
+
+
 def write_artifacts(directory: Path | str) -> dict[str, Any]:
     """Write session_breakdown.json and report.md from the ledger alone."""
     d = Path(directory)
     b = breakdown_from_ledger(L.read_entries(d))
+    b["objective_label"] = _objective_label(d)
     write_json_atomic(d / "session_breakdown.json", b)
     tmp = d / ".report.md.tmp"
     tmp.write_text(render_report(b))

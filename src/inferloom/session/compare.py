@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 from inferloom.measure import protocol as proto
 from inferloom.measure import quality as Q
 from inferloom.measure.metrics import get_metric, output_tokens_per_s
+from inferloom.spec import objective_label
 from inferloom.workloads.base import AdapterError, RunRecord
 
 __all__ = ["QUALITY_PROBE_FAILED", "References", "compare", "stock_references", "warmup", "compile_overhead", "timed_pairs"]
@@ -77,7 +78,7 @@ def compile_overhead(warmups: list[dict[str, Any]], timed_walls: list[float]) ->
 
 def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int, labels: tuple[str, str],
                 progress: Progress, on_pair: Callable[[Any, Any], None] | None = None,
-                stop_early: bool = True, metric: Any = output_tokens_per_s) -> Any:
+                stop_early: bool = True, metric: Any = output_tokens_per_s, unit: str = "output tok/s") -> Any:
     h_a, h_b = handles
 
     def _on_pair(pair: Any, decision: Any) -> None:
@@ -85,7 +86,7 @@ def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int,
         vb = f"{pair.value_b:,.1f}" if pair.value_b is not None else "failed"
         tail = (f" -> {decision.verdict}, ratio {decision.ratio:.4f} "
                 f"[{decision.ci_low:.4f}, {decision.ci_high:.4f}]") if decision else ""
-        progress(f"pair {pair.index + 1}/{settings.max_pairs} ({pair.order}): {labels[0]} {va} vs {labels[1]} {vb} tok/s{tail}")
+        progress(f"pair {pair.index + 1}/{settings.max_pairs} ({pair.order}): {labels[0]} {va} vs {labels[1]} {vb} {unit}{tail}")
         if on_pair:
             on_pair(pair, decision)
 
@@ -134,7 +135,8 @@ def compare(
                        timings=timings)
             return out
         pres = timed_pairs(adapter, handles, settings, seed_base, labels, progress, on_pair, stop_early,
-                           metric=get_metric(getattr(spec, "objective", "output_tokens_per_s")))
+                           metric=get_metric(getattr(spec, "objective", "output_tokens_per_s")),
+                           unit=objective_label(spec) if spec is not None else "output tok/s")
         out["protocol"] = pres.to_dict()
         out["verdict"] = pres.verdict
         out["error"] = pres.error

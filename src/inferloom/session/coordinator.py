@@ -31,6 +31,7 @@ from inferloom.session.common import median_objective
 from inferloom.session.common import seed_base as _seed_base
 from inferloom.session.common import step_key as _key
 from inferloom.session.compare import References, compare
+from inferloom.spec import objective_label
 from inferloom.session.state import (
     PendingAction,
     Phase,
@@ -176,7 +177,7 @@ class Coordinator:
             st.cycle = 1
             st.extra["cycle_started_at"] = self.clock()
             so = st.extra["stock_objective"]
-            self._phase(st, Phase.FRAMEWORK, f"stock {so['median']:,.1f} tok/s; A/A floor "
+            self._phase(st, Phase.FRAMEWORK, f"stock {so['median']:,.1f} {objective_label(self.spec)}; A/A floor "
                         f"{abs((st.noise_floor or {}).get('ratio', 1.0) - 1) * 100:.2f}%; starting stack "
                         + ("from the knowledge base" if st.stack != st.stock_config else "stock"))
 
@@ -200,7 +201,7 @@ class Coordinator:
         st.extra["stock_objective"] = {"median": stock, "n_runs": 2 * len(res["protocol"]["pairs"]), "ledger_seq": seq}
         if config_key(st.stock_config) not in st.measured_config_keys:
             st.measured_config_keys.append(config_key(st.stock_config))
-        self.progress(f"PRELUDE: stock {stock:,.1f} tok/s; A/A ratio {res['noise']['ratio']:.4f} "
+        self.progress(f"PRELUDE: stock {stock:,.1f} {objective_label(self.spec)}; A/A ratio {res['noise']['ratio']:.4f} "
                       f"[{res['noise']['ci_low']:.4f}, {res['noise']['ci_high']:.4f}]")
 
     # ------------------------------------------------------------ ENABLEMENT
