@@ -7,6 +7,10 @@
 # calls while the machine stays warm); when it is missing there and
 # .gpu/kb.sqlite exists (the first call's KB, carried back), that copy is used.
 # Each call leaves $OUT/<name>.tgz (session directory + KB) and $OUT/<name>.log.
+# Issue 7's campaign (FRAMEWORK then KERNEL with the Triton catalog; about 20
+# session minutes, so 2-3 calls, carrying .gpu/<name> back between them):
+#   SPEC=examples/llama-3.1-8b-h200-campaign.yaml BUDGET_MIN=16 MAX_TRIALS=5 \
+#     SESSION_TIMEOUT=550 OPTIMIZE_ARGS=--no-sweep bash benchmarks/gpu_session.sh campaign
 #
 # The device has no pydantic / optuna / sqlalchemy: fetch cp312 wheels here first
 # (repository root; .whl/ is git-ignored and carried with `carry: [".whl"]`):
@@ -37,7 +41,8 @@ DIR=/tmp/sessions/$NAME; mkdir -p /tmp/sessions
 [ -d "$DIR" ] || { [ -f ".gpu/$NAME/state.json" ] && cp -r ".gpu/$NAME" "$DIR"; }
 nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv | tee "$OUT/$NAME.log"
 if [ -f "$DIR/state.json" ]; then CMD=(resume "$DIR"); else
-  CMD=(optimize "$SPEC" --budget-minutes "${BUDGET_MIN:-6}" --max-trials "${MAX_TRIALS:-5}" --out "$DIR"); fi
+  # OPTIMIZE_ARGS: more optimize flags, e.g. "--no-sweep" (kept in state.json: a resume honours them)
+  CMD=(optimize "$SPEC" --budget-minutes "${BUDGET_MIN:-6}" --max-trials "${MAX_TRIALS:-5}" --out "$DIR" ${OPTIMIZE_ARGS:-}); fi
 # A session cut short by the call's limit resumes from its state on the next call.
 timeout -s KILL "${SESSION_TIMEOUT:-540}" python3 -m inferloom.cli "${CMD[@]}" 2>&1 | tee -a "$OUT/$NAME.log"
 echo "exit: ${PIPESTATUS[0]}" | tee -a "$OUT/$NAME.log"
