@@ -340,3 +340,22 @@ def test_ceilings_cached_in_the_kb_come_back_with_an_iso_date(tmp_path):
     assert got["cached"] is True and got["memory_bandwidth_bytes_per_s"] == 1e10
     when = dt.datetime.fromisoformat(got["measured_at"])
     assert when.tzinfo is not None and abs((dt.datetime.now(dt.timezone.utc) - when).total_seconds()) < 600
+
+
+@pytest.mark.slow
+def test_a_compiled_graphs_own_time_is_inductors_fused_code_not_other(tiny):
+    # on CPU a compiled stack's fused loops run inside "## Call CompiledFxGraph ... ##" (its library
+    # calls, aten::mm and the like, are its children): that own time is elementwise work, not "other"
+    from inferloom.measure.profile import profile_run
+
+    eng, _ = tiny
+    h = eng.prepare({"compile_mode": "default"})
+    try:
+        assert eng.run(h, 1).success  # compiles
+        prof = profile_run(eng, h, 2)
+    finally:
+        eng.release(h)
+    graphs = [o for o in prof["top_ops"] if "CompiledFxGraph" in o["name"]]
+    assert graphs and all(o["category"] == "elementwise" for o in graphs)
+    assert prof["categories"]["elementwise"]["share"] >= sum(o["share"] for o in graphs) - 1e-9
+    assert prof["categories"]["gemm"]["share"] > 0  # the graph's aten::mm calls, counted on their own

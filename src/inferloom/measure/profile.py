@@ -332,11 +332,24 @@ def _short(name: str, limit: int = 160) -> str:
     return name if len(name) <= limit else name[: limit - 3] + "..."
 
 
+# a compiled graph's call on the host: its own time (children apart) is the
+# code inductor generated, fused pointwise / reduction loops (the host-side
+# twin of a "triton_poi_fused_..." kernel); its library calls (aten::mm, ...)
+# are its children and counted on their own
+_COMPILED_GRAPH_RE = re.compile(r"^## call compiledfxgraph", re.I)
+
+
+def _self_category(name: str) -> str:
+    """The category of an unnamed op's own time (children apart)."""
+    return "elementwise" if _COMPILED_GRAPH_RE.search(str(name)) else "other"
+
+
 def _host_units(root: Any) -> list[tuple[str, str, float]]:
     """(name, category, microseconds) for the host time under ``root``: each
     top-level op with its inclusive time; an op no pattern names (a compiled
     region, a custom op) is opened up: its children are counted on their own
-    and only its self time stays 'other'. Module labels are transparent."""
+    and only its self time stays 'other' (a compiled graph's own time is
+    inductor's fused code: elementwise). Module labels are transparent."""
     out: list[tuple[str, str, float]] = []
 
     def visit(evt: Any) -> None:
@@ -352,7 +365,7 @@ def _host_units(root: Any) -> list[tuple[str, str, float]]:
             kids = [k for k in (getattr(child, "cpu_children", None) or []) if not getattr(k, "is_async", False)]
             if cat == "other" and kids:
                 inner = sum(_dur_us(k) for k in kids)
-                out.append((name, "other", max(0.0, _dur_us(child) - inner)))
+                out.append((name, _self_category(name), max(0.0, _dur_us(child) - inner)))
                 visit(child)
             else:
                 out.append((name, cat, _dur_us(child)))
