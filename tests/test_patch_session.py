@@ -78,6 +78,17 @@ def test_report_and_progress_name_the_custom_objective_not_tokens(session):
     assert any(m.startswith("pair ") and f" {label}" in m for m in session["progress"])
 
 
+def test_html_report_has_the_patch_section(session):
+    from inferloom.report_html import render_html
+
+    page = render_html(session["breakdown"])
+    assert "<h2>Source patches (custom workload)</h2>" in page
+    patches = session["breakdown"]["patches"]
+    assert patches and all(p["id"] in page for p in patches)
+    assert page.count('class="tag good">kept</span>') == sum(1 for p in patches if p.get("kept"))
+    assert "Rollback drill: <strong>passed</strong>" in page
+
+
 def test_real_speedup_is_kept_and_committed_on_the_session_branch(session):
     st, repo = session["st"], session["repo"]
     src = st.extra["source"]

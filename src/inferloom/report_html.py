@@ -31,6 +31,7 @@ SECTIONS: dict[str, str] = {
     "summary": "Summary",
     "action-path": "Action path",
     "rejected": "Rejected candidates and why",
+    "patches": "Source patches (custom workload)",
     "profile": "Profile breakdown",
     "roofline": "Roofline",
     "sweep": "Sweep: final stack vs stock",
@@ -544,6 +545,45 @@ def _rejected(b: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def _patches(b: dict[str, Any]) -> str | None:
+    """Source patches and the rollback drill of a custom workload; None (no
+    section) for other sessions."""
+    if "patches" not in b and "rollback_drill" not in b:
+        return None
+    out = []
+    if b.get("objective_unit") is not None:
+        out.append(f'<p class="note">Objective unit (from the entrypoint\'s results): '
+                   f"{_e(b['objective_unit'] or '(none given)')}</p>")
+    rows = []
+    for p in b.get("patches") or []:
+        if p.get("kept"):
+            what = f'<span class="tag good">kept</span> commit <code>{_e(str(p.get("commit"))[:10])}</code>'
+        elif p.get("gate") == "measure":
+            what = (f'<span class="tag bad">rejected after measurement</span> '
+                    f"<code>{_e(p.get('rule') or p.get('outcome'))}</code>")
+        else:
+            what = f'<span class="tag">refused at gate {_e(p.get("gate"))}</span> <code>{_e(p.get("rule"))}</code>'
+        measured = p.get("gate") == "measure" or p.get("kept")
+        why = "; ".join(p.get("quality_failed") or []) or p.get("why") or p.get("outcome") or ""
+        rows.append([f"<code>{_e(p.get('id'))}</code>", _e(p.get("title")), what,
+                     _pct(p.get("ratio")) if measured else "",
+                     f"[{_pct(p.get('ci_low'))}, {_pct(p.get('ci_high'))}]" if measured else "",
+                     _e(why), _cite(p.get("ledger_seq"))])
+    if rows:
+        out.append(_table([("patch", False), ("hypothesis", False), ("outcome", False), ("gain", True),
+                           ("interval", True), ("why", False), ("ledger", False)], rows))
+    else:
+        out.append(_absent("No patch was proposed."))
+    d = b.get("rollback_drill")
+    if d:
+        band = f", stock's own band [{_pct(d['band'][0])}, {_pct(d['band'][1])}]" if d.get("band") else ""
+        out.append(f"<p>Rollback drill: <strong>{'passed' if d.get('passed') else 'FAILED'}</strong>: {_e(d.get('why'))}; "
+                   f"reverted {len(d.get('reverted') or [])} commit(s), tree identical to stock: "
+                   f"{_e(d.get('tree_identical'))}, rolled-back vs stock {_pct(d.get('ratio'))} "
+                   f"[{_pct(d.get('ci_low'))}, {_pct(d.get('ci_high'))}]{_e(band)} {_cite(d.get('ledger_seq'))}</p>")
+    return "".join(out)
+
+
 def _profile(b: dict[str, Any]) -> str:
     pr = b.get("profile")
     if not pr:
@@ -728,6 +768,7 @@ def render_html(b: dict[str, Any], *, manifest: dict[str, Any] | None = None, ti
         "summary": _summary(b),
         "action-path": _action_path(b),
         "rejected": _rejected(b),
+        "patches": _patches(b),
         "profile": _profile(b),
         "roofline": _roofline(b),
         "sweep": _sweep(b),
@@ -735,14 +776,15 @@ def render_html(b: dict[str, Any], *, manifest: dict[str, Any] | None = None, ti
         "predicted": _predicted(b),
         "phases": _phases(b),
     }
-    nav = "".join(f'<a href="#{k}">{_e(v)}</a>' for k, v in SECTIONS.items())
+    shown = {k: v for k, v in SECTIONS.items() if body[k] is not None}
+    nav = "".join(f'<a href="#{k}">{_e(v)}</a>' for k, v in shown.items())
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              f"<title>{_e(head)}</title><style>{_CSS}</style></head><body><main>",
              f"<h1>{_e(head)}</h1>", f'<p class="sub">{_e(sub)}</p>' if sub else "",
              '<p class="note">Every number cites the ledger entry it comes from (ledger #N: the seq in ledger.jsonl); '
              "the page is re-rendered from the ledger alone.</p>", f"<nav>{nav}</nav>"]
-    for k, v in SECTIONS.items():
+    for k, v in shown.items():
         parts.append(f'<section id="{k}"><h2>{_e(v)}</h2>{body[k]}</section>')
     parts.append("</main></body></html>")
     return "\n".join(p for p in parts if p) + "\n"
