@@ -135,6 +135,10 @@ class PatchPolicySpec(_Strict):
     """What a source patch may touch (docs/custom.md). Paths are relative to the checkout."""
 
     dir: str | None = Field(None, description="a directory of .patch / .diff files (the candidates)")
+    command: list[str] | None = Field(
+        None, min_length=1, description="a Specialist: a command that proposes one patch per call (JSON state on "
+        "stdin, a unified diff or nothing on stdout; docs/custom.md)")
+    command_timeout_s: float = Field(300.0, gt=0, description="a Specialist call past this fails")
     allowlist: list[str] = Field(default_factory=list, description="glob patterns of paths a patch may touch")
     quality_gate: list[str] = Field(default_factory=list, description="files of the quality gate (never editable)")
     benchmark_inputs: list[str] = Field(default_factory=list, description="benchmark input files (never editable)")

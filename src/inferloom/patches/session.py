@@ -36,7 +36,7 @@ from typing import Any, Mapping
 from inferloom.patches.critic import RulePatchCritic
 from inferloom.patches.parse import PatchRefusal, parse_patch
 from inferloom.patches.policy import PatchPolicy, check_policy
-from inferloom.patches.source import DirectoryPatchSource, PatchCandidate
+from inferloom.patches.source import CommandPatchSource, DirectoryPatchSource, PatchCandidate, PatchSourceError
 from inferloom.patches.worktree import Workspace
 from inferloom.session import ledger as L
 from inferloom.session.common import jsonable as _jsonable
@@ -124,12 +124,61 @@ def _rebuild(c: Any, st: SessionState, ws: Workspace) -> None:
     ws.publish(src["branch"], sha)
 
 
-def _source(c: Any) -> Any:
+def _sources(c: Any) -> list[Any]:
+    """The patch sources, in the order they are asked: the one given to the
+    coordinator, else the directory's files, then the Specialist command."""
     src = getattr(c, "patch_source", None)
     if src is not None:
-        return src
-    d = c.spec.custom.patches.dir
-    return DirectoryPatchSource(d) if d else None
+        return [src]
+    pol = c.spec.custom.patches
+    out: list[Any] = [DirectoryPatchSource(pol.dir)] if pol.dir else []
+    if pol.command:
+        out.append(CommandPatchSource(pol.command, pol.command_timeout_s))
+    return out
+
+
+def _source_view(c: Any, st: SessionState) -> dict[str, Any]:
+    """What a patch source sees: ids tried, every patch's outcome so far, the
+    checkout and the patches kept (the current code is the checkout with them
+    applied in order), and the objective."""
+    src = st.extra["source"]
+    outcomes = [{k: e.get(k) for k in ("id", "title", "gate", "outcome", "rule", "why", "kept", "ratio", "ci_low",
+                                       "ci_high")} for e in c.ledger.entries(PATCH)]
+    kept = []
+    for k in src["kept"]:
+        prop = c.ledger.find(k["proposal_key"]) or {}
+        kept.append({"id": k["id"], "title": k["title"], "commit": k["sha"], "diff": prop.get("text")})
+    cu = c.spec.custom
+    return {"patches_seen": list(src["seen"]), "outcomes": outcomes, "kept": kept, "checkout": cu.repo,
+            "entrypoint": list(cu.entrypoint), "objective": cu.objective, "higher_is_better": cu.higher_is_better,
+            "policy": {"allowlist": list(cu.patches.allowlist), "forbidden_patterns": list(cu.patches.forbidden_patterns)}}
+
+
+def _next_candidate(c: Any, st: SessionState) -> tuple[PatchCandidate | None, str]:
+    """The next candidate from the first source that has one. A source that
+    has nothing more, or that fails (recorded as a refusal, rule
+    ``patch_source_failed``), is not asked again this session."""
+    src = st.extra["source"]
+    failed = src.setdefault("failed_sources", [])
+    done = src.setdefault("exhausted_sources", [])
+    for source in _sources(c):
+        name = getattr(source, "name", "patch-source")
+        if name in failed or name in done:
+            continue
+        try:
+            cand = source.next_patch(_source_view(c, st))
+        except PatchSourceError as exc:
+            failed.append(name)
+            c.record_refusal(st, "patch_source_failed", f"{name}: {exc}; not asked again this session", name,
+                             {"source": name}, _key("patch-source-failed", st.session_id, name))
+            c._save(st)
+            continue
+        if cand is not None:
+            return cand, name
+        done.append(name)
+        c.progress(f"patch source {name}: nothing more to propose")
+        c._save(st)
+    return None, ""
 
 
 def _refuse_patch(c: Any, st: SessionState, rule: str, why: str, cand: Mapping[str, Any], gate: str) -> None:
@@ -149,17 +198,15 @@ def _refuse_patch(c: Any, st: SessionState, rule: str, why: str, cand: Mapping[s
 def patch_framework_step(c: Any, st: SessionState) -> None:
     from inferloom.session.framework import framework_step
 
-    src = st.extra["source"]
     c.adapter.default_tree = c.dir / "workspace" / "trees" / "stack"
     if st.pending_action is not None and st.pending_action.action == "try_patch":
         _trial(c, st, dict(st.pending_action.params))
         return
-    source = _source(c)
-    cand = source.next_patch({"patches_seen": list(src["seen"])}) if source is not None else None
+    cand, agent = _next_candidate(c, st)
     if cand is None:
         framework_step(c, st)
         return
-    _gates(c, st, cand, getattr(source, "name", "patch-source"))
+    _gates(c, st, cand, agent)
 
 
 def _gates(c: Any, st: SessionState, cand: PatchCandidate, agent: str) -> None:

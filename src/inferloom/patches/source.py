@@ -1,6 +1,8 @@
-"""Where patch candidates come from: the :class:`PatchSource` Protocol and
-the directory source (``custom.patches.dir``). A Specialist agent fits the
-same Protocol later; either way every candidate goes through the same gates.
+"""Where patch candidates come from: the :class:`PatchSource` Protocol, the
+directory source (``custom.patches.dir``) and the command source
+(``custom.patches.command``: a Specialist, e.g. a script around an LLM, run
+once per candidate). Every candidate goes through the same gates, whoever
+wrote it.
 
 A candidate is one ``.patch`` / ``.diff`` file. Its metadata (all optional):
 
@@ -20,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-__all__ = ["PatchCandidate", "PatchSource", "DirectoryPatchSource", "read_metadata"]
+__all__ = ["PatchCandidate", "PatchSource", "DirectoryPatchSource", "CommandPatchSource", "PatchSourceError",
+           "read_metadata"]
 
 
 @dataclass
@@ -129,3 +132,60 @@ class DirectoryPatchSource:
             if p.stem not in seen:
                 return self.load(p)
         return None
+
+
+class PatchSourceError(RuntimeError):
+    """A patch source could not produce a candidate (the message says why)."""
+
+
+class CommandPatchSource:
+    """A Specialist as a command: each call gets the session's view as JSON on
+    stdin and writes one unified diff to stdout (metadata header as for
+    files), or nothing when it has no more ideas. It runs in an empty
+    temporary directory (the checkout it reads is ``state["checkout"]``, and
+    the patches kept so far are ``state["kept"]``: the current code is the
+    checkout with those applied in order). A non-zero exit, a timeout or
+    output that is not text raises :class:`PatchSourceError`. Candidate ids are
+    ``specialist-01``, ``specialist-02``, ... in call order."""
+
+    name = "specialist-command"
+    TAIL = 2000
+
+    def __init__(self, command: list[str], timeout_s: float = 300.0) -> None:
+        self.command = list(command)
+        self.timeout_s = float(timeout_s)
+
+    def next_patch(self, state: Mapping[str, Any]) -> PatchCandidate | None:
+        import os
+        import subprocess
+        import tempfile
+
+        n = len(state.get("patches_seen") or []) + 1
+        pid = f"specialist-{n:02d}"
+        import signal
+
+        with tempfile.TemporaryDirectory(prefix="inferloom-specialist-") as tmp:
+            try:  # its own process group: a timeout kills everything it started
+                proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, cwd=tmp, start_new_session=True,
+                                        env={**os.environ, "INFERLOOM_PATCH_ID": pid})
+            except OSError as exc:
+                raise PatchSourceError(f"specialist command {self.command!r} could not start: {exc}") from None
+            try:
+                out, err = proc.communicate(json.dumps(dict(state), default=str).encode(), timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                raise PatchSourceError(f"specialist command {self.command[0]!r} ran past {self.timeout_s:g} s "
+                                       "(custom.patches.command_timeout_s); killed") from None
+            finally:
+                if proc.poll() is None:  # interrupted (a kill of inferloom): nothing it started survives
+                    os.killpg(proc.pid, signal.SIGKILL)
+        if proc.returncode != 0:
+            tail = err.decode("utf-8", "replace")[-self.TAIL:].strip()
+            raise PatchSourceError(f"specialist command exited with {proc.returncode}: {tail or '(no stderr)'}")
+        if not out.strip():
+            return None  # nothing more to propose
+        meta = read_metadata(out)
+        return PatchCandidate(id=pid, data=out, title=meta["title"] or pid, hypothesis=meta["hypothesis"],
+                              expected_gain=meta["expected_gain"], origin=f"command: {' '.join(self.command)}")
