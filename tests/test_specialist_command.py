@@ -56,6 +56,11 @@ def test_command_source_conforms_and_reports_failures(tmp_path):
         slow.next_patch({})
     with pytest.raises(PatchSourceError, match="could not start"):
         CommandPatchSource([str(tmp_path / "no-such-program")]).next_patch({})
+    # ids count the Specialist's own candidates (a directory's files come first, under their names)
+    echo = CommandPatchSource([sys.executable, "-c",
+                               "import sys; sys.stdin.read(); print('Title: t\\n--- a/x\\n+++ b/x')"])
+    cand = echo.next_patch({"patches_seen": ["01-vectorize-distances", "specialist-01"]})
+    assert cand.id == "specialist-02" and cand.title == "t" and cand.origin.startswith("command: ")
 
 
 @pytest.mark.slow

@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import signal
+import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
@@ -144,9 +148,10 @@ class CommandPatchSource:
     files), or nothing when it has no more ideas. It runs in an empty
     temporary directory (the checkout it reads is ``state["checkout"]``, and
     the patches kept so far are ``state["kept"]``: the current code is the
-    checkout with those applied in order). A non-zero exit, a timeout or
-    output that is not text raises :class:`PatchSourceError`. Candidate ids are
-    ``specialist-01``, ``specialist-02``, ... in call order."""
+    checkout with those applied in order). A non-zero exit, a timeout or a
+    command that can't start raises :class:`PatchSourceError` (output that is
+    not a diff is refused by the parse gate, like any patch). Candidate ids
+    are ``specialist-01``, ``specialist-02``, ... in call order."""
 
     name = "specialist-command"
     TAIL = 2000
@@ -156,14 +161,8 @@ class CommandPatchSource:
         self.timeout_s = float(timeout_s)
 
     def next_patch(self, state: Mapping[str, Any]) -> PatchCandidate | None:
-        import os
-        import subprocess
-        import tempfile
-
-        n = len(state.get("patches_seen") or []) + 1
+        n = sum(1 for i in state.get("patches_seen") or [] if str(i).startswith("specialist-")) + 1
         pid = f"specialist-{n:02d}"
-        import signal
-
         with tempfile.TemporaryDirectory(prefix="inferloom-specialist-") as tmp:
             try:  # its own process group: a timeout kills everything it started
                 proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
