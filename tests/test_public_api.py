@@ -8,7 +8,7 @@ API = {
     "inferloom.workloads.base": {"AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter",
                                  "resolve_config", "config_key"},
     "inferloom.spec": {"SpecError", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec", "WorkloadSpec", "load_spec",
-                       "spec_hash", "CustomKnob", "CustomSpec", "PatchPolicySpec"},
+                       "objective_label", "spec_hash", "CustomKnob", "CustomSpec", "PatchPolicySpec"},
     "inferloom.bench": {"SCHEMA_VERSION", "run_bench", "run_seed_base", "write_json_atomic", "overall_verdict"},
 }
 

@@ -343,9 +343,11 @@ def objective_label(spec: "WorkloadSpec | Mapping[str, Any]") -> str:
     ``output tok/s``, ``goodput req/s``, or a custom workload's objective name
     (``1/<name>`` when lower is better: the protocol compares the inverse, so
     that higher is always faster)."""
-    d = spec.model_dump() if isinstance(spec, BaseModel) else dict(spec or {})
-    if d.get("framework") == "custom":
-        c = d.get("custom") or {}
-        name = str(c.get("objective") or "objective")
-        return name if c.get("higher_is_better", True) else f"1/{name}"
-    return "goodput req/s" if d.get("objective") == "goodput" else "output tok/s"
+    def get(obj: Any, key: str, default: Any = None) -> Any:
+        return obj.get(key, default) if isinstance(obj, Mapping) else getattr(obj, key, default)
+
+    if get(spec, "framework") == "custom":
+        c = get(spec, "custom") or {}
+        name = str(get(c, "objective") or "objective")
+        return name if get(c, "higher_is_better", True) else f"1/{name}"
+    return "goodput req/s" if get(spec, "objective") == "goodput" else "output tok/s"
