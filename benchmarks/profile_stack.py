@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the profile JSON here")
     args = ap.parse_args(argv)
 
-    from inferloom.measure.profile import profile_run
+    from inferloom.measure.profile import profile_config
     from inferloom.session.manifest import read_manifest
     from inferloom.session.state import load_state
     from inferloom.spec import WorkloadSpec
@@ -43,17 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     stack = dict(st.stock_config if args.stock else st.stack)
     changed = {k: v for k, v in stack.items() if st.stock_config.get(k) != v}
     print(f"profiling {'stock' if args.stock else 'the final stack'} of {st.session_id}: "
-          f"{changed or 'no changes from stock'}", flush=True)
+          f"{changed or 'no changes from stock'} (one untimed warm-up run, then one profiled run)", flush=True)
     adapter = make_adapter(spec)
     t0 = time.perf_counter()
     try:
-        h = adapter.prepare(stack)
-        try:
-            adapter.run(h, 7)
-            print(f"  warm-up run done at {time.perf_counter() - t0:.0f} s; profiling one run", flush=True)
-            prof = profile_run(adapter, h, 8)
-        finally:
-            adapter.release(h)
+        prof = profile_config(adapter, stack)
     finally:
         adapter.close()
     prof["stack_changes"] = changed

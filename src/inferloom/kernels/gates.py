@@ -157,10 +157,6 @@ def time_call(fn: Callable[[], Any], cuda: bool) -> float:
     return time.perf_counter() - t0
 
 
-def _time_one(fn: Callable[[int], Any], k: int, cuda: bool) -> float:
-    return time_call(lambda: fn(k), cuda)
-
-
 def _time_interleaved(fa: Callable[[int], Any], fb: Callable[[int], Any], n_sets: int, runs: int, warmup: int,
                       device: str) -> tuple[list[float], list[float]]:
     """Timed calls of ``fa`` and ``fb`` alternating (AB, BA, ...) on rotating
@@ -178,11 +174,11 @@ def _time_interleaved(fa: Callable[[int], Any], fb: Callable[[int], Any], n_sets
     for i in range(runs):
         k = (warmup + i) % n_sets
         if i % 2 == 0:
-            ta.append(_time_one(fa, k, cuda))
-            tb.append(_time_one(fb, k, cuda))
+            ta.append(time_call(lambda: fa(k), cuda))
+            tb.append(time_call(lambda: fb(k), cuda))
         else:
-            tb.append(_time_one(fb, k, cuda))
-            ta.append(_time_one(fa, k, cuda))
+            tb.append(time_call(lambda: fb(k), cuda))
+            ta.append(time_call(lambda: fa(k), cuda))
     return ta, tb
 
 

@@ -44,7 +44,7 @@ import contextlib
 import re
 import time
 from collections import defaultdict
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 __all__ = [
     "CATEGORIES",
@@ -53,6 +53,7 @@ __all__ = [
     "categorize",
     "attribute",
     "profile_run",
+    "profile_config",
 ]
 
 # Every category a profile reports, in display order ("idle" is never
@@ -565,3 +566,15 @@ def profile_run(adapter: Any, handle: Any, seed: int, *, top_n: int = 15) -> dic
         "run": run_info,
         "notes": notes,
     }
+
+
+def profile_config(adapter: Any, config: Mapping[str, Any], *, warm_seed: int = 7, seed: int = 8) -> dict[str, Any]:
+    """Prepare ``config``, run it once untimed (compilation, CUDA-graph capture
+    and first-call costs stay out of the profile), then :func:`profile_run`
+    one more run; the handle is released either way."""
+    h = adapter.prepare(dict(config))
+    try:
+        adapter.run(h, warm_seed)
+        return profile_run(adapter, h, seed)
+    finally:
+        adapter.release(h)

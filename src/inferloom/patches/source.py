@@ -19,12 +19,12 @@ import hashlib
 import json
 import os
 import re
-import signal
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
+
+from inferloom.process_group import run_in_group
 
 __all__ = ["PatchCandidate", "PatchSource", "DirectoryPatchSource", "CommandPatchSource", "PatchSourceError",
            "read_metadata"]
@@ -164,25 +164,18 @@ class CommandPatchSource:
         n = sum(1 for i in state.get("patches_seen") or [] if str(i).startswith("specialist-")) + 1
         pid = f"specialist-{n:02d}"
         with tempfile.TemporaryDirectory(prefix="inferloom-specialist-") as tmp:
-            try:  # its own process group: a timeout kills everything it started
-                proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, cwd=tmp, start_new_session=True,
-                                        env={**os.environ, "INFERLOOM_PATCH_ID": pid})
+            try:  # its own process group: a timeout or an interruption kills everything it started
+                rc, out, err = run_in_group(self.command, timeout=self.timeout_s, cwd=tmp,
+                                            input=json.dumps(dict(state), default=str).encode(),
+                                            env={**os.environ, "INFERLOOM_PATCH_ID": pid})
             except OSError as exc:
                 raise PatchSourceError(f"specialist command {self.command!r} could not start: {exc}") from None
-            try:
-                out, err = proc.communicate(json.dumps(dict(state), default=str).encode(), timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-                raise PatchSourceError(f"specialist command {self.command[0]!r} ran past {self.timeout_s:g} s "
-                                       "(custom.patches.command_timeout_s); killed") from None
-            finally:
-                if proc.poll() is None:  # interrupted (a kill of inferloom): nothing it started survives
-                    os.killpg(proc.pid, signal.SIGKILL)
-        if proc.returncode != 0:
+        if rc is None:
+            raise PatchSourceError(f"specialist command {self.command[0]!r} ran past {self.timeout_s:g} s "
+                                   "(custom.patches.command_timeout_s); killed")
+        if rc != 0:
             tail = err.decode("utf-8", "replace")[-self.TAIL:].strip()
-            raise PatchSourceError(f"specialist command exited with {proc.returncode}: {tail or '(no stderr)'}")
+            raise PatchSourceError(f"specialist command exited with {rc}: {tail or '(no stderr)'}")
         if not out.strip():
             return None  # nothing more to propose
         meta = read_metadata(out)

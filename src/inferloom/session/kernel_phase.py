@@ -74,16 +74,11 @@ def _stack_categories(c: Any, st: SessionState) -> tuple[dict[str, Any] | None, 
     key = _key("profile-kernel", st.session_id, st.cycle)
     found = c.ledger.find(key)
     if found is None:
-        from inferloom.measure.profile import profile_run
+        from inferloom.measure.profile import profile_config
 
         c.progress("KERNEL: profiling one untimed run of the current stack (torch.profiler)")
         try:
-            h = c.adapter.prepare(dict(st.stack))
-            try:
-                c.adapter.run(h, 7)
-                res = profile_run(c.adapter, h, 8)
-            finally:
-                c.adapter.release(h)
+            res = profile_config(c.adapter, st.stack)
         except Exception as exc:  # noqa: BLE001 - no profile is a reason to skip, not a crash
             res = {"error": f"{type(exc).__name__}: {exc}"}
         seq = c.ledger.append(PROFILE, {"profile": _jsonable(res), "stack": dict(st.stack), "cycle": st.cycle}, key=key)
@@ -151,10 +146,7 @@ def kernel_reserve(c: Any, st: SessionState) -> str | None:
     share = float(c.spec.kernels.budget_share)
     if share <= 0.0 or "kernel_had_turn" in st.extra:
         return None
-    if "kernel_backend_applies" not in st.extra:
-        backend, _ = _backend(c, st)
-        st.extra["kernel_backend_applies"] = backend is not None
-    if not st.extra["kernel_backend_applies"]:
+    if _backend(c, st)[0] is None:
         return None
     minutes = st.budget.minutes * (1.0 - share)
     trials = st.budget.trials - math.ceil(st.budget.trials * share)

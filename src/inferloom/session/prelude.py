@@ -131,17 +131,12 @@ def profile_step(c: Any, st: SessionState) -> None:
     if c.spec.framework == "vllm":
         st.extra["profile"] = {"skipped": "the server runs out of process: no torch.profiler trace or roofline yet"}
         return
-    from inferloom.measure.profile import profile_run
+    from inferloom.measure.profile import profile_config
 
     c.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
     prof: dict[str, Any]
     try:
-        h = c.adapter.prepare(dict(st.stock_config))
-        try:
-            c.adapter.run(h, 7)  # warm: the profiled run must not include first-call costs
-            prof = profile_run(c.adapter, h, 8)
-        finally:
-            c.adapter.release(h)
+        prof = profile_config(c.adapter, st.stock_config)  # warm run first: no first-call costs in the profile
     except Exception as exc:  # noqa: BLE001 - a profiler failure is a note, not the session's end
         prof = {"error": f"{type(exc).__name__}: {exc}"}
     pseq = c.ledger.append(PROFILE, {"profile": _jsonable(prof)}, key=_key("profile", st.session_id))

@@ -42,6 +42,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from inferloom import __version__
+from inferloom.process_group import run_in_group
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
 
 __all__ = ["CustomAdapter", "CustomHandle", "GATE_FAILED", "GATE_MISSING", "GATE_UNPARSEABLE", "TREE_KEY",
@@ -74,26 +75,6 @@ def git(*args: str, cwd: str | Path | None = None, check: bool = True, env: Mapp
     if check and res.returncode != 0:
         raise AdapterError(f"git {' '.join(args[:3])} failed: {(res.stderr or res.stdout).strip()[-800:]}", kind="git")
     return res
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGKILL when inferloom dies (a kill -9 leaves no entrypoint behind). Linux only."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort on other platforms
-        pass
-
-
-def _kill_group(pid: int) -> None:
-    import signal
-
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def gate_of(result: Any) -> tuple[str | None, dict[str, Any]]:
@@ -201,24 +182,16 @@ class CustomAdapter:
                              extra={"kind": kind, "stderr_tail": stderr[-STDERR_TAIL:], "command": cmd})
 
         try:
-            proc = subprocess.Popen(cmd, cwd=h.tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, start_new_session=True, preexec_fn=_die_with_parent)
+            rc, _out, err = run_in_group(cmd, timeout=self.custom.timeout_s, cwd=h.tree, env=env, text=True)
         except OSError as exc:
             return fail(f"entrypoint could not start: {exc}", "crash")
-        try:
-            _out, err = proc.communicate(timeout=self.custom.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            _out, err = proc.communicate()
+        if rc is None:
             return fail(f"entrypoint timed out after {self.custom.timeout_s:g} s", "timeout", err or "")
-        except BaseException:  # interrupted: never leave the entrypoint running
-            _kill_group(proc.pid)
-            raise
         wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+        if rc != 0:
+            how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
             tail = ((err or "").strip().splitlines() or ["(no stderr)"])[-1][:300]
-            return fail(f"entrypoint failed ({how}): {tail}", "crash" if proc.returncode < 0 else "exit", err or "")
+            return fail(f"entrypoint failed ({how}): {tail}", "crash" if rc < 0 else "exit", err or "")
         try:
             data = json.loads(result.read_text())
         except FileNotFoundError:

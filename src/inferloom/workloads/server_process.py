@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from inferloom.process_group import kill_group
+
 __all__ = ["LaunchError", "ServerProcess", "classify_failure", "free_port", "group_alive", "group_cpu_seconds"]
 
 _LIVE: dict[int, "ServerProcess"] = {}
@@ -197,10 +199,7 @@ class ServerProcess:
         how = "already gone"
         if group_alive(pgid):
             how = "SIGTERM"
-            try:
-                os.killpg(pgid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            kill_group(pgid, signal.SIGTERM)
             deadline = t0 + grace_s
             while time.perf_counter() < deadline:
                 self.proc.poll()
@@ -209,10 +208,7 @@ class ServerProcess:
                 time.sleep(0.1)
             if group_alive(pgid):
                 how = "SIGKILL after SIGTERM timed out"
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                kill_group(pgid, signal.SIGKILL)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover

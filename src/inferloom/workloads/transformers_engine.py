@@ -510,16 +510,19 @@ class TransformersEngine:
                 mask[i, width - len(p):] = 1
         return ids.to(self.device), mask.to(self.device)
 
+    def _static_loop(self, handle: TransformersHandle, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int,
+                     keep_logits: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """decode_loop=static_loop: prefill with the uncompiled forward, decode with the handle's step."""
+        return greedy_static(handle.model, handle.eager_forward, handle.step or handle.eager_forward, ids, mask,
+                             new_tokens, handle.caches, keep_logits=keep_logits)
+
     def _generate(
         self, handle: TransformersHandle, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int
     ) -> torch.Tensor:
         """One generate() call; returns the new tokens [b, new_tokens] (still on
         the device). Raises _TokenCountError if the count is not exact."""
         if handle.config["decode_loop"] == "static_loop":
-            m = handle.model
-            new, _ = greedy_static(m, handle.eager_forward, handle.step or handle.eager_forward, ids, mask,
-                                   new_tokens, handle.caches)
-            return new
+            return self._static_loop(handle, ids, mask, new_tokens)[0]
         kwargs: dict[str, Any] = {
             "max_new_tokens": new_tokens,
             "min_new_tokens": new_tokens,
@@ -626,9 +629,7 @@ class TransformersEngine:
             for j in range(0, len(prompts), micro):
                 ids, mask = self._batch_tensors(prompts[j:j + micro])
                 if handle.config["decode_loop"] == "static_loop":
-                    new, rows = greedy_static(handle.model, handle.eager_forward,
-                                              handle.step or handle.eager_forward, ids, mask, max_new_tokens,
-                                              handle.caches, keep_logits=True)
+                    new, rows = self._static_loop(handle, ids, mask, max_new_tokens, keep_logits=True)
                     conts.extend(new.cpu().tolist())
                     chunks.append(torch.log_softmax(torch.stack(rows, dim=1), dim=-1).cpu())
                     continue
