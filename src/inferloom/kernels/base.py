@@ -77,7 +77,45 @@ class KernelCandidate:
 
 @runtime_checkable
 class KernelBackend(Protocol):
-    """Proposes kernel replacements for hot ops (see the module docstring)."""
+    """Proposes kernel replacements for hot ops (see the module docstring).
+
+    The contract, checked for every backend registered in
+    ``tests/test_kernel_backend_conformance.py``:
+
+    * ``name``: a non-empty string, the same for every instance (the ledger
+      records the backend's candidates as ``kernel:<name>``).
+    * ``unavailable(workload)``: None when the backend can work on
+      ``workload`` (the dict of :func:`workload_of`), else a non-empty reason
+      (the KERNEL phase is skipped with it). It never raises, whatever the
+      framework or device, and changes nothing.
+    * ``rewritable()``: a frozenset of profile category names, the same on
+      every call, none of :data:`inferloom.kernels.select.NOT_KERNELS` (host
+      idle, communication, other: never a kernel target).
+    * ``propose(targets, workload)``, called only when ``unavailable`` gave
+      None, returns a list of :class:`KernelCandidate`:
+
+      - only for targets that are ``picked`` and in ``rewritable()``: every
+        candidate's ``target`` is one of them, so no picked target gives
+        ``[]``; so does nothing left to replace;
+      - deterministic: the same targets and workload give the same candidates
+        in the same order with the same ids (the phase calls ``propose``
+        again on every tick and resumes by position; it decides a candidate
+        once per session by its ``id``); ids are unique in the list;
+      - ``config_changes``: a non-empty mapping of knobs of the engine's knob
+        space whose ``phase`` is ``KERNEL``, each value in the knob's domain,
+        switching on something ``workload["stack"]`` does not already have
+        (once a candidate's changes are in the stack it is not proposed
+        again);
+      - well-formed: a non-empty ``op``; ``shapes`` a non-empty tuple of
+        ``{name: int}``; ``dtype`` the workload's; a finite
+        ``claimed_speedup`` > 0; ``tolerance`` with finite ``rel_l2`` and
+        ``max_rel`` > 0; ``covers`` categories other than the target;
+        ``to_record()`` JSON-able; the calling convention of the module
+        docstring, where ``baseline`` and ``reference`` give the shape of
+        ``out`` and run on the CPU too (the implementation may need the
+        device);
+      - it changes neither ``targets`` nor ``workload``.
+    """
 
     name: str
 
