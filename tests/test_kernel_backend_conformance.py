@@ -24,7 +24,7 @@ from inferloom.kernels.select import NOT_KERNELS, select_targets
 from inferloom.kernels.torch_backend import TorchBackend
 from inferloom.spec import load_spec
 from inferloom.workloads.base import resolve_config
-from inferloom.workloads.transformers_engine import TransformersEngine
+from inferloom.workloads.registry import make_adapter
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
@@ -50,7 +50,7 @@ REGISTERED = {qualname(TorchBackend), qualname(CatalogBackend)}
 
 SPEC = load_spec(None, {"model": "llama-tiny", "device": "cpu", "traffic.concurrency": "3",
                         "traffic.input_len": "20", "traffic.output_len": "12"})
-KNOBS = {k.name: k for k in TransformersEngine(SPEC).knob_space()}
+KNOBS = {k.name: k for k in make_adapter(SPEC).knob_space()}  # the transformers engine's
 # the transformers engine's stock stack with the static cache: every kernel knob at its default,
 # and the cache the attention kernels need
 STACK = resolve_config(list(KNOBS.values()), {"cache_implementation": "static"})

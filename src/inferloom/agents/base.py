@@ -15,6 +15,11 @@ Knob dicts), ``stock_config``, ``stack`` (the current kept configuration),
 ``trials`` (list of {config, changes, verdict, ratio, ci_low, ci_high,
 quality_passed, rule, agent}), ``noise_floor``, ``workload`` (concurrency,
 input_len, output_len, dtype, model)).
+
+Every agent has a non-empty ``name`` (the ledger's ``agent``), changes
+nothing it is handed, and the deterministic ones give the same output for the
+same input (and seed). ``tests/test_agent_conformance.py`` checks these
+contracts for every implementation registered there.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 __all__ = ["ACTIONS", "Orchestrator", "Critic", "Robustness"]
 
 # Every action name an agent may emit; which phase admits which is the
-# coordinator's allowlist (session/coordinator.py).
+# coordinator's phase allowlist (PHASE_ALLOWLIST, beside validate_proposal).
 ACTIONS = (
     "try_config",   # FRAMEWORK: measure stack+changes against the stack
     "end_phase",    # FRAMEWORK: nothing more worth trying this cycle
@@ -42,7 +47,12 @@ class Orchestrator(Protocol):
     "predicted_gain": float | None, "rationale": str, "source": "prior" | "search"}``
     or ``{"action": "end_phase", "rationale": str}``. ``changes`` are relative
     to ``state["stack"]``; the resulting full configuration must not have been
-    measured before (``state["trials"]``)."""
+    measured before (``state["trials"]``, ``state["measured_config_keys"]``).
+    Whatever it returns passes the coordinator's ``validate_proposal`` for the
+    FRAMEWORK phase: known knobs of the FRAMEWORK phase only (KERNEL knobs are
+    the kernel backend's), applicable to ``state["device"]``, none of
+    ``state["pinned"]``, values in their domains, a real change. When nothing
+    unmeasured is left it answers ``end_phase``."""
 
     name: str
 
@@ -56,8 +66,11 @@ class Critic(Protocol):
     ``judge(evidence) -> {"decision": "keep" | "revert", "lesson": str}``
     where ``evidence`` holds the protocol verdict and decision (ratio,
     interval, pairs), the quality verdict, the noise floor and the changes.
-    The Critic may never keep what the protocol did not keep or what failed
-    the quality contract; the coordinator enforces this too."""
+    The Critic may never keep what the protocol did not keep (``revert``,
+    ``inconclusive``, ``failed``), what failed or has no quality verdict, or a
+    gain whose interval's lower bound does not clear the noise floor; the
+    coordinator enforces this too (``critic_keep_without_evidence``). Malformed
+    evidence is reverted, not raised on (fail-closed). The lesson is one line."""
 
     name: str
 
@@ -69,7 +82,8 @@ class Robustness(Protocol):
     """Circuit breaker. ``check(state, now) -> None`` when all is well, else
     ``{"action": "end_phase" | "stop", "rule": str, "reason": str}`` when it
     detects N consecutive failures, a repeated proposal, or no progress (no
-    keep) for T minutes of session time."""
+    keep) for T minutes of session time. Anything else it returns is refused
+    (``malformed_output``)."""
 
     name: str
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
 
+import yaml
+
 from inferloom.process_group import run_in_group
 
 __all__ = ["PatchCandidate", "PatchSource", "DirectoryPatchSource", "CommandPatchSource", "PatchSourceError",
@@ -51,8 +53,11 @@ class PatchCandidate:
 
 @runtime_checkable
 class PatchSource(Protocol):
-    """``next_patch(state)`` returns the next candidate not yet in
-    ``state["patches_seen"]`` (ids), or None when it has nothing more."""
+    """``next_patch(state)`` returns the next candidate, whose ``id`` is not in
+    ``state["patches_seen"]`` (ids), or None when it has nothing more. A source
+    that cannot produce one raises :class:`PatchSourceError` (the session
+    records ``patch_source_failed`` and does not ask it again); it changes
+    nothing in ``state``."""
 
     name: str
 
@@ -112,20 +117,20 @@ class DirectoryPatchSource:
         return sorted(p for p in self.dir.iterdir() if p.suffix in (".patch", ".diff") and not p.is_dir())
 
     def load(self, path: Path) -> PatchCandidate:
-        data = path.read_bytes()
+        """The candidate in ``path`` (and its sidecar); :class:`PatchSourceError`
+        when either can't be read or the sidecar can't be parsed."""
         sidecar: dict[str, Any] | None = None
-        for ext in (".json", ".yaml", ".yml"):
-            side = path.with_suffix(ext)
-            if side.is_file():
-                raw = side.read_text()
-                if ext == ".json":
-                    sidecar = json.loads(raw)
-                else:
-                    import yaml
-
-                    sidecar = yaml.safe_load(raw)
-                sidecar = sidecar if isinstance(sidecar, dict) else None
-                break
+        try:
+            data = path.read_bytes()
+            for ext in (".json", ".yaml", ".yml"):
+                side = path.with_suffix(ext)
+                if side.is_file():
+                    raw = side.read_text()
+                    sidecar = json.loads(raw) if ext == ".json" else yaml.safe_load(raw)
+                    sidecar = sidecar if isinstance(sidecar, dict) else None
+                    break
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise PatchSourceError(f"patch {path.name}: {type(exc).__name__}: {exc}") from None
         meta = read_metadata(data, sidecar)
         return PatchCandidate(id=path.stem, data=data, title=meta["title"] or path.stem,
                               hypothesis=meta["hypothesis"], expected_gain=meta["expected_gain"], origin=str(path))
@@ -161,7 +166,10 @@ class CommandPatchSource:
         self.timeout_s = float(timeout_s)
 
     def next_patch(self, state: Mapping[str, Any]) -> PatchCandidate | None:
-        n = sum(1 for i in state.get("patches_seen") or [] if str(i).startswith("specialist-")) + 1
+        seen = [str(i) for i in state.get("patches_seen") or []]
+        n = sum(1 for i in seen if i.startswith("specialist-")) + 1
+        while f"specialist-{n:02d}" in seen:  # an id taken by another source's file: the next free one
+            n += 1
         pid = f"specialist-{n:02d}"
         with tempfile.TemporaryDirectory(prefix="inferloom-specialist-") as tmp:
             try:  # its own process group: a timeout or an interruption kills everything it started
