@@ -218,7 +218,7 @@ def one_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str]:
                     path = [v]
                     while path[-1] != start:
                         path.append(prev[path[-1]])
-                    return [start] + path[::-1][1:] + [start] if len(path) > 1 else [start, v, start]
+                    return path[::-1] + [start]  # start, ..., v, start
                 if w not in prev:
                     prev[w] = v
                     nxt.append(w)
