@@ -18,6 +18,7 @@ else of ``inferloom.x``; importing a package counts as importing its
     .venv/bin/python benchmarks/import_graph.py            # package map
     .venv/bin/python benchmarks/import_graph.py --modules  # module-level edges, one a line
     .venv/bin/python benchmarks/import_graph.py --cycles   # strongly connected modules
+    (any of them with --with-local: function-local imports count too)
 """
 
 from __future__ import annotations
@@ -130,10 +131,11 @@ def local_imports(src: Path = SRC, root: str = ROOT) -> list[Import]:
     return _imports(module_files(src, root), root, want_local=True)
 
 
-def module_graph(src: Path = SRC, root: str = ROOT) -> dict[str, set[str]]:
-    """Module -> the inferloom modules it imports at module level (every module a key)."""
+def module_graph(src: Path = SRC, root: str = ROOT, with_local: bool = False) -> dict[str, set[str]]:
+    """Module -> the inferloom modules it imports at module level (every module
+    a key); ``with_local``: function-local imports count too."""
     graph: dict[str, set[str]] = {m: set() for m in module_files(src, root)}
-    for imp in module_imports(src, root):
+    for imp in module_imports(src, root) + (local_imports(src, root) if with_local else []):
         if imp.target in graph:
             graph[imp.importer].add(imp.target)
     return graph
@@ -146,10 +148,10 @@ def package_of(module: str, root: str = ROOT) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
-def package_graph(src: Path = SRC, root: str = ROOT) -> dict[str, Counter[str]]:
+def package_graph(src: Path = SRC, root: str = ROOT, with_local: bool = False) -> dict[str, Counter[str]]:
     """Package -> {package it imports: number of module edges}; edges inside a package are left out."""
     out: dict[str, Counter[str]] = {package_of(m, root): Counter() for m in module_files(src, root)}
-    for a, targets in module_graph(src, root).items():
+    for a, targets in module_graph(src, root, with_local).items():
         for b in targets:
             pa, pb = package_of(a, root), package_of(b, root)
             if pa != pb:
@@ -231,23 +233,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--src", type=Path, default=SRC, help="the src/ directory (default: this checkout's)")
     ap.add_argument("--modules", action="store_true", help="print module-level edges instead of the package map")
     ap.add_argument("--cycles", action="store_true", help="print the import cycles (strongly connected modules)")
+    ap.add_argument("--with-local", action="store_true", help="count function-local imports too")
     args = ap.parse_args(argv)
+    kind = "module-level and function-local imports" if args.with_local else "module-level imports"
     if args.modules:
-        for a, targets in sorted(module_graph(args.src).items()):
+        for a, targets in sorted(module_graph(args.src, with_local=args.with_local).items()):
             for b in sorted(targets):
                 print(f"{a} -> {b}")
         return 0
     if args.cycles:
-        graph = module_graph(args.src)
+        graph = module_graph(args.src, with_local=args.with_local)
         comps = cycles(graph)
         for comp in comps:
             print(f"{len(comp)} modules: {', '.join(comp)}")
             print("  e.g. " + " -> ".join(one_cycle(graph, comp)))
         print("no import cycle" if not comps else f"{len(comps)} cycle(s)")
         return 1 if comps else 0
-    pg = package_graph(args.src)
+    pg = package_graph(args.src, with_local=args.with_local)
     width = max(len(p) for p in pg)
-    print(f"inferloom package dependencies (module-level imports; n = module edges), from {args.src}")
+    print(f"inferloom package dependencies ({kind}; n = module edges), from {args.src}")
     for pkg in sorted(pg):
         deps = ", ".join(f"{d} ({n})" for d, n in sorted(pg[pkg].items())) or "-"
         print(f"{pkg:<{width}} -> {deps}")
