@@ -16,6 +16,11 @@ from inferloom.kb import (
     DRIFT_FACTOR, KEY_FIELDS, TIERS, KBError, RecipeStore, WorkloadKey, default_kb_url, format_lookup,
 )
 from inferloom.kb.db import SCHEMA_VERSION
+from inferloom.report.breakdown import breakdown_from_ledger
+from inferloom.session.atomic import write_json_atomic
+from inferloom.session.ledger import read_entries
+from inferloom.session.manifest import read_manifest
+from inferloom.session.state import load_state
 
 KEY = WorkloadKey(model="llama-3.1-8b", hardware="NVIDIA H200", framework="transformers", model_type="llama",
                   architecture="LlamaForCausalLM", framework_version="5.24.0", precision="bfloat16")
@@ -23,7 +28,7 @@ STOCK = {"compile_mode": "off", "cache_implementation": "dynamic", "sdpa_backend
 
 
 def breakdown(ratio=1.30, verdict="keep", quality=True, final=True, changes=None, rejected=True):
-    """A session_breakdown.json as inferloom.session.close.breakdown_from_ledger writes it."""
+    """A session_breakdown.json as inferloom.report.breakdown.breakdown_from_ledger writes it."""
     changes = {"compile_mode": "default"} if changes is None else changes
     b = {"schema_version": 1, "stock_config": dict(STOCK), "final_config": {**STOCK, **changes},
          "stop_reason": "converged",
@@ -215,7 +220,8 @@ def _comparable(s):
 
 def test_export_import_round_trip_and_idempotent(store, tmp_path):
     _seed(store)
-    doc = store.export_json(tmp_path / "kb.json")
+    doc = store.export_document()
+    write_json_atomic(tmp_path / "kb.json", doc)
     assert doc["schema_version"] == SCHEMA_VERSION and len(doc["recipes"]) == 3 and len(doc["ceilings"]) == 1
     with RecipeStore(str(tmp_path / "other.sqlite")) as other:
         first = other.import_json(tmp_path / "kb.json")
@@ -234,7 +240,8 @@ def test_import_merges_under_the_strict_rules(store, tmp_path):
         remote.record_session(KEY, breakdown(1.6, changes={"sdpa_backend": "math"}), "remote")
         remote.record_session(_key(model="forged"), breakdown(1.9), "forged")
         remote.put_ceiling("NVIDIA H200", mem_bw_bytes_per_s=4.0e12, matmul_flops_per_s=6.0e14, measured_at=500.0)
-        doc = remote.export_json(tmp_path / "remote.json")
+        doc = remote.export_document()
+        write_json_atomic(tmp_path / "remote.json", doc)
     for r in doc["recipes"]:   # tamper: a winner whose evidence fails the strict rules must not enter
         if r["key"]["model"] == "forged":
             r["winner"]["evidence"]["quality_passed"] = False
@@ -377,7 +384,9 @@ def test_record_a_real_synthetic_session_directory(store, tmp_path):
     start(tmp_path / "s", spec, budget_minutes=10, max_trials=3, adapter=adapter, kb_url=None,
           agents={"orchestrator": RuleOrchestrator(seed=0), "critic_factory": RuleCritic,
                   "robustness": RuleRobustness()})
-    key, res = store.record_session_dir(tmp_path / "s")
+    d = tmp_path / "s"
+    key, res = store.record_closed_session(manifest=read_manifest(d), state=load_state(d),
+                                           breakdown=breakdown_from_ledger(read_entries(d)))
     assert (key.model, key.framework, key.precision) == ("llama-tiny", "synthetic", "float32")
     assert res.winner_entered, res.reason
     assert store.lookup(key).chosen.winner["changes"] == {"fast_path": True}

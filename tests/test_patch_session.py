@@ -79,7 +79,7 @@ def test_report_and_progress_name_the_custom_objective_not_tokens(session):
 
 
 def test_html_report_has_the_patch_section(session):
-    from inferloom.report_html import render_html
+    from inferloom.report.html import render_html
 
     page = render_html(session["breakdown"])
     assert "<h2>Source patches (custom workload)</h2>" in page

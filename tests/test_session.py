@@ -74,7 +74,7 @@ def test_artifacts_and_schemas(tmp_path):
     # report re-renders from the ledger alone
     (d / "report.md").unlink()
     (d / "state.json").rename(d / "state.moved")
-    from inferloom.session.close import write_artifacts
+    from inferloom.report.artifacts import write_artifacts
 
     assert write_artifacts(d) == b
     assert (d / "report.md").read_text() == report

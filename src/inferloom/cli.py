@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from inferloom.session.atomic import write_json_atomic
+
 __all__ = ["main", "build_parser"]
 
 # CLI flag -> dotted spec key. Values stay strings; the spec validates them.
@@ -135,8 +137,8 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
 
 
 def _cmd_bench(args: argparse.Namespace, console: Any, err: Any) -> int:
-    from inferloom.bench import run_bench, write_json_atomic
-    from inferloom.render import print_bench
+    from inferloom.bench import run_bench
+    from inferloom.report.console import print_bench
 
     spec = _spec_from_args(args)
     candidate = _kv_list(args.candidate, "--candidate")
@@ -201,7 +203,7 @@ def _cmd_resume(args: argparse.Namespace, console: Any, err: Any) -> int:
 
 
 def _cmd_report(args: argparse.Namespace, console: Any, err: Any) -> int:
-    from inferloom.session.close import write_artifacts
+    from inferloom.report import write_artifacts, write_html
 
     d = Path(args.dir)
     if not (d / "ledger.jsonl").is_file():
@@ -211,8 +213,6 @@ def _cmd_report(args: argparse.Namespace, console: Any, err: Any) -> int:
     b = write_artifacts(d)
     _print_session(d, console)
     if args.html:
-        from inferloom.report_html import write_html
-
         console.print(f"HTML report: {write_html(d, args.out, breakdown=b)}", highlight=False, markup=False)
     return 0
 
@@ -248,7 +248,8 @@ def _cmd_kb(args: argparse.Namespace, console: Any, err: Any) -> int:
         elif args.kb_command == "show":
             console.print(json.dumps(store.show(args.id).to_dict(), indent=2, default=str), highlight=False, markup=False)
         elif args.kb_command == "export":
-            doc = store.export_json(args.file)
+            doc = store.export_document()
+            write_json_atomic(args.file, doc)
             console.print(f"exported {len(doc.get('recipes', []))} recipes to {args.file}", highlight=False)
         elif args.kb_command == "import":
             r = store.import_json(args.file)
@@ -257,7 +258,7 @@ def _cmd_kb(args: argparse.Namespace, console: Any, err: Any) -> int:
 
 
 def _cmd_knobs(args: argparse.Namespace, console: Any, err: Any) -> int:
-    from inferloom.render import print_knobs
+    from inferloom.report.console import print_knobs
     from inferloom.workloads.registry import make_adapter
 
     spec = _spec_from_args(args)

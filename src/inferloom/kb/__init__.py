@@ -8,10 +8,11 @@ through SQLAlchemy Core at a SQL URL: a SQLite file by default
 (:func:`default_kb_url`: ``$INFERLOOM_KB`` or ``~/.cache/inferloom/kb.sqlite``),
 a PostgreSQL server for a fleet.
 
-* :meth:`RecipeStore.record_session`: strict writes (see :mod:`inferloom.kb.recipe`).
+* :meth:`RecipeStore.record_session`, :meth:`RecipeStore.record_closed_session`: strict writes
+  (see :mod:`inferloom.kb.recipe`).
 * :meth:`RecipeStore.lookup`: relaxed lookup (tiers and confidences in :mod:`inferloom.kb.lookup`).
 * :meth:`RecipeStore.mark_drift`, :meth:`RecipeStore.put_ceiling` / :meth:`RecipeStore.get_ceiling`.
-* :meth:`RecipeStore.export_json` / :meth:`RecipeStore.import_json` (:mod:`inferloom.kb.merge`),
+* :meth:`RecipeStore.export_document` / :meth:`RecipeStore.import_json` (:mod:`inferloom.kb.merge`),
   :meth:`RecipeStore.list_recipes`, :meth:`RecipeStore.show`.
 """
 

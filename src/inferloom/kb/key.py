@@ -83,7 +83,7 @@ class WorkloadKey:
     def from_session(cls, manifest: Mapping[str, Any], state: Any = None) -> "WorkloadKey":
         """The key of a session from its ``manifest.json`` dict.
 
-        ``state`` (a :class:`~inferloom.session.state.SessionState` or its dict)
+        ``state`` (the session's state object or its ``state.json`` dict)
         is optional: its ``workload`` fills ``model`` / ``precision`` when the
         manifest has no spec."""
         spec = dict(manifest.get("spec") or {})

@@ -1,6 +1,6 @@
 """Importing an exported KB document (``inferloom kb import FILE``).
 
-The document (written by :meth:`RecipeStore.export_json`)::
+The document (:meth:`RecipeStore.export_document`, written by ``inferloom kb export FILE``)::
 
     {"format": "inferloom-kb", "schema_version": 1, "exported_at": <unix time>,
      "recipes": [{"key": {7 fields}, "status", "winner", "sessions", "worked",

@@ -1,7 +1,7 @@
 """What a recipe holds, and the strict rules for what may enter it (pure functions).
 
 A winning configuration enters only from a session whose breakdown
-(:func:`inferloom.session.close.breakdown_from_ledger`) has a paired final
+(``session_breakdown.json``, derived from its ledger) has a paired final
 comparison of the final stack against stock (``final.ledger_seq`` and
 ``n_pairs`` present) whose protocol verdict is ``keep``, whose held-out
 quality passed (``quality_passed is True``), with a finite ratio and interval,

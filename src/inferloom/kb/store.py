@@ -198,17 +198,16 @@ class RecipeStore:
         res, rid = self._modify(key, fn)
         return replace(res, recipe_id=rid or 0)
 
-    def record_session_dir(self, directory: str | Path) -> tuple[WorkloadKey, RecordResult]:
-        """Record a closed session directory: key from ``manifest.json``, session id
-        from ``state.json``, breakdown from the ledger (as ``inferloom report`` does)."""
-        from inferloom.session.close import breakdown_from_ledger
-        from inferloom.session.ledger import read_entries
-        from inferloom.session.manifest import read_manifest
-        from inferloom.session.state import load_state
-
-        state = load_state(directory)
-        key = WorkloadKey.from_session(read_manifest(directory), state)
-        return key, self.record_session(key, breakdown_from_ledger(read_entries(directory)), state.session_id)
+    def record_closed_session(self, *, manifest: Mapping[str, Any], state: Any,
+                              breakdown: Mapping[str, Any]) -> tuple[WorkloadKey, RecordResult]:
+        """Record a closed session from what its caller read of it: ``manifest``
+        (the ``manifest.json`` dict: the key), ``state`` (a ``SessionState`` or
+        its ``state.json`` dict: the session id, and the workload when the
+        manifest has no spec) and ``breakdown`` (the session breakdown, as
+        as the ``report`` command derives it from the ledger)."""
+        session_id = state.get("session_id") if isinstance(state, Mapping) else getattr(state, "session_id", None)
+        key = WorkloadKey.from_session(manifest, state)
+        return key, self.record_session(key, breakdown, session_id)
 
     def mark_drift(self, key_or_id: WorkloadKey | int | str, note: str, session_id: str | None = None,
                    expected_winner: str | None = None) -> R.Recipe:
@@ -325,15 +324,13 @@ class RecipeStore:
         return lookup(self, key, min_confidence)
 
     # ------------------------------------------------------------ export / import
-    def export_json(self, path: str | Path) -> dict[str, Any]:
-        """Write every recipe and ceiling to ``path`` (atomically); returns the document."""
-        from inferloom.session.atomic import write_json_atomic
-
+    def export_document(self) -> dict[str, Any]:
+        """Every recipe and ceiling as one JSON-ready document (the format
+        :meth:`import_json` reads; the caller writes it to a file)."""
         doc = {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "exported_at": time.time(),
                "recipes": [r.to_dict(with_id=False) for r in self.list_recipes()],
                "ceilings": [c.to_dict() for c in self.list_ceilings()]}
-        write_json_atomic(path, json.loads(dumps(doc)))
-        return doc
+        return json.loads(dumps(doc))
 
     def import_json(self, path: str | Path) -> ImportResult:
         """Merge an exported document into this KB under the same strict rules

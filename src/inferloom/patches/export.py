@@ -27,7 +27,7 @@ class ExportError(ValueError):
 
 def export_session(session_dir: str | Path, out: str | Path | None = None) -> dict[str, Any]:
     from inferloom.session import ledger as L
-    from inferloom.session.close import breakdown_from_ledger
+    from inferloom.report.breakdown import breakdown_from_ledger
     from inferloom.session.state import load_state
 
     d = Path(session_dir)

@@ -1,4 +1,5 @@
-"""Human-readable tables for bench results (rich). Pure formatting, no measuring."""
+"""The console tables (rich) of ``inferloom bench`` and ``inferloom knobs``.
+Pure formatting, no measuring."""
 
 from __future__ import annotations
 
@@ -8,16 +9,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from inferloom.report.fmt import changes_text, pct_2dp
 from inferloom.spec import objective_label
 
 __all__ = ["print_bench", "print_knobs"]
 
 
-def _pct(ratio: float) -> str:
-    return f"{(ratio - 1) * 100:+.2f}%"
-
-
 def print_bench(res: dict[str, Any], console: Console, out_path: str | None = None) -> None:
+    """The pairs of a bench or A/A result, then its decision, quality and timings."""
     aa = res["kind"] == "aa"
     b_label = "stock-2" if aa else "candidate"
     prot = res.get("protocol", {})
@@ -44,15 +43,15 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
               f"{res['spec']['dtype']}, concurrency {res['spec']['traffic']['concurrency']}, "
               f"{res['spec']['traffic']['input_len']} in / {res['spec']['traffic']['output_len']} out")
     if not aa:
-        s.add_row("candidate", ", ".join(f"{k}={v}" for k, v in changed.items()))
+        s.add_row("candidate", changes_text(changed))
     va = [p["value_a"] for p in prot.get("pairs", []) if p.get("value_a") is not None]
     vb = [p["value_b"] for p in prot.get("pairs", []) if p.get("value_b") is not None]
     if va and vb:
         s.add_row(f"median {unit}", f"stock {statistics.median(va):,.1f}  |  {b_label} {statistics.median(vb):,.1f}")
     if d:
-        s.add_row(f"ratio {b_label}/stock", f"{d['ratio']:.4f} ({_pct(d['ratio'])})")
+        s.add_row(f"ratio {b_label}/stock", f"{d['ratio']:.4f} ({pct_2dp(d['ratio'])})")
         s.add_row(f"{d.get('confidence', 0.95) * 100:.0f}% interval",
-                  f"[{d['ci_low']:.4f}, {d['ci_high']:.4f}]  ({_pct(d['ci_low'])} .. {_pct(d['ci_high'])}); "
+                  f"[{d['ci_low']:.4f}, {d['ci_high']:.4f}]  ({pct_2dp(d['ci_low'])} .. {pct_2dp(d['ci_high'])}); "
                   f"per-look confidence {d.get('confidence_per_look', float('nan')):.4f}, {d.get('method', '?')} bootstrap, seed {d.get('bootstrap_seed')}")
         s.add_row("pairs", f"{d['n_pairs']} (min gain to keep {d.get('min_gain', 0) * 100:.1f}%)")
     s.add_row("protocol verdict", prot.get("verdict", "-") + (f": {res.get('error')}" if res.get("error") else ""))
@@ -84,6 +83,7 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
 
 
 def print_knobs(adapter_desc: dict[str, Any], knobs: list[Any], console: Console) -> None:
+    """An adapter's knob space, one row per knob."""
     t = Table(title=f"knob space of {adapter_desc.get('framework', '?')} on {adapter_desc.get('device', '?')}")
     for col in ("knob", "stock", "domain", "applies to", "changes numerics", "what it does"):
         t.add_column(col)

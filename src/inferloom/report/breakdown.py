@@ -1,0 +1,127 @@
+"""The session breakdown (``session_breakdown.json``): a pure function of the
+ledger. Every number in it cites the ledger entry it comes from
+(``ledger_seq``), so ``report.md``, ``report.html`` and the knowledge base's
+record of a session are all re-derived from the ledger alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferloom.session import ledger as L
+from inferloom.session.common import median_objective
+
+__all__ = ["BREAKDOWN_SCHEMA_VERSION", "breakdown_from_ledger", "patch_breakdown"]
+
+BREAKDOWN_SCHEMA_VERSION = 1
+
+
+def _decision(m: dict[str, Any]) -> dict[str, Any]:
+    return (m.get("protocol") or {}).get("decision") or {}
+
+
+def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Everything in the breakdown comes from ledger entries; each number cites its seq."""
+    meas = [e for e in entries if e["kind"] == L.MEASUREMENT]
+    verdicts = [e for e in entries if e["kind"] == L.VERDICT]
+    proposals = {e.get("trial"): e for e in entries if e["kind"] == L.PROPOSAL}
+    refusals = [e for e in entries if e["kind"] == L.REFUSAL]
+    close = next((e for e in entries if e["kind"] == L.CLOSE), None)
+    stock = next((m for m in meas if m.get("action") == "measure_stock"), None)
+    final = next((m for m in meas if m.get("action") == "final_compare"), None)
+    out: dict[str, Any] = {"schema_version": BREAKDOWN_SCHEMA_VERSION}
+    if stock and stock.get("protocol"):
+        out["stock"] = {"objective_median": median_objective(stock, "value_a", "value_b"),
+                        "noise": stock.get("noise"), "ledger_seq": stock["seq"]}
+    if final and final.get("protocol"):
+        d = _decision(final)
+        q = final.get("quality") or {}
+        out["final"] = {"objective_median": median_objective(final, "value_b"),
+                        "stock_median_same_run": median_objective(final, "value_a"),
+                        "ratio": d.get("ratio"), "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"),
+                        "n_pairs": d.get("n_pairs"), "protocol_verdict": final.get("verdict"),
+                        "quality_passed": q.get("passed") if q.get("evaluated") else None,
+                        "quality_failed": q.get("failed", []), "ledger_seq": final["seq"]}
+    else:
+        out["final"] = {"ratio": 1.0, "note": "nothing was kept: the final stack is stock"}
+    out["action_path"] = [{"trial": v["trial"], "cycle": v["cycle"], "changes": v["changes"], "ratio": v.get("ratio"),
+                           "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high"), "lesson": v.get("lesson"),
+                           "quality_passed": v.get("quality_passed"), "ledger_seq": v["seq"]}
+                          for v in verdicts if v.get("kept")]
+    out["rejected"] = [{"trial": v["trial"], "changes": v["changes"], "outcome": v["outcome"], "ratio": v.get("ratio"),
+                        "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high"), "lesson": v.get("lesson"),
+                        "ledger_seq": v["seq"]} for v in verdicts if not v.get("kept")]
+    out["refusals"] = [{"rule": r["rule"], "why": r["why"], "agent": r.get("agent"), "ledger_seq": r["seq"]} for r in refusals]
+    out["unscored_keep_count"] = sum(1 for v in verdicts if v.get("kept") and v.get("quality_passed") is None)
+    out["predicted_vs_measured"] = [{"trial": v["trial"], "changes": v["changes"],
+                                     "predicted_gain": (proposals.get(v["trial"]) or {}).get("predicted_gain"),
+                                     "measured_ratio": v.get("ratio"), "ledger_seq": v["seq"]} for v in verdicts]
+    bench = sum((m.get("timings") or {}).get("timed_runs_s", 0.0) for m in meas)
+    comp = sum(max(0.0, (m.get("timings") or {}).get(k) or 0.0) for m in meas
+               for k in ("compile_overhead_base_s", "compile_overhead_candidate_s"))
+    warm = sum((m.get("timings") or {}).get("warmup_s", 0.0) for m in meas)
+    quality = sum((m.get("quality") or {}).get("seconds", 0.0) for m in meas)
+    total = close["elapsed_s"] if close else (entries[-1]["ts"] - entries[0]["ts"] if entries else 0.0)
+    out["time_s"] = {"total": total, "benchmark_runs": bench, "compilation": comp,
+                     "warmup_excluding_compilation": max(0.0, warm - comp), "quality_probes": quality,
+                     "harness": max(0.0, total - bench - warm - quality)}
+    out["stop_reason"] = close["stop_reason"] if close else None
+    out["final_config"] = close["final_config"] if close else None
+    out["stock_config"] = close["stock_config"] if close else None
+    out["close_ledger_seq"] = close["seq"] if close else None
+    out["sweep"] = [{"point": m.get("point"), "cycle": m.get("cycle"), "ratio": _decision(m).get("ratio"),
+                     "ci_low": _decision(m).get("ci_low"), "ci_high": _decision(m).get("ci_high"),
+                     "ledger_seq": m["seq"]} for m in meas if m.get("action") == "sweep"]
+    prof = next((e for e in entries if e["kind"] == "profile"), None)
+    if prof:
+        p = prof.get("profile") or {}
+        out["profile"] = {"categories": p.get("categories"), "top_ops": (p.get("top_ops") or [])[:8],
+                          "wall_s": p.get("wall_s"), "error": p.get("error"), "ledger_seq": prof["seq"]}
+    roofs = [e for e in entries if e["kind"] == "roofline"]
+    if roofs:
+        stock_r = next((e for e in roofs if "stock" in e), {})
+        final_r = next((e for e in roofs if "final" in e), {})
+        out["roofline"] = {"ceilings": stock_r.get("ceilings"), "stock": stock_r.get("stock"),
+                           "final": final_r.get("final"), "amdahl": final_r.get("amdahl"),
+                           "kept": [{"trial": e["kept"]["trial"], "cycle": e["kept"].get("cycle"),
+                                     "changes": e["kept"].get("changes"), "roofline": e["kept"]["roofline"],
+                                     "ledger_seq": e["seq"]} for e in roofs if "kept" in e],
+                           "ledger_seqs": [e["seq"] for e in roofs],
+                           "stock_seq": stock_r.get("seq"), "final_seq": final_r.get("seq")}
+    look = next((e for e in entries if e["kind"] == "kb_lookup"), None)
+    if look:
+        r = look.get("result") or {}
+        out["warm_replay"] = {"chosen": (r.get("chosen") or {}).get("id") if isinstance(r.get("chosen"), dict) else r.get("chosen"),
+                              "confidence": r.get("confidence"), "ledger_seq": look["seq"],
+                              "replayed": [v["seq"] for v in verdicts if v.get("agent") == "kb-replay"]}
+    out["phases"] = [{"from": e.get("from"), "to": e.get("to"), "why": e.get("why") or e.get("reason"),
+                      "ledger_seq": e["seq"]} for e in entries if e["kind"] == L.PHASE]
+    out.update(patch_breakdown(entries))  # source patches and the rollback drill (custom workloads)
+    return out
+
+
+def _unit(entries: list[dict[str, Any]]) -> str | None:
+    for e in entries:
+        if e["kind"] == "measurement":
+            for p in (e.get("protocol") or {}).get("pairs", []):
+                obj = ((p.get("a") or {}).get("extra") or {}).get("objective")
+                if isinstance(obj, dict):
+                    return str(obj.get("unit") or "")
+    return None
+
+
+def patch_breakdown(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The patch pipeline's part of the breakdown (custom workloads): source
+    patches and the rollback drill; empty for other sessions."""
+    patches = [e for e in entries if e["kind"] == "patch"]
+    drill = next((e for e in reversed(entries) if e["kind"] == "rollback_drill"), None)
+    if not patches and drill is None:
+        return {}
+    out: dict[str, Any] = {"objective_unit": _unit(entries), "patches": [
+        {k: e.get(k) for k in ("id", "title", "gate", "outcome", "rule", "why", "kept", "commit", "ratio", "ci_low",
+                               "ci_high", "quality_failed", "measurement_seq")} | {"ledger_seq": e["seq"]}
+        for e in patches]}
+    if drill is not None:
+        out["rollback_drill"] = {k: drill.get(k) for k in ("passed", "why", "reverted", "tree_identical", "ratio",
+                                                           "ci_low", "ci_high", "n_pairs", "tolerance", "band",
+                                                           "measurement_seq")} | {"ledger_seq": drill["seq"]}
+    return out

@@ -1,0 +1,121 @@
+"""``report.md``: the session report in Markdown, a pure function of the
+breakdown (:mod:`inferloom.report.breakdown`); every number cites its ledger
+entry (``ledger #N``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferloom.report.fmt import changes_text, pct
+
+__all__ = ["render_report", "patch_report_lines"]
+
+
+def render_report(b: dict[str, Any]) -> str:
+    """``report.md`` from a breakdown (:func:`inferloom.report.breakdown.breakdown_from_ledger`)."""
+    lines = ["# inferloom session report", ""]
+    s, f = b.get("stock") or {}, b.get("final") or {}
+    unit = b.get("objective_label") or "output tok/s"
+    if s:
+        lines.append(f"- Stock: {s['objective_median']:,.1f} {unit} (median of the A/A runs; ledger #{s['ledger_seq']}).")
+        nz = s.get("noise") or {}
+        if nz:
+            lines.append(f"- A/A (stock against a second stock instance): ratio {nz.get('ratio', float('nan')):.4f} "
+                         f"[{nz.get('ci_low', float('nan')):.4f}, {nz.get('ci_high', float('nan')):.4f}] over {nz.get('n_pairs')} pairs; "
+                         f"a keep's lower bound must clear {abs(nz.get('ratio', 1.0) - 1) * 100:.2f}% as well as the minimum gain "
+                         f"(ledger #{s['ledger_seq']}).")
+    if f.get("ledger_seq"):
+        lines.append(f"- **Final stack vs stock: x{f['ratio']:.3f} ({pct(f['ratio'])}), interval [{pct(f['ci_low'])}, {pct(f['ci_high'])}]**, "
+                     f"{f['n_pairs']} pairs, protocol {f['protocol_verdict']}, held-out quality "
+                     f"{'pass' if f['quality_passed'] else 'FAIL' if f['quality_passed'] is False else 'not evaluated'} "
+                     f"({f['objective_median']:,.1f} vs {f['stock_median_same_run']:,.1f} {unit}; ledger #{f['ledger_seq']}).")
+    else:
+        lines.append("- Final stack = stock: nothing was kept.")
+    lines.append(f"- Stop reason: {b.get('stop_reason')} (ledger #{b.get('close_ledger_seq')}).")
+    lines.append(f"- Kept without a quality verdict (unscored): {b.get('unscored_keep_count', 0)}.")
+    lines += ["", "## Kept, in order", ""]
+    for a in b.get("action_path", []):
+        lines.append(f"- trial {a['trial']} (cycle {a['cycle']}): `{changes_text(a['changes'])}` {pct(a['ratio'])} "
+                     f"[{pct(a['ci_low'])}, {pct(a['ci_high'])}] vs the stack before it (ledger #{a['ledger_seq']})")
+    if not b.get("action_path"):
+        lines.append("- nothing")
+    lines += ["", "## Rejected, and why", ""]
+    for r in b.get("rejected", []):
+        lines.append(f"- trial {r['trial']}: `{changes_text(r['changes'])}`: {r['outcome']}, {pct(r['ratio'])} "
+                     f"[{pct(r['ci_low'])}, {pct(r['ci_high'])}]: {r['lesson']} (ledger #{r['ledger_seq']})")
+    for r in b.get("refusals", []):
+        lines.append(f"- refused ({r['rule']}) from {r['agent']}: {r['why']} (ledger #{r['ledger_seq']})")
+    if b.get("sweep"):
+        lines += ["", "## Sweep: final stack vs stock", "", "| cycle | concurrency | input len | ratio | interval | ledger |", "| --- | --- | --- | --- | --- | --- |"]
+        for p in b["sweep"]:
+            if p.get("ratio") is None:
+                lines.append(f"| {p['cycle']} | {p['point'][0]} | {p['point'][1]} | failed | | #{p['ledger_seq']} |")
+                continue
+            lines.append(f"| {p['cycle']} | {p['point'][0]} | {p['point'][1]} | {p['ratio']:.3f} | "
+                         f"[{p['ci_low']:.3f}, {p['ci_high']:.3f}] | #{p['ledger_seq']} |")
+    rf = b.get("roofline") or {}
+    if rf.get("stock"):
+        st_, fi = rf["stock"], rf.get("final") or {}
+        lines += ["", "## Roofline", ""]
+        ce = rf.get("ceilings") or {}
+        lines.append(f"- Ceilings: {ce.get('memory_bandwidth_bytes_per_s', 0) / 1e9:,.1f} GB/s memory, "
+                     f"{ce.get('matmul_flops_per_s', 0) / 1e12:,.2f} TFLOP/s matmul ({ce.get('device_name')}, {ce.get('measured_at')}).")
+        lines.append(f"- Stock: {st_['fraction'] * 100:.1f}% of the {st_['ceiling_tok_per_s']:,.0f} tok/s ceiling; "
+                     f"headroom x{st_['headroom']:.2f} (ledger #{rf['ledger_seqs'][0]}).")
+        for k in rf.get("kept") or []:
+            r = k["roofline"]
+            lines.append(f"- After trial {k['trial']} (kept `{changes_text(k.get('changes') or {})}`): "
+                         f"{r['fraction'] * 100:.1f}% of the ceiling, headroom x{r['headroom']:.2f}"
+                         + ("; **suspect: more than the roofline allows**" if r.get("suspect") else "")
+                         + f" (ledger #{k['ledger_seq']}).")
+        if fi:
+            am = rf.get("amdahl") or {}
+            lines.append(f"- Final stack: {fi['fraction'] * 100:.1f}% of the ceiling"
+                         + ("; **suspect: more than the roofline allows**" if fi.get("suspect") or am.get("suspect") else "")
+                         + f" (ledger #{rf.get('final_seq') or rf['ledger_seqs'][-1]}).")
+    pr = b.get("profile") or {}
+    if pr.get("categories"):
+        lines += ["", f"## Profile of one stock run (ledger #{pr['ledger_seq']})", "", "| category | share | seconds |", "| --- | --- | --- |"]
+        for name, cat in sorted(pr["categories"].items(), key=lambda kv: -kv[1].get("share", 0)):
+            lines.append(f"| {cat.get('label', name)} | {cat.get('share', 0) * 100:.1f}% | {cat.get('seconds', 0):.3f} |")
+    lines += patch_report_lines(b)
+    t = b.get("time_s", {})
+    lines += ["", "## Where the time went", ""]
+    for k in ("total", "benchmark_runs", "compilation", "warmup_excluding_compilation", "quality_probes", "harness"):
+        lines.append(f"- {k.replace('_', ' ')}: {t.get(k, 0.0):.1f} s")
+    lines += ["", "## Predicted vs measured", ""]
+    for p in b.get("predicted_vs_measured", []):
+        pg = p["predicted_gain"]
+        lines.append(f"- trial {p['trial']} `{changes_text(p['changes'])}`: predicted {'n/a' if pg is None else f'{pg * 100:+.0f}%'}, "
+                     f"measured {pct(p['measured_ratio'])} (ledger #{p['ledger_seq']})")
+    return "\n".join(lines) + "\n"
+
+
+def patch_report_lines(b: dict[str, Any]) -> list[str]:
+    """The source-patch section of ``report.md`` (custom workloads); empty for other sessions."""
+    if "patches" not in b and "rollback_drill" not in b:
+        return []
+    lines = ["", "## Source patches (custom workload)", ""]
+    if b.get("objective_unit") is not None:
+        lines.append(f"- Objective unit (from the entrypoint's results): {b['objective_unit'] or '(none given)'}.")
+    for p in b.get("patches", []):
+        if p.get("kept"):
+            lines.append(f"- `{p['id']}` ({p['title']}): **kept** as commit {str(p.get('commit'))[:10]}, "
+                         f"{pct(p.get('ratio'))} [{pct(p.get('ci_low'))}, {pct(p.get('ci_high'))}] (ledger #{p['ledger_seq']})")
+        elif p.get("gate") == "measure":
+            why = "; ".join(p.get("quality_failed") or []) or p.get("outcome")
+            lines.append(f"- `{p['id']}` ({p['title']}): rejected after measurement"
+                         + (f" by rule **{p['rule']}**" if p.get("rule") else f" ({p.get('outcome')})")
+                         + f", {pct(p.get('ratio'))} [{pct(p.get('ci_low'))}, {pct(p.get('ci_high'))}]: {why} "
+                         f"(ledger #{p['ledger_seq']})")
+        else:
+            lines.append(f"- `{p['id']}` ({p['title']}): refused at gate {p.get('gate')} by rule **{p.get('rule')}**: "
+                         f"{p.get('why')} (ledger #{p['ledger_seq']})")
+    d = b.get("rollback_drill")
+    if d:
+        lines.append(f"- Rollback drill: **{'passed' if d.get('passed') else 'FAILED'}**: {d.get('why')}; reverted "
+                     f"{len(d.get('reverted') or [])} commit(s), tree identical to stock: {d.get('tree_identical')}, "
+                     f"rolled-back vs stock {pct(d.get('ratio'))} [{pct(d.get('ci_low'))}, {pct(d.get('ci_high'))}], "
+                     + (f"stock's own band [{pct(d['band'][0])}, {pct(d['band'][1])}] " if d.get("band") else "")
+                     + f"(ledger #{d['ledger_seq']})")
+    return lines
