@@ -55,8 +55,8 @@ def test_abba_cancels_linear_drift():
     ad = SyntheticAdapter(noise_sd=0.0, drift_per_run=0.01)
     a, b = ad.prepare({}), ad.prepare({"useless": True})
     res = run_paired(lambda s: ad.run(a, s), lambda s: ad.run(b, s),
-                     ProtocolSettings(bootstrap_resamples=999, min_pairs=6, max_pairs=6),
-                     seed_base=0, min_gain=0.0)
+                     ProtocolSettings(bootstrap_resamples=999, min_pairs=6, max_pairs=6, min_gain=0.0),
+                     seed_base=0)
     assert [p.log_ratio for p in res.pairs] == pytest.approx([0.01, -0.01] * 3)
     assert res.decision.mean_log == pytest.approx(0.0, abs=1e-12)
     assert res.verdict == "inconclusive"

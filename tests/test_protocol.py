@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from inferloom.spec import ProtocolSpec
 from inferloom.workloads.base import RunRecord
 
 FAST = ProtocolSettings(bootstrap_resamples=999)
+ZERO_GAIN = replace(FAST, min_gain=0.0)
 NOISE = 0.05  # lognormal sd per run
 
 
@@ -50,6 +52,27 @@ def test_settings_from_spec_and_validation():
     assert planned_looks(ProtocolSettings(min_pairs=5, max_pairs=10, pair_step=3)) == [5, 8, 10]
     with pytest.raises(ValueError, match="max_pairs"):
         ProtocolSettings.from_spec(ProtocolSpec(min_pairs=8, max_pairs=6))
+    with pytest.raises(ValueError, match="max_pairs"):
+        ProtocolSettings(min_pairs=8, max_pairs=6)
+
+
+def test_settings_take_every_default_and_bound_from_the_spec():
+    """One source per setting: ProtocolSpec declares each default and bound;
+    ProtocolSettings adds only t_guard."""
+    spec_fields = ProtocolSpec.model_fields
+    assert {f.name for f in fields(ProtocolSettings)} == set(spec_fields) | {"t_guard"}
+    for f in fields(ProtocolSettings):
+        if f.name in spec_fields:
+            assert f.default == spec_fields[f.name].default, f.name
+    assert ProtocolSettings() == ProtocolSettings.from_spec(ProtocolSpec())
+    # the spec's bounds, not looser ones (min_pairs >= 3, warmup_runs >= 1, bootstrap_resamples >= 199)
+    for bad in ({"min_pairs": 2}, {"warmup_runs": 0}, {"bootstrap_resamples": 99}, {"min_gain": 1.0},
+                {"confidence": 0.5}):
+        (key,) = bad
+        with pytest.raises(ValueError, match=f"protocol {key}"):
+            ProtocolSettings(**bad)
+        with pytest.raises(ValueError):
+            ProtocolSpec(**bad)
 
 
 def test_true_gain_is_kept():
@@ -100,8 +123,8 @@ def test_decide_constant_data():
     assert d.ci_low == pytest.approx(1.05) and d.ci_high == pytest.approx(1.05)
     assert d.sd_log == 0.0
     assert decide([0.0] * 6, FAST, final=True, n_looks=6).verdict == "revert"
-    assert decide([0.0] * 6, FAST, min_gain=0.0, final=True, n_looks=6).verdict == "inconclusive"
-    assert decide([0.0] * 6, FAST, min_gain=0.0, final=False, n_looks=6).verdict == "continue"
+    assert decide([0.0] * 6, ZERO_GAIN, final=True, n_looks=6).verdict == "inconclusive"
+    assert decide([0.0] * 6, ZERO_GAIN, final=False, n_looks=6).verdict == "continue"
 
 
 def test_decide_fields_and_bonferroni():
@@ -201,7 +224,7 @@ def test_result_json_roundtrip_keeps_raw_records():
 
 
 def test_noise_floor_aa():
-    res = protocol(1.0, seed=11, min_gain=0.0, stop_early=False)
+    res = protocol(1.0, seed=11, settings=ZERO_GAIN, stop_early=False)
     assert len(res.pairs) == FAST.max_pairs
     nf = noise_floor(res)
     assert nf["n_pairs"] == 15

@@ -8,7 +8,9 @@ API = {
     "inferloom.workloads.base": {"AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter",
                                  "resolve_config", "config_key"},
     "inferloom.spec": {"SpecError", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec", "WorkloadSpec", "load_spec",
-                       "objective_label", "spec_hash", "CustomKnob", "CustomSpec", "PatchPolicySpec"},
+                       "objective_label", "spec_hash", "CustomKnob", "CustomSpec", "PatchPolicySpec",
+                       "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY"},
+    "inferloom.errors": {"InferloomError", "EXIT_BAD_INPUT", "EXIT_RUN_FAILED"},
     "inferloom.bench": {"SCHEMA_VERSION", "run_bench", "run_seed_base", "write_json_atomic", "overall_verdict"},
 }
 

@@ -100,3 +100,20 @@ def test_tie_breaks_are_not_disagreements_but_clear_flips_are():
     assert g["greedy_agreement"] == pytest.approx(1 / 3) and g["greedy_prefix"] == pytest.approx(1 / 3)
     # with no margin, both are disagreements
     assert Q.greedy_agreement(conts, [[0, 1, 3]], ref, 0.0)["greedy_agreement"] == pytest.approx(1 / 3)
+
+
+def test_thresholds_take_every_default_and_bound_from_the_spec():
+    """One source per setting: QualitySpec declares each threshold's default and bound."""
+    from dataclasses import fields
+
+    from inferloom.spec import QualitySpec
+
+    for f in fields(Q.QualityThresholds):
+        assert f.default == QualitySpec.model_fields[f.name].default, f.name
+    assert Q.QualityThresholds() == Q.QualityThresholds.from_spec(QualitySpec())
+    custom = QualitySpec(min_top1_agreement=0.9, max_mean_kl=0.05, min_greedy_agreement=0.5, tie_margin=0.2)
+    assert Q.QualityThresholds.from_spec(custom) == Q.QualityThresholds(0.9, 0.05, 0.5, 0.2)
+    with pytest.raises(ValueError, match="quality min_top1_agreement"):
+        Q.QualityThresholds(min_top1_agreement=1.5)
+    with pytest.raises(ValueError, match="quality max_mean_kl"):
+        Q.QualityThresholds(max_mean_kl=-0.1)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from inferloom.spec import SpecError, load_spec, spec_hash
+from inferloom.spec import REQUESTS_PER_CONCURRENCY, SpecError, Traffic, load_spec, spec_hash
 
 
 def write(tmp_path, text):
@@ -15,7 +15,7 @@ def test_defaults_and_overrides(tmp_path):
     spec = load_spec(write(tmp_path, "model: llama-tiny\ntraffic:\n  concurrency: 4\n"), {"traffic.output_len": "16"})
     assert spec.traffic.concurrency == 4
     assert spec.traffic.output_len == 16
-    assert spec.traffic.requests_per_run == 16  # default 4 x concurrency
+    assert spec.requests_per_run == 16  # default 4 x concurrency
     assert spec.framework == "transformers"
 
 
@@ -36,6 +36,7 @@ def test_cli_only_spec_without_file():
         ("model: llama-tiny\ntraffic:\n  prompts: x.txt\n", "traffic.prompts", "jsonl"),
         ("model: llama-tiny\ntraffic:\n  prompts: missing.jsonl\n", "traffic.prompts", "not found"),
         ("model: llama-tiny\nprotocol:\n  confidence: 1.5\n", "protocol.confidence", "less than 1"),
+        ("model: llama-tiny\nprotocol:\n  min_pairs: 8\n  max_pairs: 6\n", "protocol", "max_pairs >= min_pairs"),
     ],
 )
 def test_bad_values_are_one_line_errors(tmp_path, text, key, expected):
@@ -74,3 +75,19 @@ def test_hash_is_stable_and_sensitive():
     b = load_spec(None, {"model": "llama-tiny"})
     c = load_spec(None, {"model": "llama-tiny", "seed": "1"})
     assert spec_hash(a) == spec_hash(b) != spec_hash(c)
+
+
+def test_requests_per_run_is_one_rule_per_framework():
+    """One rule: vLLM runs use 5 x concurrency (every vLLM result in docs was
+    measured so), the in-process adapters 4 x; num_prompts overrides both; the
+    spec's description is written from the same table."""
+    base = {"model": "llama-tiny", "traffic.concurrency": "3"}
+    assert REQUESTS_PER_CONCURRENCY["vllm"] == 5
+    assert load_spec(None, {**base, "framework": "vllm"}).requests_per_run == 15
+    for fw in ("transformers", "synthetic"):
+        assert REQUESTS_PER_CONCURRENCY[fw] == 4
+        assert load_spec(None, {**base, "framework": fw}).requests_per_run == 12
+        assert load_spec(None, {**base, "framework": fw, "traffic.num_prompts": "7"}).requests_per_run == 7
+    assert load_spec(None, {**base, "framework": "vllm", "traffic.num_prompts": "7"}).requests_per_run == 7
+    desc = Traffic.model_fields["num_prompts"].description
+    assert "transformers 4 x concurrency" in desc and "vllm 5 x concurrency" in desc

@@ -1,7 +1,9 @@
 """Command line: thin. Parse -> spec -> the job. Errors are one line, no traceback.
 
 Exit codes: 0 success; 1 the job ran and failed (a run or a preparation
-failed); 2 bad input (spec, flags, candidate); 130 interrupted.
+failed); 2 bad input (spec, flags, candidate, a damaged session file); 130
+interrupted. Every :class:`~inferloom.errors.InferloomError` carries its own
+``exit_code``; main() maps it to one line on stderr.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from inferloom.errors import EXIT_BAD_INPUT, InferloomError
 from inferloom.session.atomic import write_json_atomic
 
 __all__ = ["main", "build_parser"]
@@ -37,7 +40,7 @@ SPEC_FLAGS: dict[str, str] = {
 }
 
 
-class UsageError(ValueError):
+class UsageError(InferloomError, ValueError):
     """Bad flags: exit 2."""
 
     pass
@@ -278,16 +281,17 @@ def _cmd_validate(args: argparse.Namespace, console: Any, err: Any) -> int:
     return 0
 
 
+def _error_line(command: str, exc: InferloomError) -> str:
+    """The one line printed for ``exc`` (see :mod:`inferloom.errors` for the exit codes)."""
+    if exc.exit_code == EXIT_BAD_INPUT:
+        return f"inferloom {command}: error: {exc}"
+    kind = getattr(exc, "kind", None)
+    head = f"failed ({kind})" if kind else "failed"
+    return f"inferloom {command}: {head}: {exc}." + (f" {exc.hint}" if exc.hint else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
-
-    from inferloom.spec import SpecError
-    from inferloom.kb import KBError
-    from inferloom.patches.export import ExportError
-    from inferloom.session.manifest import ManifestError
-    from inferloom.session.runner import SessionExists
-    from inferloom.session.state import StateError
-    from inferloom.workloads.base import AdapterError, ConfigError
 
     # Not a terminal (a pipe, a log, CI): wide enough that tables don't truncate names.
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -297,20 +301,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                "resume": _cmd_resume, "report": _cmd_report, "kb": _cmd_kb, "export": _cmd_export}[args.command]
     try:
         return handler(args, console, err)
-    except (SpecError, UsageError, ConfigError, SessionExists, StateError, ManifestError, KBError, ExportError) as exc:
-        print(f"inferloom {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except AdapterError as exc:
-        print(
-            f"inferloom {args.command}: failed ({exc.kind}): {exc}. "
-            "Check the knob against `inferloom knobs`, or rerun with fewer changes to isolate it.",
-            file=sys.stderr,
-        )
-        return 1
+    except InferloomError as exc:
+        print(_error_line(args.command, exc), file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("inferloom: interrupted; nothing was written for the unfinished measurement", file=sys.stderr)
         return 130
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,28 +10,22 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from inferloom.errors import InferloomError
+
 __all__ = [
-    "SpecError",
-    "objective_label",
-    "Traffic",
-    "QualitySpec",
-    "ProtocolSpec",
-    "ServingSpec",
-    "WorkloadSpec",
-    "CustomKnob",
-    "CustomSpec",
-    "PatchPolicySpec",
-    "load_spec",
-    "spec_hash",
+    "SpecError", "objective_label", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec",
+    "WorkloadSpec", "CustomKnob", "CustomSpec", "PatchPolicySpec", "load_spec", "spec_hash",
+    "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY",
 ]
 
 
-class SpecError(ValueError):
+class SpecError(InferloomError, ValueError):
     """A bad spec: the message is one line naming the key and what was expected."""
 
 
@@ -39,21 +33,47 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def field_default(model: type[BaseModel], name: str) -> Any:
+    """The default ``model`` declares for field ``name``. Settings objects built
+    from the spec (the protocol's, the quality contract's, the gates') take their
+    defaults from here, never from a second literal."""
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
+def check_bounds(model: type[BaseModel], values: Mapping[str, Any], section: str) -> None:
+    """Check ``values`` (some of ``model``'s fields) against the bounds ``model``
+    declares; a ValueError of one line (``SECTION KEY: what, got VALUE``) if one fails."""
+    try:
+        model.model_validate(values)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        where = f"{section} {loc}" if loc else section
+        got = "" if isinstance(e.get("input"), (dict, list)) else f", got {e.get('input')!r}"
+        raise ValueError(f"{where}: {e['msg'].removeprefix('Value error, ')}{got}") from None
+
+
+#: Requests per timed run when ``traffic.num_prompts`` is unset, as a multiple of
+#: ``traffic.concurrency``, per framework: ONE rule (:attr:`WorkloadSpec.requests_per_run`),
+#: used by every adapter and by the spec's description. vLLM uses 5: every vLLM
+#: result in docs/benchmarks.md and docs/loadgen.md was measured so; the
+#: in-process adapters use 4 (a custom entrypoint sets its own load).
+REQUESTS_PER_CONCURRENCY: Mapping[str, int] = MappingProxyType(
+    {"transformers": 4, "synthetic": 4, "custom": 4, "vllm": 5})
+
+
 class Traffic(_Strict):
     concurrency: int = Field(8, ge=1, description="requests in flight (one batch)")
     input_len: int = Field(128, ge=1, description="prompt tokens per request")
     output_len: int = Field(64, ge=1, description="output tokens per request (EOS disabled)")
     num_prompts: int | None = Field(
-        None, ge=1, description="requests per timed run (default 4 x concurrency)"
+        None, ge=1, description="requests per timed run (default, per framework: "
+        + ", ".join(f"{fw} {k} x concurrency" for fw, k in REQUESTS_PER_CONCURRENCY.items()) + ")"
     )
     prompts: str = Field(
         "random",
         description="'random' (token ids drawn from a seed) or a JSONL file of {\"text\": ...}",
     )
-
-    @property
-    def requests_per_run(self) -> int:
-        return self.num_prompts if self.num_prompts is not None else 4 * self.concurrency
 
     @field_validator("prompts")
     @classmethod
@@ -95,6 +115,13 @@ class ProtocolSpec(_Strict):
     warmup_runs: int = Field(1, ge=1)
     bootstrap_resamples: int = Field(4999, ge=199)
     bootstrap_seed: int = 12345
+
+    @model_validator(mode="after")
+    def _pairs(self) -> "ProtocolSpec":
+        if self.max_pairs < self.min_pairs:
+            raise ValueError(f"max_pairs ({self.max_pairs}) is below min_pairs ({self.min_pairs}); "
+                             "expected max_pairs >= min_pairs")
+        return self
 
 
 class KernelSpec(_Strict):
@@ -262,6 +289,13 @@ class WorkloadSpec(_Strict):
         if not (p / "config.json").is_file():
             raise ValueError(f"directory {v} has no config.json; expected a Hugging Face model directory")
         return str(p.resolve())
+
+    @property
+    def requests_per_run(self) -> int:
+        """Requests per timed run: ``traffic.num_prompts``, else the framework's
+        :data:`REQUESTS_PER_CONCURRENCY` x ``traffic.concurrency``."""
+        t = self.traffic
+        return t.num_prompts if t.num_prompts is not None else REQUESTS_PER_CONCURRENCY[self.framework] * t.concurrency
 
     def resolved_device(self) -> str:
         if self.framework == "custom" and self.device == "auto":

@@ -32,6 +32,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
+from inferloom.errors import InferloomError
 from inferloom.kb.key import KEY_FIELDS
 
 __all__ = [
@@ -43,7 +44,7 @@ SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 30_000
 
 
-class KBError(RuntimeError):
+class KBError(InferloomError, RuntimeError):
     """The KB cannot be used: one line naming the file (or URL), what is wrong, what to do."""
 
 

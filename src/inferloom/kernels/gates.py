@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from inferloom.kernels.base import KernelCandidate
+from inferloom.spec import KernelSpec, field_default
 
 __all__ = ["GateResult", "correctness", "error_metrics", "microbenchmark", "cache_bytes", "MIN_SPEEDUP"]
 
-MIN_SPEEDUP = 1.05
+MIN_SPEEDUP: float = field_default(KernelSpec, "min_speedup")  # the spec declares it: kernels.min_speedup
 _CORRECTNESS_SEEDS = (11, 12, 13)
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from inferloom.kernels.base import Target
+from inferloom.spec import KernelSpec, field_default
 
 __all__ = ["select_targets", "MIN_SHARE", "NOT_KERNELS"]
 
-MIN_SHARE = 0.02
+MIN_SHARE: float = field_default(KernelSpec, "min_share")  # the spec declares it: kernels.min_share
 NOT_KERNELS = frozenset({"idle", "communication", "other"})
 
 

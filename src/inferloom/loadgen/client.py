@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from inferloom.loadgen.metrics import RequestRecord
+from inferloom.spec import ServingSpec, field_default
 
 __all__ = ["run_load", "completion_body"]
 
@@ -114,7 +115,8 @@ async def _run(base_url: str, model: str, prompts: Sequence[Sequence[int]], outp
 
 def run_load(base_url: str, model: str, prompts: Sequence[Sequence[int]], output_len: int, *, concurrency: int,
              request_rate: float | None = None, seed: int = 0, warmup: Sequence[Sequence[int]] = (),
-             timeout_s: float = 300.0, extra_body: dict[str, Any] | None = None,
+             timeout_s: float = field_default(ServingSpec, "request_timeout_s"),
+             extra_body: dict[str, Any] | None = None,
              progress: Callable[[str], None] = lambda _m: None) -> tuple[list[RequestRecord], float]:
     """Blocking wrapper (a fresh event loop per run). Returns (records, duration_s)."""
     if concurrency < 1:

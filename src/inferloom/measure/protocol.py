@@ -61,14 +61,14 @@ from __future__ import annotations
 import inspect
 import math
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 from scipy import stats
 
 from inferloom.measure.metrics import Metric, output_tokens_per_s
-from inferloom.spec import ProtocolSpec
+from inferloom.spec import ProtocolSpec, check_bounds, field_default
 from inferloom.workloads.base import RunRecord
 
 __all__ = ["Verdict", "ProtocolSettings", "Decision", "Pair", "ProtocolResult",
@@ -80,38 +80,35 @@ Verdict = Literal["keep", "revert", "inconclusive", "continue", "failed"]
 _RNG_KW = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
 
 
+def _spec(name: str) -> Any:
+    return field_default(ProtocolSpec, name)
+
+
 @dataclass(frozen=True)
 class ProtocolSettings:
-    """Parameters of the protocol (the spec's ``protocol`` section)."""
+    """Parameters of the protocol: the spec's ``protocol`` section, built with
+    :meth:`from_spec`, plus ``t_guard``. :class:`~inferloom.spec.ProtocolSpec`
+    declares every default and bound once; direct construction (tests,
+    benchmarks) takes the same defaults and is checked against the same bounds.
+    ``min_gain`` reaches the protocol only through these settings."""
 
-    min_gain: float = 0.01
-    confidence: float = 0.95
-    min_pairs: int = 5
-    max_pairs: int = 15
-    pair_step: int = 2
-    warmup_runs: int = 1
-    bootstrap_resamples: int = 4999
-    bootstrap_seed: int = 12345
-    t_guard: bool = True  # also require the Student-t interval to clear g (see module doc)
+    min_gain: float = _spec("min_gain")
+    confidence: float = _spec("confidence")
+    min_pairs: int = _spec("min_pairs")
+    max_pairs: int = _spec("max_pairs")
+    pair_step: int = _spec("pair_step")
+    warmup_runs: int = _spec("warmup_runs")
+    bootstrap_resamples: int = _spec("bootstrap_resamples")
+    bootstrap_seed: int = _spec("bootstrap_seed")
+    t_guard: bool = True  # also require the Student-t interval to clear g (see module doc); not a spec key
 
     def __post_init__(self) -> None:
-        checks = (
-            ("min_gain", 0.0 <= self.min_gain < 1.0, "0 <= min_gain < 1"),
-            ("confidence", 0.5 < self.confidence < 1.0, "0.5 < confidence < 1"),
-            ("min_pairs", self.min_pairs >= 2, ">= 2"),
-            ("max_pairs", self.max_pairs >= self.min_pairs, f">= min_pairs ({self.min_pairs})"),
-            ("pair_step", self.pair_step >= 1, ">= 1"),
-            ("warmup_runs", self.warmup_runs >= 0, ">= 0"),
-            ("bootstrap_resamples", self.bootstrap_resamples >= 99, ">= 99"),
-        )
-        for name, ok, expected in checks:
-            if not ok:
-                raise ValueError(f"protocol {name}: got {getattr(self, name)!r}, expected {expected}")
+        spec_keys = ProtocolSpec.model_fields
+        check_bounds(ProtocolSpec, {k: v for k, v in asdict(self).items() if k in spec_keys}, "protocol")
 
     @classmethod
-    def from_spec(cls, spec: ProtocolSpec, **overrides: Any) -> "ProtocolSettings":
-        names = {f.name for f in fields(cls)}
-        return cls(**{**{k: v for k, v in spec.model_dump().items() if k in names}, **overrides})
+    def from_spec(cls, spec: ProtocolSpec) -> "ProtocolSettings":
+        return cls(**spec.model_dump())
 
     def looks(self) -> list[int]:
         return planned_looks(self)
@@ -191,14 +188,13 @@ def decide(
     log_ratios: Sequence[float],
     settings: ProtocolSettings,
     *,
-    min_gain: float | None = None,
     final: bool,
     n_looks: int,
 ) -> Decision:
     """Decide on paired log-ratios ``log(B/A)``. Pure: same input, same output.
 
     ``n_looks`` is the number of planned looks (Bonferroni correction);
-    ``final`` turns "continue" into "inconclusive". ``min_gain`` overrides
+    ``final`` turns "continue" into "inconclusive"; the threshold is
     ``settings.min_gain``. Needs at least two finite values.
     """
     d = np.asarray(list(log_ratios), dtype=float)
@@ -208,9 +204,7 @@ def decide(
         raise ValueError("decide: log-ratios must be finite")
     if n_looks < 1:
         raise ValueError(f"decide: n_looks must be >= 1, got {n_looks}")
-    gain = settings.min_gain if min_gain is None else float(min_gain)
-    if not 0.0 <= gain < 1.0:
-        raise ValueError(f"decide: min_gain must be in [0, 1), got {gain!r}")
+    gain = settings.min_gain
     conf_look = 1.0 - (1.0 - settings.confidence) / n_looks
     mean = float(d.mean())
     sd = float(d.std(ddof=1))
@@ -311,7 +305,6 @@ def run_paired(
     *,
     seed_base: int,
     on_pair: Callable[[Pair, Decision | None], None] | None = None,
-    min_gain: float | None = None,
     metric: Metric = output_tokens_per_s,
     stop_early: bool = True,
 ) -> ProtocolResult:
@@ -330,8 +323,6 @@ def run_paired(
     pairs: list[Pair] = []
     looks: list[Decision] = []
     settings_d = settings.to_dict()
-    if min_gain is not None:
-        settings_d["min_gain"] = float(min_gain)
     runners = {"A": run_a, "B": run_b}
 
     for i in range(settings.max_pairs):
@@ -357,7 +348,7 @@ def run_paired(
         pairs.append(pair)
         decision: Decision | None = None
         if len(pairs) in looks_at:
-            decision = decide([p.log_ratio for p in pairs], settings, min_gain=min_gain,
+            decision = decide([p.log_ratio for p in pairs], settings,
                               final=len(pairs) == settings.max_pairs, n_looks=n_looks)
             looks.append(decision)
         if on_pair is not None:

@@ -21,8 +21,10 @@ adapter's probes.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Sequence
+
+from inferloom.spec import QualitySpec, check_bounds, field_default
 
 __all__ = [
     "QualityThresholds",
@@ -44,16 +46,28 @@ EVAL_SEED_OFFSET = 7_000_001
 HELDOUT_SEED_OFFSET = 9_000_011
 
 
+def _spec(name: str) -> Any:
+    return field_default(QualitySpec, name)
+
+
 @dataclass(frozen=True)
 class QualityThresholds:
-    min_top1_agreement: float = 0.98
-    max_mean_kl: float = 0.01
-    min_greedy_agreement: float = 0.8
-    tie_margin: float = 0.1
+    """The contract's thresholds: the spec's ``quality`` section, built with
+    :meth:`from_spec`. :class:`~inferloom.spec.QualitySpec` declares every
+    default and bound once; direct construction takes the same defaults and is
+    checked against the same bounds."""
+
+    min_top1_agreement: float = _spec("min_top1_agreement")
+    max_mean_kl: float = _spec("max_mean_kl")
+    min_greedy_agreement: float = _spec("min_greedy_agreement")
+    tie_margin: float = _spec("tie_margin")
+
+    def __post_init__(self) -> None:
+        check_bounds(QualitySpec, asdict(self), "quality")
 
     @classmethod
-    def from_spec(cls, q: Any) -> "QualityThresholds":
-        return cls(q.min_top1_agreement, q.max_mean_kl, q.min_greedy_agreement, q.tie_margin)
+    def from_spec(cls, q: QualitySpec) -> "QualityThresholds":
+        return cls(**{f.name: getattr(q, f.name) for f in fields(cls)})
 
 
 @dataclass

@@ -18,10 +18,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from inferloom.errors import InferloomError
+
 __all__ = ["ExportError", "export_session"]
 
 
-class ExportError(ValueError):
+class ExportError(InferloomError, ValueError):
     """The session can't be exported (what, why, what to do)."""
 
 

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferloom.spec import PatchPolicySpec, field_default
+
 __all__ = ["FileChange", "ParsedPatch", "PatchRefusal", "parse_patch", "MALFORMED", "BINARY", "TOO_LARGE"]
 
 MALFORMED = "malformed_diff"
@@ -31,7 +33,11 @@ _EXT_HEADERS = ("index ", "old mode ", "new mode ", "deleted file mode ", "new f
 
 
 class PatchRefusal(Exception):
-    """A gate refused the patch: ``rule`` is the named rule, ``why`` says what and what to do."""
+    """A gate refused the patch: ``rule`` is the named rule, ``why`` says what and what to do.
+
+    Control flow, not an :class:`~inferloom.errors.InferloomError`: the patch
+    phase catches every refusal and records it as a refused trial (a verdict,
+    not an error); one that escaped would be a bug and should show its traceback."""
 
     def __init__(self, rule: str, why: str) -> None:
         super().__init__(f"{rule}: {why}")
@@ -87,9 +93,11 @@ def _path(raw: str, prefix: str) -> str | None:
     return raw[len(prefix):] if raw.startswith(prefix) else raw
 
 
-def parse_patch(data: bytes, *, max_bytes: int = 256 * 1024, max_files: int = 20,
-                max_changed_lines: int = 2000) -> ParsedPatch:
-    """Parse ``data`` or raise :class:`PatchRefusal` with the rule it breaks."""
+def parse_patch(data: bytes, *, max_bytes: int = field_default(PatchPolicySpec, "max_bytes"),
+                max_files: int = field_default(PatchPolicySpec, "max_files"),
+                max_changed_lines: int = field_default(PatchPolicySpec, "max_changed_lines")) -> ParsedPatch:
+    """Parse ``data`` or raise :class:`PatchRefusal` with the rule it breaks. The
+    limits' defaults are the spec's (``custom.patches``)."""
     if len(data) > max_bytes:
         raise PatchRefusal(TOO_LARGE, f"{len(data)} bytes, the limit is {max_bytes}; split the change")
     if b"\0" in data:

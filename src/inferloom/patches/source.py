@@ -26,6 +26,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import yaml
 
+from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 from inferloom.process_group import run_in_group
 
 __all__ = ["PatchCandidate", "PatchSource", "DirectoryPatchSource", "CommandPatchSource", "PatchSourceError",
@@ -143,8 +144,12 @@ class DirectoryPatchSource:
         return None
 
 
-class PatchSourceError(RuntimeError):
-    """A patch source could not produce a candidate (the message says why)."""
+class PatchSourceError(InferloomError, RuntimeError):
+    """A patch source could not produce a candidate (the message says why). The
+    patch phase records it and stops asking that source; if it ever reached the
+    CLI, the run failed (exit 1)."""
+
+    exit_code = EXIT_RUN_FAILED
 
 
 class CommandPatchSource:

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from inferloom.errors import InferloomError
 from inferloom.session.atomic import fsync_dir
 
 __all__ = [
@@ -79,7 +80,7 @@ KINDS = (MEASUREMENT, PROPOSAL, VERDICT, REFUSAL, PHASE, AGENT_IO, ENABLEMENT_RU
 RESERVED_FIELDS = frozenset({"seq", "ts", "kind", "key"})
 
 
-class LedgerError(RuntimeError):
+class LedgerError(InferloomError, RuntimeError):
     """The ledger is corrupt, locked by another writer, or an append failed."""
 
 

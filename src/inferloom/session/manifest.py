@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from inferloom import __version__
+from inferloom.errors import InferloomError
 from inferloom.provenance import RUN_ENV_VARS, environment
 from inferloom.session.atomic import remove_stale_temps, write_json_atomic
 from inferloom.spec import WorkloadSpec, spec_hash
@@ -55,7 +56,7 @@ ENV_PREFIXES = (
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "AUTH")
 
 
-class ManifestError(RuntimeError):
+class ManifestError(InferloomError, RuntimeError):
     """``manifest.json`` is missing, unreadable or from a newer inferloom."""
 
 

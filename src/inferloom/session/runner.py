@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from inferloom.errors import InferloomError
 from inferloom.session.manifest import build_manifest, read_manifest, write_manifest
 from inferloom.session.state import (
     Budget,
@@ -26,7 +27,7 @@ PERSISTED_OPTIONS = ("cycle_ceiling", "sweep", "kb_url")
 RUN_OPTIONS = "run_options"
 
 
-class SessionExists(ValueError):
+class SessionExists(InferloomError, ValueError):
     """The output directory already holds a session."""
 
 

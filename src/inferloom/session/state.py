@@ -36,6 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from inferloom.errors import InferloomError
 from inferloom.session.atomic import remove_stale_temps, write_json_atomic
 
 __all__ = [
@@ -56,7 +57,7 @@ STATE_SCHEMA_VERSION = 1
 STATE_FILE = "state.json"
 
 
-class StateError(RuntimeError):
+class StateError(InferloomError, RuntimeError):
     """``state.json`` is missing, unreadable, invalid or from a newer inferloom.
 
     The message is one line: the file, what is wrong, what to do."""

@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
+from inferloom.errors import EXIT_RUN_FAILED, InferloomError
+
 __all__ = [
     "AdapterError",
     "ConfigError",
@@ -42,15 +44,18 @@ __all__ = [
 Platform = Literal["cpu", "cuda", "rocm"]
 
 
-class AdapterError(RuntimeError):
+class AdapterError(InferloomError, RuntimeError):
     """A configuration could not be prepared or run. ``kind`` classifies it."""
+
+    exit_code = EXIT_RUN_FAILED
+    hint = "Check the knob against `inferloom knobs`, or rerun with fewer changes to isolate it."
 
     def __init__(self, message: str, kind: str = "error") -> None:
         super().__init__(message)
         self.kind = kind
 
 
-class ConfigError(ValueError):
+class ConfigError(InferloomError, ValueError):
     """A bad configuration (unknown knob, bad value, pinned knob changed): bad input."""
 
 

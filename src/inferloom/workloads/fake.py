@@ -77,6 +77,9 @@ DEFAULT_NUMERICS: dict[str, dict[Any, float]] = {
     "approx_math": {True: 1.5},  # fails it
 }
 
+# per-run lognormal noise sd (INFERLOOM_SYNTHETIC_NOISE overrides it for framework: synthetic)
+_NOISE_SD = 0.05
+
 _MASK = (1 << 64) - 1
 
 
@@ -127,7 +130,7 @@ class SyntheticAdapter:
         self,
         effects: Mapping[str, Mapping[Any, float]] | None = None,
         *,
-        noise_sd: float = 0.05,
+        noise_sd: float = _NOISE_SD,
         base_tps: float = 1000.0,
         seed: int = 0,
         numerics: Mapping[str, Mapping[Any, float]] | None = None,
@@ -357,7 +360,7 @@ def from_spec(spec: Any) -> SyntheticAdapter:
 
     t = spec.traffic
     return SyntheticAdapter(
-        seed=spec.seed, noise_sd=float(os.environ.get("INFERLOOM_SYNTHETIC_NOISE", "0.05")),
+        seed=spec.seed, noise_sd=float(os.environ.get("INFERLOOM_SYNTHETIC_NOISE", _NOISE_SD)),
         delay_s=float(os.environ.get("INFERLOOM_SYNTHETIC_DELAY_S", "0")),
-        num_requests=t.requests_per_run, concurrency=t.concurrency, input_len=t.input_len, output_len=t.output_len,
+        num_requests=spec.requests_per_run, concurrency=t.concurrency, input_len=t.input_len, output_len=t.output_len,
     )

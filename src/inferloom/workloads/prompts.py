@@ -13,10 +13,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from inferloom.errors import InferloomError
+
 __all__ = ["PromptError", "random_prompts", "load_jsonl_texts", "text_prompts"]
 
 
-class PromptError(ValueError):
+class PromptError(InferloomError, ValueError):
     """A prompt source is unusable; the message is one line saying where and why."""
 
 

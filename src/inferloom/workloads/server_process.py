@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 from inferloom.process_group import kill_group
 
 __all__ = ["LaunchError", "ServerProcess", "classify_failure", "free_port", "group_alive", "group_cpu_seconds"]
@@ -27,9 +28,11 @@ __all__ = ["LaunchError", "ServerProcess", "classify_failure", "free_port", "gro
 _LIVE: dict[int, "ServerProcess"] = {}
 
 
-class LaunchError(RuntimeError):
+class LaunchError(InferloomError, RuntimeError):
     """The server did not become healthy. ``kind``: see :func:`classify_failure`;
     ``flag``: the rejected command-line flag, when that is the cause."""
+
+    exit_code = EXIT_RUN_FAILED
 
     def __init__(self, message: str, kind: str, flag: str | None = None, log_tail: str = "") -> None:
         super().__init__(message)

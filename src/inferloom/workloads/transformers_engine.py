@@ -88,7 +88,8 @@ def _error_kind(exc: BaseException) -> str:
 
 
 class _TokenCountError(RuntimeError):
-    pass
+    """Internal, not an InferloomError: run() records it as a failed run (kind token_count), a quality
+    probe's caller as a failed contract; it never reaches the user as an error of its own."""
 
 
 def _get_tf32() -> bool:
@@ -371,7 +372,7 @@ class TransformersEngine:
         from inferloom.workloads.prompts import load_jsonl_texts, random_prompts, text_prompts
 
         t = self.spec.traffic
-        n = t.requests_per_run if n is None else n
+        n = self.spec.requests_per_run if n is None else n
         length = t.input_len if length is None else length
         if t.prompts == "random":
             return random_prompts(seed, n, length, self._random_vocab(), self._special_ids())
@@ -542,7 +543,7 @@ class TransformersEngine:
     # -------------------------------------------------------------------- run
     def run(self, handle: TransformersHandle, seed: int) -> RunRecord:
         t = self.spec.traffic
-        n, out_len, conc = t.requests_per_run, t.output_len, t.concurrency
+        n, out_len, conc = self.spec.requests_per_run, t.output_len, t.concurrency
         micro = int(handle.config["micro_batch"])
         rec = RunRecord(
             config_id=handle.config_id,

@@ -186,13 +186,9 @@ class VLLMAdapter:
         from inferloom.workloads.prompts import random_prompts
 
         t = self.spec.traffic
-        n = self.requests_per_run() if n is None else n
+        n = self.spec.requests_per_run if n is None else n
         length = t.input_len if length is None else length
         return random_prompts(seed, n, length, self.vocab_size(), {0, 1, 2})
-
-    def requests_per_run(self) -> int:
-        t = self.spec.traffic
-        return t.num_prompts if t.num_prompts is not None else 5 * t.concurrency
 
     def run_prompts(self, seed: int) -> tuple[list[list[int]], dict[str, Any]]:
         """Fresh prompts per run; in ``shared`` mode every prompt starts with the
@@ -229,7 +225,7 @@ class VLLMAdapter:
 
     def run(self, handle: VLLMHandle, seed: int) -> RunRecord:
         s, t = self.spec.serving, self.spec.traffic
-        n = self.requests_per_run()
+        n = self.spec.requests_per_run
         rec = RunRecord(config_id=handle.config_id, seed=seed, success=False, started_at=time.time(),
                         num_requests=n, expected_output_tokens=n * t.output_len,
                         extra={"handle_id": handle.id, "concurrency": t.concurrency})
