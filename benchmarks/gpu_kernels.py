@@ -130,7 +130,7 @@ def _hf_integration(device: str, fields: dict, dtype, layers: int = 2, batch: in
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from inferloom.kernels import attention
+    from inferloom.workloads import engine_attention as attention
 
     name = attention.register("triton_decode")
     fields = {k: v for k, v in fields.items() if k != "architecture"}

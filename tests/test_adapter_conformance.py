@@ -8,7 +8,7 @@ from inferloom.workloads.base import Knob, RunRecord, WorkloadAdapter, resolve_c
 
 
 def _synthetic():
-    from inferloom.workloads.fake import SyntheticAdapter
+    from inferloom.workloads.synthetic import SyntheticAdapter
 
     return SyntheticAdapter()
 

@@ -13,7 +13,7 @@ from inferloom.agents.base import Critic, Orchestrator, Robustness
 from inferloom.agents.priors import DEFAULT_PRIORS, Prior, rank_priors
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness, knob_from_dict
 from inferloom.workloads.base import Knob, config_key
-from inferloom.workloads.fake import SYNTHETIC_KNOBS
+from inferloom.workloads.synthetic import SYNTHETIC_KNOBS
 
 CPU, CUDA, BOTH = frozenset({"cpu"}), frozenset({"cuda"}), frozenset({"cpu", "cuda"})
 

@@ -7,7 +7,7 @@ import pytest
 from inferloom.bench import overall_verdict, run_bench
 from inferloom.spec import load_spec
 from inferloom.workloads.base import ConfigError
-from inferloom.workloads.fake import SyntheticAdapter
+from inferloom.workloads.synthetic import SyntheticAdapter
 
 SPEC = load_spec(None, {"model": "llama-tiny", "device": "cpu", "protocol.bootstrap_resamples": 999,
                         "quality.eval_prompts": 4, "quality.heldout_prompts": 4,

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from inferloom.measure.protocol import ProtocolSettings
 from inferloom.session.compare import compare
 from inferloom.spec import load_spec
-from inferloom.workloads.fake import SyntheticAdapter
+from inferloom.workloads.synthetic import SyntheticAdapter
 
 
 class GoodputAdapter(SyntheticAdapter):

@@ -6,7 +6,7 @@ from inferloom.session.enablement import RUNGS
 from inferloom.session.runner import start
 from inferloom.spec import load_spec
 from inferloom.workloads.base import AdapterError, Knob
-from inferloom.workloads.fake import SyntheticAdapter
+from inferloom.workloads.synthetic import SyntheticAdapter
 
 SPEC = load_spec(None, {"model": "llama-tiny", "framework": "synthetic", "device": "cpu",
                         "protocol.bootstrap_resamples": 999, "quality.eval_prompts": 2, "quality.heldout_prompts": 2,

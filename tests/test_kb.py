@@ -374,7 +374,7 @@ def test_record_a_real_synthetic_session_directory(store, tmp_path):
     from inferloom.session.runner import start
     from inferloom.spec import load_spec
     from inferloom.workloads.base import Knob
-    from inferloom.workloads.fake import SyntheticAdapter
+    from inferloom.workloads.synthetic import SyntheticAdapter
 
     spec = load_spec(None, {"model": "llama-tiny", "framework": "synthetic", "device": "cpu",
                             "protocol.bootstrap_resamples": 999, "quality.eval_prompts": 4,
@@ -399,7 +399,7 @@ def test_a_closed_session_files_its_recipe_in_the_default_kb(tmp_path):
     from inferloom.session.runner import start
     from inferloom.spec import load_spec
     from inferloom.workloads.base import Knob
-    from inferloom.workloads.fake import SyntheticAdapter
+    from inferloom.workloads.synthetic import SyntheticAdapter
 
     spec = load_spec(None, {"model": "llama-tiny", "framework": "synthetic", "device": "cpu",
                             "protocol.bootstrap_resamples": 999, "quality.eval_prompts": 4,

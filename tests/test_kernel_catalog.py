@@ -442,10 +442,10 @@ def test_candidate_fields_follow_the_backend_calling_convention():
 
 def test_hf_attention_implementation_decodes_like_sdpa(monkeypatch):
     # a tiny Llama, left-padded batch, static cache, greedy: the engine's attention_kernel=triton_decode
-    # (kernels/attention.py) runs the kernel at every decode step of every layer and matches HF's SDPA
+    # (workloads/engine_attention.py) runs the kernel at every decode step of every layer and matches HF's SDPA
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from inferloom.kernels import attention
+    from inferloom.workloads import engine_attention as attention
 
     name = attention.register("triton_decode")
     torch.manual_seed(0)
@@ -507,7 +507,7 @@ def test_mlp_kernel_triton_gate_up_silu_matches_eager_in_a_tiny_llama(monkeypatc
 
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from inferloom.kernels.apply import apply_kernels
+    from inferloom.workloads.engine_kernels import apply_kernels
 
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -529,7 +529,7 @@ def test_mlp_kernel_triton_gate_up_silu_matches_eager_in_a_tiny_llama(monkeypatc
     assert torch.allclose(compiled, want, rtol=1e-5, atol=1e-5)
     assert not hasattr(fused.model.layers[0].mlp, "gate_proj")  # the separate weights are released
     # a prefill-sized call (more tokens than the Triton GEMM is tuned for) goes to one cuBLAS GEMM instead
-    from inferloom.kernels.gate_up import TRITON_MAX_TOKENS
+    from inferloom.workloads.engine_gate_up import TRITON_MAX_TOKENS
 
     calls.clear()
     long = torch.randint(0, 100, (1, TRITON_MAX_TOKENS + 1), generator=torch.Generator().manual_seed(1))
@@ -580,7 +580,7 @@ def test_every_catalog_kernel_is_profiled_under_its_own_category():
     from inferloom.kernels.catalog import decode_attention as da_mod
     from inferloom.kernels.catalog import mlp as mlp_mod
     from inferloom.kernels.catalog import rmsnorm as rms_mod
-    from inferloom.measure.profile import categorize
+    from inferloom.measure.op_categories import categorize
 
     want = {"_decode_attn_split_kernel": "attention", "_decode_attn_merge_kernel": "attention",
             "_gemm_gate_up_silu_kernel": "gemm", "_silu_mul_kernel": "elementwise",

@@ -17,7 +17,7 @@ from inferloom.session import ledger as L
 from inferloom.session.runner import start
 from inferloom.session.state import Phase
 from inferloom.workloads.base import Knob
-from inferloom.workloads.fake import SyntheticAdapter
+from inferloom.workloads.synthetic import SyntheticAdapter
 
 H200_PROFILE = Path(__file__).parent.parent / "docs/results/h200-sessions-2026-11-30/first/ledger.jsonl"
 SHAPES = ({"batch": 4, "seq": 1, "hidden": 256}, {"batch": 4, "seq": 16, "hidden": 256})
@@ -300,7 +300,7 @@ def test_real_engine_kernel_phase_with_the_torch_backend(tmp_path):
 
 
 def test_attention_hook_runs_in_the_real_engine_and_matches_sdpa(monkeypatch):
-    from inferloom.kernels import attention as A
+    from inferloom.workloads import engine_attention as A
     from inferloom.spec import load_spec
     from inferloom.workloads.transformers_engine import TransformersEngine
 
@@ -391,7 +391,7 @@ def _logits(model, ids):
 def test_torch_gate_up_gives_eagers_logits_also_compiled():
     import copy
 
-    from inferloom.kernels.apply import apply_kernels
+    from inferloom.workloads.engine_kernels import apply_kernels
 
     ids = torch.randint(0, 100, (2, 7), generator=torch.Generator().manual_seed(0))
     for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 3e-2)):
@@ -411,7 +411,7 @@ def test_torch_gate_up_releases_the_separate_weights():
     import gc
     import weakref
 
-    from inferloom.kernels.apply import apply_kernels
+    from inferloom.workloads.engine_kernels import apply_kernels
 
     model = _tiny_llama()
     n_before = sum(p.numel() for p in model.parameters())
@@ -438,7 +438,7 @@ def test_torch_gate_up_releases_the_separate_weights():
 
 
 def test_mlp_kernel_refuses_models_it_cannot_rewrite():
-    from inferloom.kernels.apply import apply_kernels
+    from inferloom.workloads.engine_kernels import apply_kernels
 
     with pytest.raises(ValueError, match=r"model\.layers\.0\.mlp \(LlamaMLP\): gate_proj has a bias"):
         apply_kernels(_tiny_llama(mlp_bias=True), {"mlp_kernel": "torch_gate_up"})

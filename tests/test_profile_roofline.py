@@ -14,16 +14,10 @@ import math
 
 import pytest
 
-from inferloom.measure.profile import CATEGORIES, CATEGORY_PATTERNS, attribute, categorize
-from inferloom.measure.roofline import (
-    amdahl_check,
-    amdahl_limit,
-    mean_decode_context,
-    measure_ceilings,
-    model_shape,
-    roofline,
-    step_costs,
-)
+from inferloom.measure.ceilings import measure_ceilings
+from inferloom.measure.costs import mean_decode_context, model_shape, step_costs
+from inferloom.measure.op_categories import CATEGORIES, CATEGORY_PATTERNS, attribute, categorize
+from inferloom.measure.roofline import amdahl_check, amdahl_limit, roofline
 
 # ------------------------------------------------------------- categorize
 CASES = [
@@ -288,7 +282,7 @@ def test_device_kernels_are_tied_to_their_ops_and_annotations_ignored():
 
     from torch.autograd import DeviceType
 
-    from inferloom.measure.profile import _device_units, _summarize
+    from inferloom.measure.trace_analysis import device_units, summarize
 
     def ev(name, start, end, dev=DeviceType.CPU, id=0, linked=0, parent=None, ann=False):
         return NS(name=name, time_range=NS(start=start, end=end), device_type=dev, id=id,
@@ -311,13 +305,13 @@ def test_device_kernels_are_tied_to_their_ops_and_annotations_ignored():
         ev("Stream Sync", 60, 90, dev=cuda, id=903),
         ev("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 95, 130, dev=cuda, id=904),  # clipped at 100
     ]
-    units, busy = _device_units(events, (0.0, 100.0))
+    units, busy = device_units(events, (0.0, 100.0))
     by_cat = {}
     for _, cat, us in units:
         by_cat[cat] = by_cat.get(cat, 0.0) + us
     assert by_cat == {"normalization": 5.0, "gemm": 50.0, "communication": 5.0}
     assert busy == 5.0 + 40.0 + 5.0  # union: [5,10] + [20,60] + [95,100]
-    cats, top = _summarize(units, 100.0, busy, top_n=3)
+    cats, top = summarize(units, 100.0, busy, top_n=3)
     assert math.isclose(sum(c["share"] for c in cats.values()), 1.0)
     assert cats["idle"]["share"] == pytest.approx(0.5)
     assert top[0]["name"].startswith("nvjet") and top[0]["category"] == "gemm" and top[0]["count"] == 2

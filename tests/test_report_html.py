@@ -5,7 +5,8 @@ import re
 from html.parser import HTMLParser
 
 from inferloom.cli import main
-from inferloom.measure.roofline import amdahl_check, mean_decode_context, roofline, step_costs
+from inferloom.measure.costs import mean_decode_context, step_costs
+from inferloom.measure.roofline import amdahl_check, roofline
 from inferloom.report.html import SECTIONS, render_html
 from inferloom.session.runner import start
 
@@ -196,7 +197,7 @@ def test_sparse_and_odd_breakdowns_render():
 
 def _two_knob_adapter():
     from inferloom.workloads.base import Knob
-    from inferloom.workloads.fake import SyntheticAdapter
+    from inferloom.workloads.synthetic import SyntheticAdapter
 
     knobs = [Knob("fast_path", "bool", False, "synthetic +20%"), Knob("useless", "bool", False, "synthetic 0%")]
     return SyntheticAdapter(effects={"fast_path": {True: 1.20}, "useless": {True: 1.0}}, numerics={},

@@ -17,7 +17,7 @@ from inferloom.session.runner import SessionExists, resume, start
 from inferloom.session.state import Phase, load_state
 from inferloom.spec import load_spec
 from inferloom.workloads.base import Knob
-from inferloom.workloads.fake import SyntheticAdapter
+from inferloom.workloads.synthetic import SyntheticAdapter
 
 SPEC = load_spec(None, {"model": "llama-tiny", "framework": "synthetic", "device": "cpu",
                         "protocol.bootstrap_resamples": 999, "quality.eval_prompts": 4, "quality.heldout_prompts": 4,

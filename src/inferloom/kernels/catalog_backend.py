@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from inferloom.kernels.base import KernelCandidate, Target, model_config
+from inferloom.measure.costs import mean_decode_context
 
 __all__ = ["CatalogBackend"]
 
@@ -60,7 +61,6 @@ class CatalogBackend:
 
     def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
         from inferloom.kernels import catalog
-        from inferloom.measure.roofline import mean_decode_context
 
         picked = {t.category for t in targets if t.picked}
         stack = workload.get("stack", {})

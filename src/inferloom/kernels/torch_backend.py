@@ -34,9 +34,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from inferloom.kernels.apply import fused_rmsnorm
 from inferloom.kernels.base import KernelCandidate, Target, model_config
-from inferloom.kernels.gate_up import gate_up_silu_torch
+from inferloom.measure.costs import mean_decode_context
+from inferloom.workloads.engine_attention import decode_reference, sliced_decode
+from inferloom.workloads.engine_gate_up import gate_up_silu_torch
+from inferloom.workloads.engine_kernels import fused_rmsnorm
 
 __all__ = ["TorchBackend", "rmsnorm_eager", "rmsnorm_reference", "rmsnorm_inputs", "model_dims",
            "gate_up_inputs", "gate_up_eager", "gate_up_reference", "GATE_UP_TOLERANCE"]
@@ -90,14 +92,10 @@ def attention_hf_sdpa(query: Any, key: Any, value: Any, start: Any, end: Any, sc
 
 
 def _attention_reference(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float, mask: Any) -> Any:
-    from inferloom.kernels.attention import decode_reference
-
     return decode_reference(query, key, value, start, end, scale)
 
 
 def _sliced_into(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float, mask: Any, out: Any) -> Any:
-    from inferloom.kernels.attention import sliced_decode
-
     out.copy_(sliced_decode(query, key, value, start, end, scale))
     return out
 
@@ -220,8 +218,6 @@ class TorchBackend:
         if ("attention" in picked and stack.get("attention_kernel", "sdpa") == "sdpa"
                 and stack.get("cache_implementation") == "static" and stack.get("compile_mode") != "reduce-overhead"
                 and stack.get("attn_implementation", "sdpa") == "sdpa"):
-            from inferloom.measure.roofline import mean_decode_context
-
             dims = model_dims(str(workload["model"]))
             cache = int(workload["input_len"]) + int(workload["output_len"])
             ctx = int(round(mean_decode_context(int(workload["input_len"]), int(workload["output_len"]))))

@@ -108,7 +108,8 @@ def _finish_replay(c: Any, st: SessionState, proposal: dict[str, Any], trial: di
 
 def roofline_for(c: Any, st: SessionState, tok_per_s: float, cfg: dict[str, Any]) -> dict[str, Any] | None:
     """The roofline of ``tok_per_s`` for configuration ``cfg`` (its dtype), or None without ceilings."""
-    from inferloom.measure.roofline import mean_decode_context, roofline, step_costs
+    from inferloom.measure.costs import mean_decode_context, step_costs
+    from inferloom.measure.roofline import roofline
 
     ceil = st.extra.get("ceilings")
     if not ceil or c.spec.framework == "synthetic":
@@ -163,7 +164,7 @@ def profile_step(c: Any, st: SessionState) -> None:
 
 def _ceilings(c: Any, st: SessionState) -> dict[str, Any] | None:
     """Measured once per device and cached in the KB with their date."""
-    from inferloom.measure.roofline import measure_ceilings
+    from inferloom.measure.ceilings import measure_ceilings
 
     dtype = "bfloat16" if st.device == "cuda" and c.spec.dtype != "float32" else c.spec.dtype
     store = None
@@ -202,6 +203,6 @@ def _device_name(device: str) -> str:
         import torch
 
         return torch.cuda.get_device_name(0)
-    from inferloom.measure.roofline import _cpu_name
+    from inferloom.measure.ceilings import _cpu_name
 
     return _cpu_name()

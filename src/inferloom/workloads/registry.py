@@ -10,7 +10,7 @@ __all__ = ["ADAPTERS", "make_adapter"]
 ADAPTERS: dict[str, str] = {
     "transformers": "inferloom.workloads.transformers_engine:TransformersEngine",
     # deterministic fake with known true effects: tests and demos of the coordinator
-    "synthetic": "inferloom.workloads.fake:from_spec",
+    "synthetic": "inferloom.workloads.synthetic:from_spec",
     # the user's own code and entrypoint, with its own quality gate (docs/custom.md)
     "custom": "inferloom.workloads.custom:CustomAdapter",
     # an OpenAI-compatible vLLM server as a subprocess, from its own Python environment

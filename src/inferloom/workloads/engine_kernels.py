@@ -1,4 +1,4 @@
-"""Switching kernel replacements on in a built model (the engine's KERNEL-phase knobs).
+"""The transformers engine's kernel switches: its KERNEL-phase knobs applied to a built model.
 
 ``rmsnorm_impl``: every module whose class name ends in ``RMSNorm`` and that
 has ``weight`` and ``variance_epsilon`` (Llama-style, as in transformers) gets
@@ -15,7 +15,7 @@ The module's class is never changed, so anything else (hooks, state dicts)
 is unaffected; the replacement is recorded in the handle's notes.
 
 ``attention_kernel``: anything but ``sdpa`` registers the decode attention
-function of :mod:`inferloom.kernels.attention` with transformers and sets it
+function of :mod:`inferloom.workloads.engine_attention` with transformers and sets it
 as the model's attention implementation (decode steps use it; prefill goes to
 SDPA).
 
@@ -23,12 +23,15 @@ SDPA).
 up projections into one ``[2I, H]`` weight (the separate ones released) and
 replaces the module's ``forward`` on the instance: one GEMM + SiLU·mul
 (``torch_gate_up``) or the catalog's Triton GEMM with a SiLU·mul epilogue
-(``triton_gate_up_silu``, CUDA); see :mod:`inferloom.kernels.gate_up`.
+(``triton_gate_up_silu``, CUDA); see :mod:`inferloom.workloads.engine_gate_up`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
+
+from inferloom.workloads.engine_attention import register
+from inferloom.workloads.engine_gate_up import apply_mlp_kernel
 
 __all__ = ["apply_kernels", "fused_rmsnorm", "KERNEL_KNOBS"]
 
@@ -66,14 +69,10 @@ def apply_kernels(model: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
         notes["rmsnorm_impl"] = f"{impl}: {len(mods)} modules"
     attn = cfg.get("attention_kernel", "sdpa")
     if attn != "sdpa":
-        from inferloom.kernels.attention import register
-
         name = register(attn)
         model.set_attn_implementation(name)
         notes["attention_kernel"] = f"{attn}: decode steps through {name}, prefill through sdpa"
     mlp = cfg.get("mlp_kernel", "eager")
     if mlp != "eager":
-        from inferloom.kernels.gate_up import apply_mlp_kernel
-
         notes["mlp_kernel"] = apply_mlp_kernel(model, mlp)
     return notes

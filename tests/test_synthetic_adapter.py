@@ -12,7 +12,7 @@ import torch
 from inferloom.measure.metrics import output_tokens_per_s
 from inferloom.measure.protocol import ProtocolSettings, run_paired
 from inferloom.workloads.base import AdapterError, WorkloadAdapter
-from inferloom.workloads.fake import SyntheticAdapter
+from inferloom.workloads.synthetic import SyntheticAdapter
 
 FAST = ProtocolSettings(bootstrap_resamples=999)
 
@@ -118,7 +118,7 @@ def test_numerics_perturbation():
     assert ad.numerics_scale({"precision": "bf16"}) == 2.0 and ad.numerics_scale({}) == 0.0
 
 
-def test_protocol_on_fake_adapter():
+def test_protocol_on_synthetic_adapter():
     ad = SyntheticAdapter(effects={"fast_path": {True: 1.15}}, noise_sd=0.03, seed=2)
     stock, fast = ad.prepare({}), ad.prepare({"fast_path": True})
     res = run_paired(lambda s: ad.run(stock, s), lambda s: ad.run(fast, s), FAST, seed_base=0)

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from inferloom.kernels.catalog import triton_available
+
 __all__ = ["MLP_KERNELS", "apply_mlp_kernel", "gate_up_mlps", "fuse_gate_up", "gate_up_silu_torch"]
 
 MLP_KERNELS = ("eager", "torch_gate_up", "triton_gate_up_silu")
@@ -151,8 +153,6 @@ def apply_mlp_kernel(model: Any, impl: str) -> str | None:
         raise ValueError(f"mlp_kernel={impl!r}: unknown implementation (one of {', '.join(MLP_KERNELS)})")
     mods = gate_up_mlps(model)  # every module checked before any is changed
     if impl == "triton_gate_up_silu":
-        from inferloom.kernels.catalog import triton_available
-
         if not triton_available():
             raise ValueError("mlp_kernel=triton_gate_up_silu: triton is not installed")
         from inferloom.kernels.catalog import ops  # noqa: F401 - registers the custom ops before anything changes
