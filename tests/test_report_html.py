@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 from inferloom.cli import main
 from inferloom.measure.roofline import amdahl_check, mean_decode_context, roofline, step_costs
 from inferloom.report_html import SECTIONS, render_html
-from inferloom.session.runner import start
+from inferloom.phases.runner import start
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 SVG_LEAVES = {"line", "circle", "rect", "path", "polygon", "polyline"}  # written self-closed

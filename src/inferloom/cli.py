@@ -178,7 +178,7 @@ def _print_session(directory: Path, console: Any) -> None:
 
 
 def _cmd_optimize(args: argparse.Namespace, console: Any, err: Any) -> int:
-    from inferloom.session.runner import start
+    from inferloom.phases.runner import start
 
     spec = _spec_from_args(args)
     out = Path(args.out) if args.out else Path("runs") / f"session-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -193,7 +193,7 @@ def _cmd_optimize(args: argparse.Namespace, console: Any, err: Any) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace, console: Any, err: Any) -> int:
-    from inferloom.session.runner import resume
+    from inferloom.phases.runner import resume
 
     resume(args.dir, progress=_progress(args, err))
     _print_session(Path(args.dir), console)
@@ -284,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from inferloom.kb import KBError
     from inferloom.patches.export import ExportError
     from inferloom.session.manifest import ManifestError
-    from inferloom.session.runner import SessionExists
+    from inferloom.phases.runner import SessionExists
     from inferloom.session.state import StateError
     from inferloom.workloads.base import AdapterError, ConfigError
 

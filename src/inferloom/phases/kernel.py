@@ -4,7 +4,7 @@ the current stack; the coordinator trusts none of its claims.
 One tick does one thing, so a kill at any point resumes cleanly:
 
 1. (first tick of a cycle) resolve the backend (``spec.kernels.backend``, or
-   the one the coordinator was given), profile the current stack (stock's
+   the session's ``SessionOptions.kernel_backend``), profile the current stack (stock's
    PRELUDE profile when the stack is stock), select targets by time share and
    by what the backend can rewrite (ledger ``kernel_targets``: every category
    with why it was picked or passed over). No backend or no target: the
@@ -27,15 +27,20 @@ from typing import Any, Mapping
 
 from inferloom.kernels.base import KernelCandidate, Target, workload_of
 from inferloom.kernels.gates import correctness, microbenchmark
+from inferloom.kernels.registry import resolve_backend
 from inferloom.kernels.select import select_targets
+from inferloom.measure.profile import profile_config
 from inferloom.measure.roofline import amdahl_limit
+from inferloom.phases.allowlist import validate_proposal
+from inferloom.phases.common import agent_view
+from inferloom.phases.common import jsonable as _jsonable
+from inferloom.phases.common import step_key as _key
+from inferloom.phases.context import SessionContext
+from inferloom.phases.roofline import PROFILE
+from inferloom.phases.trial import Guard, begin, execute_trial, run_trial
 from inferloom.session import ledger as L
-from inferloom.session.allowlist import validate_proposal
-from inferloom.session.common import jsonable as _jsonable
-from inferloom.session.common import step_key as _key
-from inferloom.session.framework import agent_view, execute_trial
-from inferloom.session.state import PendingAction, Phase, SessionState
-from inferloom.workloads.base import config_key
+from inferloom.session.state import Phase, SessionState
+from inferloom.workloads.base import DeclaredProfile, config_key
 
 __all__ = ["kernel_step", "kernel_reserve", "KERNEL_TARGETS", "KERNEL_CLAIM", "KERNEL_GATE", "AMDAHL_TOLERANCE"]
 
@@ -45,37 +50,31 @@ KERNEL_GATE = "kernel_gate"
 AMDAHL_TOLERANCE = 0.05
 
 
-def _to_sweep(c: Any, st: SessionState, why: str, skipped: bool) -> None:
+def _to_sweep(c: SessionContext, st: SessionState, why: str, skipped: bool) -> None:
     st.extra["kernel_had_turn"] = st.cycle  # done or skipped: FRAMEWORK keeps no reserve for it after this
     if skipped:
         c.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "KERNEL", "cycle": st.cycle, "reason": why},
                         key=_key("kernel-skip", st.session_id, st.cycle))
-    c._phase(st, Phase.SWEEP, ("KERNEL skipped: " if skipped else "KERNEL done: ") + why)
+    c.enter_phase(st, Phase.SWEEP, ("KERNEL skipped: " if skipped else "KERNEL done: ") + why)
 
 
-def _backend(c: Any, st: SessionState) -> tuple[Any, str]:
-    if getattr(c, "kernel_backend", None) is not None:
-        return c.kernel_backend, f"backend {c.kernel_backend.name} (given to the coordinator)"
-    from inferloom.kernels.registry import resolve_backend
-
+def _backend(c: SessionContext, st: SessionState) -> tuple[Any, str]:
+    given = c.options.kernel_backend
+    if given is not None:
+        return given, f"backend {given.name} (given to the coordinator)"
     return resolve_backend(c.spec.kernels.backend, workload_of(c.spec, st.device, st.stack))
 
 
-def _stack_categories(c: Any, st: SessionState) -> tuple[dict[str, Any] | None, int | None, str]:
+def _stack_categories(c: SessionContext, st: SessionState) -> tuple[dict[str, Any] | None, int | None, str]:
     """The time shares of the current stack: (categories, ledger seq, where from)."""
-    from inferloom.session.prelude import PROFILE
-
-    synthetic = getattr(c.adapter, "profile_categories", None)
-    if callable(synthetic):  # the synthetic adapter declares its pretend profile
-        return synthetic(st.stack), None, "the synthetic adapter's declared profile"
+    if isinstance(c.adapter, DeclaredProfile):  # the synthetic adapter declares its pretend profile
+        return c.adapter.profile_categories(st.stack), None, "the synthetic adapter's declared profile"
     prof = st.extra.get("profile") or {}
     if st.stack == st.stock_config and prof.get("categories"):
         return prof["categories"], prof.get("ledger_seq"), "stock's PRELUDE profile"
     key = _key("profile-kernel", st.session_id, st.cycle)
     found = c.ledger.find(key)
     if found is None:
-        from inferloom.measure.profile import profile_config
-
         c.progress("KERNEL: profiling one untimed run of the current stack (torch.profiler)")
         try:
             res = profile_config(c.adapter, st.stack)
@@ -89,7 +88,7 @@ def _stack_categories(c: Any, st: SessionState) -> tuple[dict[str, Any] | None, 
     return p["categories"], found["seq"], "a profile of the current stack"
 
 
-def _begin(c: Any, st: SessionState) -> dict[str, Any] | None:
+def _begin(c: SessionContext, st: SessionState) -> dict[str, Any] | None:
     backend, why = _backend(c, st)
     if backend is None:
         _to_sweep(c, st, why, skipped=True)
@@ -114,14 +113,14 @@ def _begin(c: Any, st: SessionState) -> dict[str, Any] | None:
     return state
 
 
-def _candidates(c: Any, st: SessionState, ks: Mapping[str, Any]) -> list[KernelCandidate]:
+def _candidates(c: SessionContext, st: SessionState, ks: Mapping[str, Any]) -> list[KernelCandidate]:
     backend, _ = _backend(c, st)
     targets = [Target(**t) for t in ks["targets"]]
     work = workload_of(c.spec, st.device, ks.get("stack_at_start") or st.stack)
     return list(backend.propose(targets, work)) if backend is not None else []
 
 
-def _refuse(c: Any, st: SessionState, cand_id: str, rule: str, why: str, agent: str) -> None:
+def _refuse(c: SessionContext, st: SessionState, cand_id: str, rule: str, why: str, agent: str) -> None:
     c.record_refusal(st, rule, why, agent, {"candidate": cand_id},
                      _key("kernel-refusal", st.session_id, st.cycle, cand_id, rule))
 
@@ -137,7 +136,7 @@ def _share(targets: list[Mapping[str, Any]], cand: KernelCandidate) -> tuple[flo
     return sum(shares[k] for k in cats), " + ".join(cats)
 
 
-def kernel_reserve(c: Any, st: SessionState) -> str | None:
+def kernel_reserve(c: SessionContext, st: SessionState) -> str | None:
     """Why FRAMEWORK should end now to leave ``spec.kernels.budget_share`` of
     the session's budget to the KERNEL phase; None while it may go on (or when
     no kernel backend applies, or the share is 0, or the KERNEL phase has
@@ -159,7 +158,7 @@ def kernel_reserve(c: Any, st: SessionState) -> str | None:
     return None
 
 
-def _guard(bound: float | None):
+def _guard(bound: float | None) -> Guard:
     def check(ev: Mapping[str, Any]) -> tuple[str, str] | None:
         r = ev.get("ratio")
         if bound is None or r is None or r <= bound * (1 + AMDAHL_TOLERANCE):
@@ -169,15 +168,18 @@ def _guard(bound: float | None):
     return check
 
 
-def _trial(c: Any, st: SessionState, ks: dict[str, Any], proposal: dict[str, Any], key: str) -> None:
+def _trial(c: SessionContext, st: SessionState, ks: dict[str, Any], proposal: dict[str, Any], key: str,
+           first: bool = False) -> None:
+    """Measure a candidate (``first``: its proposal entry and pending action first);
+    an Amdahl-suspect result is measured once more."""
     agent = f"kernel:{ks['backend']}"
     remeasure = bool(proposal.get("remeasure"))
-    t = execute_trial(c, st, proposal, key, agent=agent,
-                      guard=None if remeasure else _guard(proposal.get("amdahl_bound")))
+    guard = None if remeasure else _guard(proposal.get("amdahl_bound"))
+    t = (run_trial(c, st, proposal, key, action="try_kernel", agent=agent, entry={"candidate": proposal["candidate"]},
+                   guard=guard) if first else execute_trial(c, st, proposal, key, agent=agent, guard=guard))
     if t["verdict"] == "amdahl_suspect" and not remeasure:
         again = {**proposal, "remeasure": True}
-        st.pending_action = PendingAction(action="try_kernel", params=_jsonable(again), key=key + ":remeasure")
-        c._save(st)
+        begin(c, st, "try_kernel", key + ":remeasure", _jsonable(again))
         _trial(c, st, ks, again, key + ":remeasure")
         return
     if t["kept"]:
@@ -187,7 +189,7 @@ def _trial(c: Any, st: SessionState, ks: dict[str, Any], proposal: dict[str, Any
     ks["next"] = int(ks["next"]) + 1
 
 
-def kernel_step(c: Any, st: SessionState) -> None:
+def kernel_step(c: SessionContext, st: SessionState) -> None:
     if st.stop_reason:
         _to_sweep(c, st, st.stop_reason, skipped=True)
         return
@@ -198,7 +200,7 @@ def kernel_step(c: Any, st: SessionState) -> None:
     if st.pending_action is not None and st.pending_action.action == "try_kernel":
         _trial(c, st, ks, dict(st.pending_action.params), st.pending_action.key)
         return
-    reason = c._budget_reason(st)
+    reason = c.budget_reason(st)
     if reason:
         st.stop_reason = reason
         _to_sweep(c, st, reason, skipped=False)
@@ -258,10 +260,4 @@ def kernel_step(c: Any, st: SessionState) -> None:
                     rationale=f"{cand.id}: {cand.op}; gates passed (x{local:.2f} on the op); Amdahl bound "
                     + (f"x{bound:.3f} from its {share * 100:.1f}% share ({spans})" if bound else "unknown"))
     key = _key("try_kernel", st.session_id, st.cycle, config_key(proposal["config"]))
-    c.ledger.append(L.PROPOSAL, {"agent": agent, "cycle": st.cycle, "trial": len(st.trials) + 1,
-                                 "changes": proposal["changes"], "config": proposal["config"],
-                                 "predicted_gain": proposal.get("predicted_gain"), "source": agent,
-                                 "rationale": proposal["rationale"], "candidate": cand.id}, key=key + ":proposal")
-    st.pending_action = PendingAction(action="try_kernel", params=_jsonable(proposal), key=key)
-    c._save(st)
-    _trial(c, st, ks, proposal, key)
+    _trial(c, st, ks, proposal, key, first=True)

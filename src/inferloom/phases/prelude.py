@@ -1,5 +1,7 @@
-"""PRELUDE after the stock baseline: warm replay from the knowledge base, then
-a profile of one (untimed) stock run and the roofline.
+"""PRELUDE: the stock baseline with its A/A noise floor (stock against a
+second instance of itself), then a warm replay from the knowledge base, then
+a profile of one (untimed) stock run and the roofline; then FRAMEWORK (or
+ENABLEMENT when stock fails). One of these per tick.
 
 Warm replay: the best recipe found by the relaxed lookup above the confidence
 threshold is measured against stock (paired, quality-checked, as any trial)
@@ -12,27 +14,73 @@ become priors that rank proposals down (``kb_failures``), never bans.
 from __future__ import annotations
 
 import datetime as _dt
-
 import math
 from typing import Any
 
+from inferloom.kb import KBError, RecipeStore, WorkloadKey
+from inferloom.measure.profile import profile_config
+from inferloom.measure.roofline import _cpu_name, measure_ceilings
+from inferloom.phases.common import jsonable as _jsonable
+from inferloom.phases.common import median_objective
+from inferloom.phases.common import seed_base as _seed_base
+from inferloom.phases.common import step_key as _key
+from inferloom.phases.compare import compare
+from inferloom.phases.context import SessionContext
+from inferloom.phases.roofline import PROFILE, ROOFLINE, kept_roofline, roofline_for
+from inferloom.phases.trial import execute_trial, run_trial
 from inferloom.session import ledger as L
-from inferloom.session.common import jsonable as _jsonable
-from inferloom.session.common import step_key as _key
-from inferloom.session.state import SessionState
-from inferloom.workloads.base import ConfigError, resolve_config
+from inferloom.session.state import PendingAction, Phase, SessionState
+from inferloom.spec import objective_label
+from inferloom.workloads.base import ConfigError, config_key, resolve_config
 
-__all__ = ["replay_step", "profile_step", "roofline_for"]
+__all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP"]
 
 KB_LOOKUP = "kb_lookup"
-PROFILE = "profile"
-ROOFLINE = "roofline"
 
 
-def replay_step(c: Any, st: SessionState) -> None:
-    from inferloom.kb import KBError, RecipeStore, WorkloadKey
-    from inferloom.session.framework import execute_trial
+def prelude_step(c: SessionContext, st: SessionState) -> None:
+    """One PRELUDE tick: stock, then the warm replay, then the profile, then FRAMEWORK."""
+    if "stock_objective" not in st.extra:
+        _measure_stock(c, st)
+    elif "warm_replay" not in st.extra:
+        replay_step(c, st)
+    elif "profile" not in st.extra:
+        profile_step(c, st)
+    else:
+        st.cycle = 1
+        st.extra["cycle_started_at"] = c.clock()
+        so = st.extra["stock_objective"]
+        c.enter_phase(st, Phase.FRAMEWORK, f"stock {so['median']:,.1f} {objective_label(c.spec)}; A/A floor "
+                      f"{abs((st.noise_floor or {}).get('ratio', 1.0) - 1) * 100:.2f}%; starting stack "
+                      + ("from the knowledge base" if st.stack != st.stock_config else "stock"))
 
+
+def _measure_stock(c: SessionContext, st: SessionState) -> None:
+    key = _key("measure_stock", st.session_id, st.extra.get("enablement_round", 0))
+    st.pending_action = PendingAction(action="measure_stock", key=key)
+    c.save(st)
+    c.progress("PRELUDE: stock baseline and A/A noise floor (stock against itself)")
+    res, seq = c.measured(key, L.MEASUREMENT, lambda: {
+        "action": "measure_stock", **compare(
+            c.adapter, c.spec, st.stock_config, st.stock_config, settings=c.settings,
+            seed_base=_seed_base(c.spec.seed, 0), refs=None, progress=c.progress,
+            stop_early=False, labels=("stock", "stock-2"))})
+    st.pending_action = None
+    if res["verdict"] == "failed":
+        st.extra["stock_failure"] = {"error": res.get("error"), "kind": res.get("error_kind", "error"), "seq": seq}
+        c.enter_phase(st, Phase.ENABLEMENT, f"stock failed: {res.get('error')}")
+        return
+    stock = median_objective(res, "value_a", "value_b")
+    st.noise_floor = {**res["noise"], "ledger_seq": seq}
+    st.extra["stock_objective"] = {"median": stock, "n_runs": 2 * len(res["protocol"]["pairs"]), "ledger_seq": seq}
+    if config_key(st.stock_config) not in st.measured_config_keys:
+        st.measured_config_keys.append(config_key(st.stock_config))
+    c.progress(f"PRELUDE: stock {stock:,.1f} {objective_label(c.spec)}; A/A ratio {res['noise']['ratio']:.4f} "
+               f"[{res['noise']['ci_low']:.4f}, {res['noise']['ci_high']:.4f}]")
+
+
+def replay_step(c: SessionContext, st: SessionState) -> None:
+    """The warm replay: look the workload up in the knowledge base and measure the best recipe against stock."""
     if st.pending_action is not None and st.pending_action.action == "warm_replay":
         p = dict(st.pending_action.params)
         _finish_replay(c, st, p, execute_trial(c, st, p, st.pending_action.key, agent="kb-replay",
@@ -44,7 +92,7 @@ def replay_step(c: Any, st: SessionState) -> None:
     try:
         with RecipeStore(c.kb_url) as store:
             key = WorkloadKey.from_spec(c.spec)
-            res = store.lookup(key, min_confidence=c.replay_min_confidence)
+            res = store.lookup(key, min_confidence=c.options.replay_min_confidence)
     except KBError as exc:
         st.extra["warm_replay"] = {"skipped": f"knowledge base unavailable: {exc}"}
         c.progress(f"PRELUDE: warm replay skipped: {exc}")
@@ -69,27 +117,19 @@ def replay_step(c: Any, st: SessionState) -> None:
         st.extra["warm_replay"] = {"skipped": "recipe equals stock here", "lookup_seq": seq}
         return
     recorded = float(winner["ratio"])
-    min_ratio = math.exp(c.replay_fraction * math.log(recorded)) if recorded > 1 else None
+    min_ratio = math.exp(c.options.replay_fraction * math.log(recorded)) if recorded > 1 else None
     proposal = {"action": "try_config", "changes": {k: v for k, v in cfg.items() if st.stock_config[k] != v},
                 "config": cfg, "predicted_gain": recorded - 1, "source": "kb-replay",
                 "rationale": f"recipe #{chosen.id} (confidence {res.confidence:.2f}) recorded x{recorded:.3f}",
                 "recipe_id": chosen.id, "recipe_key": chosen.key.to_dict(), "winner_session": winner.get("session_id"),
                 "min_ratio": min_ratio, "lookup_seq": seq}
     c.progress(f"PRELUDE: warm replay of recipe #{chosen.id}: {proposal['changes']} (recorded x{recorded:.3f})")
-    from inferloom.session.state import PendingAction
-
     k = _key("warm_replay", st.session_id)
-    c.ledger.append(L.PROPOSAL, {"agent": "kb-replay", "cycle": st.cycle, "trial": len(st.trials) + 1,
-                                 "changes": proposal["changes"], "config": cfg, "predicted_gain": recorded - 1,
-                                 "source": "kb-replay", "rationale": proposal["rationale"]}, key=k + ":proposal")
-    st.pending_action = PendingAction(action="warm_replay", params=_jsonable(proposal), key=k)
-    c._save(st)
-    _finish_replay(c, st, proposal, execute_trial(c, st, proposal, k, agent="kb-replay", min_ratio=min_ratio))
+    _finish_replay(c, st, proposal, run_trial(c, st, proposal, k, action="warm_replay", agent="kb-replay",
+                                              min_ratio=min_ratio))
 
 
-def _finish_replay(c: Any, st: SessionState, proposal: dict[str, Any], trial: dict[str, Any]) -> None:
-    from inferloom.kb import KBError, RecipeStore, WorkloadKey
-
+def _finish_replay(c: SessionContext, st: SessionState, proposal: dict[str, Any], trial: dict[str, Any]) -> None:
     st.extra["warm_replay"] = {"recipe_id": proposal.get("recipe_id"), "adopted": trial["kept"],
                                "ratio": trial.get("ratio"), "recorded_gain": proposal.get("predicted_gain"),
                                "verdict_seq": trial.get("verdict_seq")}
@@ -106,22 +146,8 @@ def _finish_replay(c: Any, st: SessionState, proposal: dict[str, Any], trial: di
         c.progress(f"PRELUDE: could not mark the recipe as drift: {exc}")
 
 
-def roofline_for(c: Any, st: SessionState, tok_per_s: float, cfg: dict[str, Any]) -> dict[str, Any] | None:
-    """The roofline of ``tok_per_s`` for configuration ``cfg`` (its dtype), or None without ceilings."""
-    from inferloom.measure.roofline import mean_decode_context, roofline, step_costs
-
-    ceil = st.extra.get("ceilings")
-    if not ceil or c.spec.framework == "synthetic":
-        return None
-    t = c.spec.traffic
-    dtype = cfg.get("dtype", c.spec.dtype)
-    nbytes = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(dtype), 2)
-    costs = step_costs(c.spec.model, t.concurrency, mean_decode_context(t.input_len, t.output_len), nbytes,
-                       input_len=t.input_len)
-    return roofline(ceil, costs, tok_per_s, t.concurrency, t.output_len, t.input_len)
-
-
-def profile_step(c: Any, st: SessionState) -> None:
+def profile_step(c: SessionContext, st: SessionState) -> None:
+    """A profile of one untimed stock run, the device's ceilings, and where stock sits under them."""
     if c.spec.framework == "synthetic":
         st.extra["profile"] = {"skipped": "the synthetic adapter runs no operators"}
         return
@@ -131,8 +157,6 @@ def profile_step(c: Any, st: SessionState) -> None:
     if c.spec.framework == "vllm":
         st.extra["profile"] = {"skipped": "the server runs out of process: no torch.profiler trace or roofline yet"}
         return
-    from inferloom.measure.profile import profile_config
-
     c.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
     prof: dict[str, Any]
     try:
@@ -152,8 +176,6 @@ def profile_step(c: Any, st: SessionState) -> None:
     if roof:
         c.progress(f"PRELUDE: roofline: stock at {roof['fraction'] * 100:.1f}% of the {roof['ceiling_tok_per_s']:,.0f} tok/s "
                    f"ceiling (headroom x{roof['headroom']:.2f})")
-        from inferloom.session.framework import kept_roofline
-
         for t in st.trials:  # a warm replay kept before the ceilings existed
             if t.get("kept") and "roofline" not in t:
                 m = next((e for e in c.ledger.entries(L.MEASUREMENT) if e["seq"] == t["measurement_seq"]), None)
@@ -161,16 +183,12 @@ def profile_step(c: Any, st: SessionState) -> None:
                     kept_roofline(c, st, m, _key("replay-roofline", st.session_id, t["trial"]), t)
 
 
-def _ceilings(c: Any, st: SessionState) -> dict[str, Any] | None:
+def _ceilings(c: SessionContext, st: SessionState) -> dict[str, Any] | None:
     """Measured once per device and cached in the KB with their date."""
-    from inferloom.measure.roofline import measure_ceilings
-
     dtype = "bfloat16" if st.device == "cuda" and c.spec.dtype != "float32" else c.spec.dtype
     store = None
     try:
         if c.kb_url:
-            from inferloom.kb import RecipeStore
-
             store = RecipeStore(c.kb_url)
             name = _device_name(st.device)
             cached = store.get_ceiling(name, dtype)
@@ -199,9 +217,7 @@ def _ceilings(c: Any, st: SessionState) -> dict[str, Any] | None:
 
 def _device_name(device: str) -> str:
     if device == "cuda":
-        import torch
+        import torch  # heavy: only when the device is a GPU
 
         return torch.cuda.get_device_name(0)
-    from inferloom.measure.roofline import _cpu_name
-
     return _cpu_name()

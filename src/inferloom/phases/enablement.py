@@ -2,18 +2,20 @@
 failure, then climb the ladder from least to most invasive; each rung and its
 result goes into the ledger. Rungs 1 (read-only diagnosis) and 2 (flag or
 environment change) work now; rungs 3-6 are declared, and a session that
-would need them stops with that stated as its reason."""
+would need them stops with that stated as its reason. Recovered: back to
+PRELUDE to measure the new stock; not recovered: CLOSE."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from inferloom.phases.common import step_key as _key
+from inferloom.phases.context import SessionContext
 from inferloom.session import ledger as L
-from inferloom.session.common import step_key as _key
-from inferloom.session.state import SessionState
-from inferloom.workloads.base import AdapterError, ConfigError, resolve_config
+from inferloom.session.state import Phase, SessionState
+from inferloom.workloads.base import AdapterError, ConfigError, RecoveryOptions, resolve_config
 
-__all__ = ["RUNGS", "FAILURE_KINDS", "NEXT_RUNG", "climb", "recovery_options"]
+__all__ = ["RUNGS", "FAILURE_KINDS", "NEXT_RUNG", "enablement_step", "climb", "recovery_options"]
 
 RUNGS = ("read-only diagnosis", "flag or environment change", "source patch", "alternate environment",
          "upstream diff", "rebuild")
@@ -29,7 +31,7 @@ NEXT_RUNG = {"oom": 4, "unsupported_flag": 4, "missing_kernel": 4, "model_config
 
 def recovery_options(kind: str, stock: dict[str, Any], knobs: list[Any]) -> list[dict[str, Any]]:
     """Least invasive configuration changes for a failure kind (generic rules;
-    an adapter may offer its own through ``recovery_options(kind, config)``)."""
+    an adapter may offer its own: :class:`~inferloom.workloads.base.RecoveryOptions`)."""
     names = {k.name for k in knobs}
     opts: list[dict[str, Any]] = []
     if kind == "oom" and "micro_batch" in names:
@@ -44,15 +46,29 @@ def recovery_options(kind: str, stock: dict[str, Any], knobs: list[Any]) -> list
     return opts
 
 
-def climb(c: Any, st: SessionState) -> dict[str, Any] | None:
+def enablement_step(c: SessionContext, st: SessionState) -> None:
+    """Climb the ladder once: a working stock goes back to PRELUDE, none closes the session."""
+    outcome = climb(c, st)
+    if outcome is None:
+        st.stop_reason = st.stop_reason or "enablement: stock could not be made to run"
+        c.enter_phase(st, Phase.CLOSE, st.stop_reason)
+    else:
+        st.stock_config = outcome
+        st.stack = dict(outcome)
+        st.extra.pop("stock_objective", None)
+        st.extra["enablement_round"] = st.extra.get("enablement_round", 0) + 1
+        c.enter_phase(st, Phase.PRELUDE, "enablement recovered stock; re-measuring the baseline")
+
+
+def climb(c: SessionContext, st: SessionState) -> dict[str, Any] | None:
     """Returns a working stock configuration, or None (the session closes)."""
 
     fail = st.extra.get("stock_failure") or {}
     kind = fail.get("kind", "error")
     c.ledger.append(L.ENABLEMENT_RUNG, {"rung": 1, "name": RUNGS[0], "failure_kind": kind, "error": fail.get("error"),
                                         "outcome": f"classified as '{kind}'"}, key=_key("rung1", st.session_id))
-    own = getattr(c.adapter, "recovery_options", None)
-    options = own(kind, dict(st.stock_config)) if callable(own) else recovery_options(kind, st.stock_config, c.knobs)
+    options = (c.adapter.recovery_options(kind, dict(st.stock_config)) if isinstance(c.adapter, RecoveryOptions)
+               else recovery_options(kind, st.stock_config, c.knobs))
     for i, change in enumerate(options):
         if any(k in st.pinned for k in change):
             c.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "change": change,
@@ -87,7 +103,7 @@ def climb(c: Any, st: SessionState) -> dict[str, Any] | None:
     return None
 
 
-def _smoke(c: Any, cfg: dict[str, Any]) -> tuple[bool, str | None]:
+def _smoke(c: SessionContext, cfg: dict[str, Any]) -> tuple[bool, str | None]:
     try:
         h = c.adapter.prepare(cfg)
     except AdapterError as exc:

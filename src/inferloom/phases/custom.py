@@ -14,23 +14,19 @@ order, each refusing with a named rule that goes into the ledger (kind
 ``refusal``): (a) parse (:mod:`.parse`), (b) policy (:mod:`.policy`), (c) the
 patch critic's sign-off (:mod:`.critic`), (d) applied in ``trees/candidate``
 (rule ``does_not_apply``) and measured against the stack by
-:func:`~inferloom.session.framework.execute_trial` (paired, quality-gated,
+:func:`~inferloom.phases.trial.execute_trial` (paired, quality-gated,
 kept only by the coordinator's rules). A kept patch becomes a commit on the
 session branch (message ``inferloom KEEP <id>: <title> (+12.3% [+9.1, +15.4])``),
 published to the user's checkout as a branch; a rejected one leaves no commit,
 branch or tree behind.
 
-CLOSE: the final stack against stock (each in its own tree) and the rollback
-drill: the kept commits reverted in ``trees/rollback``, checked to give
-stock's exact tree, and measured against stock (paired); it passes when its
-interval meets stock's own A/A band (at least the noise floor and min_gain
-either side of x1).
+CLOSE (:mod:`inferloom.phases.custom_close`): the final stack against stock
+(each in its own tree) and the rollback drill.
 """
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
+from dataclasses import replace
 from typing import Any, Mapping
 
 from inferloom.patches.critic import RulePatchCritic
@@ -38,28 +34,36 @@ from inferloom.patches.parse import PatchRefusal, parse_patch
 from inferloom.patches.policy import PatchPolicy, check_policy
 from inferloom.patches.source import CommandPatchSource, DirectoryPatchSource, PatchCandidate, PatchSourceError
 from inferloom.patches.worktree import Workspace
+from inferloom.phases.common import jsonable as _jsonable
+from inferloom.phases.common import step_key as _key
+from inferloom.phases.context import SessionContext
+from inferloom.phases.framework import framework_step
+from inferloom.phases.trial import begin, execute_trial, propose
 from inferloom.session import ledger as L
-from inferloom.session.common import jsonable as _jsonable
-from inferloom.session.common import seed_base as _seed_base
-from inferloom.session.common import step_key as _key
-from inferloom.session.state import PendingAction, SessionState
-from inferloom.workloads.base import AdapterError
-from inferloom.workloads.custom import TREE_KEY
+from inferloom.session.manifest import read_manifest
+from inferloom.session.state import SessionState, load_state, save_state
+from inferloom.workloads.base import AdapterError, SourceTrees
+from inferloom.workloads.custom import TREE_KEY, git
 
-__all__ = ["PATCH", "ROLLBACK", "bind_session", "patch_framework_step", "custom_close", "workspace", "commit_message"]
+__all__ = ["PATCH", "bind_session", "patch_framework_step", "workspace", "commit_message"]
 
 PATCH = "patch"  # ledger kind: one patch's outcome (gate reached, rule, commit)
-ROLLBACK = "rollback_drill"  # ledger kind: the rollback drill's result
 
 
-def workspace(c: Any, st: SessionState) -> Workspace:
+def _trees(c: SessionContext) -> SourceTrees:
+    """The adapter as a source-tree workload (a custom workload's adapter always is one)."""
+    if not isinstance(c.adapter, SourceTrees):
+        raise TypeError(f"a custom workload needs an adapter with source trees (default_tree, results_dir); "
+                        f"got {type(c.adapter).__name__}")
+    return c.adapter
+
+
+def workspace(c: SessionContext, st: SessionState) -> Workspace:
     src = st.extra["source"]
     return Workspace(c.dir / "workspace", c.spec.custom.repo, date=src["date"])
 
 
-def _stock_sha(c: Any) -> str:
-    from inferloom.session.manifest import read_manifest
-
+def _stock_sha(c: SessionContext) -> str:
     try:
         head = ((read_manifest(c.dir).get("adapter") or {}).get("source") or {}).get("head")
     except Exception:  # noqa: BLE001 - no manifest (a bare coordinator in a test): the adapter's own head
@@ -67,12 +71,12 @@ def _stock_sha(c: Any) -> str:
     return head or c.adapter.head
 
 
-def bind_session(c: Any) -> None:
+def bind_session(c: SessionContext) -> None:
     """At coordinator start (and resume): the workspace, the stock and stack
     trees, and the adapter's default tree (= the stack). Rebuilds the kept
-    commits from the ledger when the workspace was lost."""
-    from inferloom.session.state import load_state, save_state
-
+    commits from the ledger when the workspace was lost. The knowledge base is
+    off (its recipes key on models; a custom workload is the user's code)."""
+    adapter = _trees(c)
     st = load_state(c.dir)
     if "source" not in st.extra:
         st.extra["source"] = {"stock": _stock_sha(c), "branch": f"inferloom/{st.session_id}",
@@ -82,15 +86,13 @@ def bind_session(c: Any) -> None:
     src = st.extra["source"]
     ws = workspace(c, st)
     c.progress(f"custom workload: workspace {ws.root} (a clone; {c.spec.custom.repo} is only read)")
-    from inferloom.workloads.custom import git
-
     dirty = git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no", cwd=c.spec.custom.repo,
                 check=False).stdout.strip()
     if dirty:
         c.progress(f"custom workload: WARNING: {c.spec.custom.repo} has uncommitted changes; they are not part of "
                    f"the session (stock is commit {src['stock'][:10]}): commit them and start again to include them")
     if c.kb_url:
-        c.kb_url = None
+        c.options = replace(c.options, kb_url=None)
         c.progress("custom workload: knowledge base off (its recipes key on models; a custom workload is your code)")
     ws.ensure_clone()
     stale = ws.clear_stale_locks()
@@ -100,13 +102,13 @@ def bind_session(c: Any) -> None:
     if not ws.has_commit(src["stack"]):
         _rebuild(c, st, ws)
     ws.tree("stock", src["stock"])
-    c.adapter.default_tree = ws.tree("stack", src["stack"])
-    c.adapter.results_dir = ws.root / "results"  # outside every tree
+    adapter.default_tree = ws.tree("stack", src["stack"])
+    adapter.results_dir = ws.root / "results"  # outside every tree
     c.progress(f"custom workload: stock {src['stock'][:10]}, stack {src['stack'][:10]} "
                f"({len(src['kept'])} kept commit(s) on branch {src['branch']})")
 
 
-def _rebuild(c: Any, st: SessionState, ws: Workspace) -> None:
+def _rebuild(c: SessionContext, st: SessionState, ws: Workspace) -> None:
     src = st.extra["source"]
     c.progress(f"custom workload: rebuilding {len(src['kept'])} kept commit(s) from the ledger")
     sha = src["stock"]
@@ -124,10 +126,10 @@ def _rebuild(c: Any, st: SessionState, ws: Workspace) -> None:
     ws.publish(src["branch"], sha)
 
 
-def _sources(c: Any) -> list[Any]:
+def _sources(c: SessionContext) -> list[Any]:
     """The patch sources, in the order they are asked: the one given to the
     coordinator, else the directory's files, then the Specialist command."""
-    src = getattr(c, "patch_source", None)
+    src = c.agents.patch_source
     if src is not None:
         return [src]
     pol = c.spec.custom.patches
@@ -137,7 +139,7 @@ def _sources(c: Any) -> list[Any]:
     return out
 
 
-def _source_view(c: Any, st: SessionState) -> dict[str, Any]:
+def _source_view(c: SessionContext, st: SessionState) -> dict[str, Any]:
     """What a patch source sees: ids tried, every patch's outcome so far, the
     checkout and the patches kept (the current code is the checkout with them
     applied in order), and the objective."""
@@ -154,7 +156,7 @@ def _source_view(c: Any, st: SessionState) -> dict[str, Any]:
             "policy": {"allowlist": list(cu.patches.allowlist), "forbidden_patterns": list(cu.patches.forbidden_patterns)}}
 
 
-def _next_candidate(c: Any, st: SessionState) -> tuple[PatchCandidate | None, str]:
+def _next_candidate(c: SessionContext, st: SessionState) -> tuple[PatchCandidate | None, str]:
     """The next candidate from the first source that has one. A source that
     has nothing more, or that fails (recorded as a refusal, rule
     ``patch_source_failed``), is not asked again this session."""
@@ -171,21 +173,21 @@ def _next_candidate(c: Any, st: SessionState) -> tuple[PatchCandidate | None, st
             failed.append(name)
             c.record_refusal(st, "patch_source_failed", f"{name}: {exc}; not asked again this session", name,
                              {"source": name}, _key("patch-source-failed", st.session_id, name))
-            c._save(st)
+            c.save(st)
             continue
         if cand is not None:
             return cand, name
         done.append(name)
         c.progress(f"patch source {name}: nothing more to propose")
-        c._save(st)
+        c.save(st)
     return None, ""
 
 
-def _refuse_patch(c: Any, st: SessionState, rule: str, why: str, cand: Mapping[str, Any], gate: str) -> None:
+def _refuse_patch(c: SessionContext, st: SessionState, rule: str, why: str, cand: Mapping[str, Any], gate: str) -> None:
     """A refused patch: the coordinator's refusal (ledger, rule) plus its patch record.
     A refused file from a directory does not count toward the agent refusal limit."""
     before = st.extra.get("refusals_in_a_row", 0)
-    c._refuse(st, rule, f"patch {cand['id']}: {why}", {"changes": {"patch": cand["id"]}, "patch": cand},
+    c.refuse(st, rule, f"patch {cand['id']}: {why}", {"changes": {"patch": cand["id"]}, "patch": cand},
               cand.get("agent", "patch-source"))
     st.extra["refusals_in_a_row"] = before
     st.extra["refusals_total"] = st.extra.get("refusals_total", 0) + 1
@@ -195,10 +197,10 @@ def _refuse_patch(c: Any, st: SessionState, rule: str, why: str, cand: Mapping[s
     c.progress(f"  patch {cand['id']} refused at gate {gate} ({rule})")
 
 
-def patch_framework_step(c: Any, st: SessionState) -> None:
-    from inferloom.session.framework import framework_step
-
-    c.adapter.default_tree = c.dir / "workspace" / "trees" / "stack"
+def patch_framework_step(c: SessionContext, st: SessionState) -> None:
+    """One FRAMEWORK tick of a custom workload: the next source patch while a
+    source has one, then the configuration search."""
+    _trees(c).default_tree = c.dir / "workspace" / "trees" / "stack"
     if st.pending_action is not None and st.pending_action.action == "try_patch":
         _trial(c, st, dict(st.pending_action.params))
         return
@@ -209,7 +211,7 @@ def patch_framework_step(c: Any, st: SessionState) -> None:
     _gates(c, st, cand, agent)
 
 
-def _gates(c: Any, st: SessionState, cand: PatchCandidate, agent: str) -> None:
+def _gates(c: SessionContext, st: SessionState, cand: PatchCandidate, agent: str) -> None:
     src = st.extra["source"]
     src["seen"].append(cand.id)
     key = _key("try_patch", st.session_id, cand.id, cand.sha256)
@@ -219,11 +221,9 @@ def _gates(c: Any, st: SessionState, cand: PatchCandidate, agent: str) -> None:
         text = None
     summary = {**cand.summary(), "agent": agent}
     c.progress(f"FRAMEWORK cycle {st.cycle}: patch {cand.id} ({cand.title}); gates: parse, policy, critic, apply")
-    c.ledger.append(L.PROPOSAL, {"agent": agent, "cycle": st.cycle, "trial": len(st.trials) + 1,
-                                 "changes": {"patch": cand.id}, "config": st.stack, "predicted_gain": cand.expected_gain,
-                                 "source": "patch", "rationale": cand.hypothesis, "patch": summary,
-                                 "text": text if text is not None and len(text) <= 512 * 1024 else None},
-                    key=key + ":proposal")
+    propose(c, st, {"changes": {"patch": cand.id}, "config": st.stack, "predicted_gain": cand.expected_gain,
+                    "source": "patch", "rationale": cand.hypothesis}, key, agent=agent, patch=summary,
+            text=text if text is not None and len(text) <= 512 * 1024 else None)
     pol = c.spec.custom.patches
     gate = "parse"
     try:
@@ -232,7 +232,7 @@ def _gates(c: Any, st: SessionState, cand: PatchCandidate, agent: str) -> None:
         gate = "policy"
         check_policy(parsed, PatchPolicy.from_spec(c.spec.custom), tree=c.dir / "workspace" / "trees" / "stack")
         gate = "critic"
-        critic = (getattr(c, "patch_critic_factory", None) or RulePatchCritic)()
+        critic = (c.agents.patch_critic_factory or RulePatchCritic)()
         evidence = {"id": cand.id, "title": cand.title, "hypothesis": cand.hypothesis, "paths": parsed.paths,
                     "diff": parsed.to_dict()}
         try:
@@ -249,11 +249,22 @@ def _gates(c: Any, st: SessionState, cand: PatchCandidate, agent: str) -> None:
         return
     st.extra["refusals_in_a_row"] = 0
     st.extra.setdefault("proposals", []).append({"patch": cand.id})
-    st.pending_action = PendingAction(action="try_patch", key=key, params={
+    begin(c, st, "try_patch", key, {
         "id": cand.id, "title": cand.title, "sha256": cand.sha256, "expected_gain": cand.expected_gain,
         "hypothesis": cand.hypothesis, "agent": agent, "key": key})
-    c._save(st)
     _trial(c, st, st.pending_action.params)
+
+
+def _patch_outcome(p: Mapping[str, Any], trial: Mapping[str, Any], q: Mapping[str, Any]) -> dict[str, Any]:
+    """A measured patch's ledger record: a view of its trial record plus the quality gate's rule."""
+    out = {"id": p["id"], "title": p["title"], "gate": "measure", "trial": trial["trial"],
+           "outcome": trial["verdict"], "kept": trial["kept"], "ratio": trial.get("ratio"),
+           "ci_low": trial.get("ci_low"), "ci_high": trial.get("ci_high"),
+           "quality_rule": q.get("rule"), "quality_failed": q.get("failed", []),
+           "measurement_seq": trial.get("measurement_seq"), "verdict_seq": trial.get("verdict_seq")}
+    if q.get("rule"):
+        out["rule"] = q["rule"]
+    return out
 
 
 def commit_message(pid: str, title: str, ratio: float, lo: float, hi: float) -> str:
@@ -261,10 +272,8 @@ def commit_message(pid: str, title: str, ratio: float, lo: float, hi: float) -> 
             f"[{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}])")
 
 
-def _trial(c: Any, st: SessionState, p: Mapping[str, Any]) -> None:
+def _trial(c: SessionContext, st: SessionState, p: Mapping[str, Any]) -> None:
     """Gate (d): apply in trees/candidate, measure against the stack, keep or reject."""
-    from inferloom.session.framework import execute_trial
-
     src = st.extra["source"]
     key = p["key"]
     ws = workspace(c, st)
@@ -287,13 +296,7 @@ def _trial(c: Any, st: SessionState, p: Mapping[str, Any]) -> None:
         st.measured_config_keys.pop()
     meas = c.ledger.find(key + ":measurement") or {}
     q = meas.get("quality") or {}
-    outcome = {"id": p["id"], "title": p["title"], "gate": "measure", "trial": trial["trial"],
-               "outcome": trial["verdict"], "kept": trial["kept"], "ratio": trial.get("ratio"),
-               "ci_low": trial.get("ci_low"), "ci_high": trial.get("ci_high"),
-               "quality_rule": q.get("rule"), "quality_failed": q.get("failed", []),
-               "measurement_seq": trial.get("measurement_seq"), "verdict_seq": trial.get("verdict_seq")}
-    if q.get("rule"):
-        outcome["rule"] = q["rule"]
+    outcome = _patch_outcome(p, trial, q)
     if trial["kept"]:
         msg = commit_message(p["id"], p["title"], trial["ratio"], trial["ci_low"], trial["ci_high"])
         sha = ws.commit("candidate", msg)
@@ -312,77 +315,3 @@ def _trial(c: Any, st: SessionState, p: Mapping[str, Any]) -> None:
     c.ledger.append(PATCH, outcome, key=key + ":outcome")
     ws.remove("candidate")
     st.pending_action = None
-
-
-# ---------------------------------------------------------------------- CLOSE
-def custom_close(c: Any, st: SessionState) -> None:
-    """The final stack vs stock (each in its own tree), then the rollback drill."""
-    from inferloom.session.compare import compare
-
-    src = st.extra["source"]
-    ws = workspace(c, st)
-    changed = st.stack != st.stock_config or src["stack"] != src["stock"]
-    if not changed:
-        return
-    stock_tree = ws.tree("stock", src["stock"])
-    stack_tree = ws.tree("stack", src["stack"])
-    key = _key("final_compare", st.session_id, sorted(st.stack.items()), src["stack"])
-    c.progress("CLOSE: final stack (kept commits + configuration) against stock, paired, quality gate on each run")
-    c._measured(key, L.MEASUREMENT, lambda: {
-        "action": "final_compare", "stock_commit": src["stock"], "stack_commit": src["stack"], **compare(
-            c.adapter, c.spec, {**st.stock_config, TREE_KEY: str(stock_tree)}, {**st.stack, TREE_KEY: str(stack_tree)},
-            settings=c.settings, seed_base=_seed_base(c.spec.seed, 90_000), refs=c.refs, quality_sets=("heldout",),
-            progress=c.progress, labels=("stock", "final"))})
-    if src["kept"] and "rollback_drill" not in st.extra:
-        _rollback_drill(c, st, ws, stock_tree)
-    for name in ("candidate", "rollback"):
-        ws.remove(name)
-
-
-def _rollback_drill(c: Any, st: SessionState, ws: Workspace, stock_tree: Path) -> None:
-    from inferloom.session.compare import compare
-    from inferloom.session.framework import noise_floor_gain
-
-    src = st.extra["source"]
-    shas = [k["sha"] for k in src["kept"]]
-    c.progress(f"CLOSE: rollback drill: revert {len(shas)} kept commit(s) in a scratch tree, then measure against stock")
-    key = _key("rollback_drill", st.session_id, src["stack"])
-    t0 = time.perf_counter()
-    try:
-        rb = ws.revert("rollback", src["stack"], shas)
-        identical = ws.tree_id(rb) == ws.tree_id(src["stock"])
-        err = None
-    except Exception as exc:  # noqa: BLE001 - a failed revert is the drill's result, not a crash
-        rb, identical, err = None, False, f"{type(exc).__name__}: {exc}"
-    res: dict[str, Any] = {}
-    mseq = None
-    if rb is not None:
-        rb_tree = c.dir / "workspace" / "trees" / "rollback"
-        res, mseq = c._measured(key + ":measurement", L.MEASUREMENT, lambda: {
-            "action": "rollback_drill", "rollback_commit": rb, **compare(
-                c.adapter, c.spec, {**st.stock_config, TREE_KEY: str(stock_tree)},
-                {**st.stock_config, TREE_KEY: str(rb_tree)}, settings=c.settings,
-                seed_base=_seed_base(c.spec.seed, 95_000), refs=c.refs, quality_sets=("heldout",),
-                progress=c.progress, labels=("stock", "rolled-back"))})
-    d = (res.get("protocol") or {}).get("decision") or {}
-    # "within the noise floor": the rolled-back vs stock interval must meet the band stock measured
-    # against itself (the A/A interval), widened to at least the floor and min_gain either side of x1
-    tol = max(noise_floor_gain(st), c.spec.protocol.min_gain)
-    nf = st.noise_floor or {}
-    band = [min(float(nf.get("ci_low") or 1.0), 1 - tol), max(float(nf.get("ci_high") or 1.0), 1 + tol)]
-    lo, hi = d.get("ci_low"), d.get("ci_high")
-    within = lo is not None and hi is not None and lo <= band[1] and hi >= band[0]
-    passed = bool(identical and res.get("verdict") not in (None, "failed") and within)
-    why = ("the reverted tree is stock's and its objective is back within the noise floor" if passed else
-           err or ("the reverted tree differs from stock's" if not identical else
-                   res.get("error") or ("the measurement has no interval" if lo is None or hi is None else
-                                         f"the interval [{lo:.3f}, {hi:.3f}] misses stock's own band "
-                                         f"[{band[0]:.3f}, {band[1]:.3f}]")))
-    out = {"passed": passed, "why": why, "reverted": shas, "rollback_commit": rb, "tree_identical": identical,
-           "ratio": d.get("ratio"), "ci_low": lo, "ci_high": hi, "n_pairs": d.get("n_pairs"), "tolerance": tol, "band": band,
-           "quality_passed": (res.get("quality") or {}).get("passed"), "measurement_seq": mseq,
-           "seconds": time.perf_counter() - t0}
-    seq = c.ledger.append(ROLLBACK, out, key=key)
-    st.extra["rollback_drill"] = {"passed": passed, "ledger_seq": seq}
-    c.progress(f"CLOSE: rollback drill {'PASSED' if passed else 'FAILED'}: {why}")
-
