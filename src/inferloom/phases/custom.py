@@ -11,8 +11,8 @@ ledger)::
 FRAMEWORK, one patch per tick while the :class:`PatchSource` has any, then
 the ordinary configuration search: each candidate goes through the gates in
 order, each refusing with a named rule that goes into the ledger (kind
-``refusal``): (a) parse (:mod:`.parse`), (b) policy (:mod:`.policy`), (c) the
-patch critic's sign-off (:mod:`.critic`), (d) applied in ``trees/candidate``
+``refusal``): (a) parse (:mod:`inferloom.patches.parse`), (b) policy (:mod:`inferloom.patches.policy`), (c) the
+patch critic's sign-off (:mod:`inferloom.patches.critic`), (d) applied in ``trees/candidate``
 (rule ``does_not_apply``) and measured against the stack by
 :func:`~inferloom.phases.trial.execute_trial` (paired, quality-gated,
 kept only by the coordinator's rules). A kept patch becomes a commit on the
@@ -50,70 +50,70 @@ __all__ = ["PATCH", "bind_session", "patch_framework_step", "workspace", "commit
 PATCH = "patch"  # ledger kind: one patch's outcome (gate reached, rule, commit)
 
 
-def _trees(c: SessionContext) -> SourceTrees:
+def _trees(ctx: SessionContext) -> SourceTrees:
     """The adapter as a source-tree workload (a custom workload's adapter always is one)."""
-    if not isinstance(c.adapter, SourceTrees):
+    if not isinstance(ctx.adapter, SourceTrees):
         raise TypeError(f"a custom workload needs an adapter with source trees (default_tree, results_dir); "
-                        f"got {type(c.adapter).__name__}")
-    return c.adapter
+                        f"got {type(ctx.adapter).__name__}")
+    return ctx.adapter
 
 
-def workspace(c: SessionContext, st: SessionState) -> Workspace:
+def workspace(ctx: SessionContext, st: SessionState) -> Workspace:
     src = st.extra["source"]
-    return Workspace(c.dir / "workspace", c.spec.custom.repo, date=src["date"])
+    return Workspace(ctx.dir / "workspace", ctx.spec.custom.repo, date=src["date"])
 
 
-def _stock_sha(c: SessionContext) -> str:
+def _stock_sha(ctx: SessionContext) -> str:
     try:
-        head = ((read_manifest(c.dir).get("adapter") or {}).get("source") or {}).get("head")
+        head = ((read_manifest(ctx.dir).get("adapter") or {}).get("source") or {}).get("head")
     except Exception:  # noqa: BLE001 - no manifest (a bare coordinator in a test): the adapter's own head
         head = None
-    return head or c.adapter.head
+    return head or ctx.adapter.head
 
 
-def bind_session(c: SessionContext) -> None:
+def bind_session(ctx: SessionContext) -> None:
     """At coordinator start (and resume): the workspace, the stock and stack
     trees, and the adapter's default tree (= the stack). Rebuilds the kept
     commits from the ledger when the workspace was lost. The knowledge base is
     off (its recipes key on models; a custom workload is the user's code)."""
-    adapter = _trees(c)
-    st = load_state(c.dir)
+    adapter = _trees(ctx)
+    st = load_state(ctx.dir)
     if "source" not in st.extra:
         st.extra["source"] = {"stock": _stock_sha(c), "branch": f"inferloom/{st.session_id}",
                               "date": int(st.created_at), "kept": [], "seen": []}
         st.extra["source"]["stack"] = st.extra["source"]["stock"]
-        save_state(c.dir, st)
+        save_state(ctx.dir, st)
     src = st.extra["source"]
-    ws = workspace(c, st)
-    c.progress(f"custom workload: workspace {ws.root} (a clone; {c.spec.custom.repo} is only read)")
-    dirty = git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no", cwd=c.spec.custom.repo,
+    ws = workspace(ctx, st)
+    ctx.progress(f"custom workload: workspace {ws.root} (a clone; {ctx.spec.custom.repo} is only read)")
+    dirty = git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no", cwd=ctx.spec.custom.repo,
                 check=False).stdout.strip()
     if dirty:
-        c.progress(f"custom workload: WARNING: {c.spec.custom.repo} has uncommitted changes; they are not part of "
+        ctx.progress(f"custom workload: WARNING: {ctx.spec.custom.repo} has uncommitted changes; they are not part of "
                    f"the session (stock is commit {src['stock'][:10]}): commit them and start again to include them")
-    if c.kb_url:
-        c.options = replace(c.options, kb_url=None)
-        c.progress("custom workload: knowledge base off (its recipes key on models; a custom workload is your code)")
+    if ctx.kb_url:
+        ctx.options = replace(ctx.options, kb_url=None)
+        ctx.progress("custom workload: knowledge base off (its recipes key on models; a custom workload is your code)")
     ws.ensure_clone()
     stale = ws.clear_stale_locks()
     if stale:
-        c.progress(f"custom workload: removed lock files a killed run left in the clone: {', '.join(stale)}")
+        ctx.progress(f"custom workload: removed lock files a killed run left in the clone: {', '.join(stale)}")
     ws.fetch_from_user(src["stock"])
     if not ws.has_commit(src["stack"]):
-        _rebuild(c, st, ws)
+        _rebuild(ctx, st, ws)
     ws.tree("stock", src["stock"])
     adapter.default_tree = ws.tree("stack", src["stack"])
     adapter.results_dir = ws.root / "results"  # outside every tree
-    c.progress(f"custom workload: stock {src['stock'][:10]}, stack {src['stack'][:10]} "
+    ctx.progress(f"custom workload: stock {src['stock'][:10]}, stack {src['stack'][:10]} "
                f"({len(src['kept'])} kept commit(s) on branch {src['branch']})")
 
 
-def _rebuild(c: SessionContext, st: SessionState, ws: Workspace) -> None:
+def _rebuild(ctx: SessionContext, st: SessionState, ws: Workspace) -> None:
     src = st.extra["source"]
-    c.progress(f"custom workload: rebuilding {len(src['kept'])} kept commit(s) from the ledger")
+    ctx.progress(f"custom workload: rebuilding {len(src['kept'])} kept commit(s) from the ledger")
     sha = src["stock"]
     for k in src["kept"]:
-        prop = c.ledger.find(k["proposal_key"])
+        prop = ctx.ledger.find(k["proposal_key"])
         if prop is None or not prop.get("text"):
             raise AdapterError(f"cannot rebuild kept patch {k['id']}: its text is not in the ledger; the session's "
                                "workspace can't be reconstructed: start a new session", kind="workspace")
@@ -126,92 +126,92 @@ def _rebuild(c: SessionContext, st: SessionState, ws: Workspace) -> None:
     ws.publish(src["branch"], sha)
 
 
-def _sources(c: SessionContext) -> list[Any]:
+def _sources(ctx: SessionContext) -> list[Any]:
     """The patch sources, in the order they are asked: the one given to the
     coordinator, else the directory's files, then the Specialist command."""
-    src = c.agents.patch_source
+    src = ctx.agents.patch_source
     if src is not None:
         return [src]
-    pol = c.spec.custom.patches
+    pol = ctx.spec.custom.patches
     out: list[Any] = [DirectoryPatchSource(pol.dir)] if pol.dir else []
     if pol.command:
         out.append(CommandPatchSource(pol.command, pol.command_timeout_s))
     return out
 
 
-def _source_view(c: SessionContext, st: SessionState) -> dict[str, Any]:
+def _source_view(ctx: SessionContext, st: SessionState) -> dict[str, Any]:
     """What a patch source sees: ids tried, every patch's outcome so far, the
     checkout and the patches kept (the current code is the checkout with them
     applied in order), and the objective."""
     src = st.extra["source"]
     outcomes = [{k: e.get(k) for k in ("id", "title", "gate", "outcome", "rule", "why", "kept", "ratio", "ci_low",
-                                       "ci_high")} for e in c.ledger.entries(PATCH)]
+                                       "ci_high")} for e in ctx.ledger.entries(PATCH)]
     kept = []
     for k in src["kept"]:
-        prop = c.ledger.find(k["proposal_key"]) or {}
+        prop = ctx.ledger.find(k["proposal_key"]) or {}
         kept.append({"id": k["id"], "title": k["title"], "commit": k["sha"], "diff": prop.get("text")})
-    cu = c.spec.custom
+    cu = ctx.spec.custom
     return {"patches_seen": list(src["seen"]), "outcomes": outcomes, "kept": kept, "checkout": cu.repo,
             "entrypoint": list(cu.entrypoint), "objective": cu.objective, "higher_is_better": cu.higher_is_better,
             "policy": {"allowlist": list(cu.patches.allowlist), "forbidden_patterns": list(cu.patches.forbidden_patterns)}}
 
 
-def _next_candidate(c: SessionContext, st: SessionState) -> tuple[PatchCandidate | None, str]:
+def _next_candidate(ctx: SessionContext, st: SessionState) -> tuple[PatchCandidate | None, str]:
     """The next candidate from the first source that has one. A source that
     has nothing more, or that fails (recorded as a refusal, rule
     ``patch_source_failed``), is not asked again this session."""
     src = st.extra["source"]
     failed = src.setdefault("failed_sources", [])
     done = src.setdefault("exhausted_sources", [])
-    for source in _sources(c):
+    for source in _sources(ctx):
         name = getattr(source, "name", "patch-source")
         if name in failed or name in done:
             continue
         try:
-            cand = source.next_patch(_source_view(c, st))
+            cand = source.next_patch(_source_view(ctx, st))
         except PatchSourceError as exc:
             failed.append(name)
-            c.record_refusal(st, "patch_source_failed", f"{name}: {exc}; not asked again this session", name,
+            ctx.record_refusal(st, "patch_source_failed", f"{name}: {exc}; not asked again this session", name,
                              {"source": name}, _key("patch-source-failed", st.session_id, name))
-            c.save(st)
+            ctx.save(st)
             continue
         if cand is not None:
             return cand, name
         done.append(name)
-        c.progress(f"patch source {name}: nothing more to propose")
-        c.save(st)
+        ctx.progress(f"patch source {name}: nothing more to propose")
+        ctx.save(st)
     return None, ""
 
 
-def _refuse_patch(c: SessionContext, st: SessionState, rule: str, why: str, cand: Mapping[str, Any], gate: str) -> None:
+def _refuse_patch(ctx: SessionContext, st: SessionState, rule: str, why: str, cand: Mapping[str, Any], gate: str) -> None:
     """A refused patch: the coordinator's refusal (ledger, rule) plus its patch record.
     A refused file from a directory does not count toward the agent refusal limit."""
     before = st.extra.get("refusals_in_a_row", 0)
-    c.refuse(st, rule, f"patch {cand['id']}: {why}", {"changes": {"patch": cand["id"]}, "patch": cand},
+    ctx.refuse(st, rule, f"patch {cand['id']}: {why}", {"changes": {"patch": cand["id"]}, "patch": cand},
               cand.get("agent", "patch-source"))
     st.extra["refusals_in_a_row"] = before
     st.extra["refusals_total"] = st.extra.get("refusals_total", 0) + 1
-    c.ledger.append(PATCH, {"id": cand["id"], "title": cand.get("title"), "gate": gate, "outcome": "refused",
+    ctx.ledger.append(PATCH, {"id": cand["id"], "title": cand.get("title"), "gate": gate, "outcome": "refused",
                             "rule": rule, "why": why, "kept": False},
                     key=_key("patch-outcome", st.session_id, cand["id"], cand.get("sha256")))
-    c.progress(f"  patch {cand['id']} refused at gate {gate} ({rule})")
+    ctx.progress(f"  patch {cand['id']} refused at gate {gate} ({rule})")
 
 
-def patch_framework_step(c: SessionContext, st: SessionState) -> None:
+def patch_framework_step(ctx: SessionContext, st: SessionState) -> None:
     """One FRAMEWORK tick of a custom workload: the next source patch while a
     source has one, then the configuration search."""
-    _trees(c).default_tree = c.dir / "workspace" / "trees" / "stack"
+    _trees(ctx).default_tree = ctx.dir / "workspace" / "trees" / "stack"
     if st.pending_action is not None and st.pending_action.action == "try_patch":
-        _trial(c, st, dict(st.pending_action.params))
+        _trial(ctx, st, dict(st.pending_action.params))
         return
-    cand, agent = _next_candidate(c, st)
+    cand, agent = _next_candidate(ctx, st)
     if cand is None:
-        framework_step(c, st)
+        framework_step(ctx, st)
         return
-    _gates(c, st, cand, agent)
+    _gates(ctx, st, cand, agent)
 
 
-def _gates(c: SessionContext, st: SessionState, cand: PatchCandidate, agent: str) -> None:
+def _gates(ctx: SessionContext, st: SessionState, cand: PatchCandidate, agent: str) -> None:
     src = st.extra["source"]
     src["seen"].append(cand.id)
     key = _key("try_patch", st.session_id, cand.id, cand.sha256)
@@ -220,39 +220,39 @@ def _gates(c: SessionContext, st: SessionState, cand: PatchCandidate, agent: str
     except UnicodeDecodeError:
         text = None
     summary = {**cand.summary(), "agent": agent}
-    c.progress(f"FRAMEWORK cycle {st.cycle}: patch {cand.id} ({cand.title}); gates: parse, policy, critic, apply")
-    propose(c, st, {"changes": {"patch": cand.id}, "config": st.stack, "predicted_gain": cand.expected_gain,
+    ctx.progress(f"FRAMEWORK cycle {st.cycle}: patch {cand.id} ({cand.title}); gates: parse, policy, critic, apply")
+    propose(ctx, st, {"changes": {"patch": cand.id}, "config": st.stack, "predicted_gain": cand.expected_gain,
                     "source": "patch", "rationale": cand.hypothesis}, key, agent=agent, patch=summary,
             text=text if text is not None and len(text) <= 512 * 1024 else None)
-    pol = c.spec.custom.patches
+    pol = ctx.spec.custom.patches
     gate = "parse"
     try:
         parsed = parse_patch(cand.data, max_bytes=pol.max_bytes, max_files=pol.max_files,
                              max_changed_lines=pol.max_changed_lines)
         gate = "policy"
-        check_policy(parsed, PatchPolicy.from_spec(c.spec.custom), tree=c.dir / "workspace" / "trees" / "stack")
+        check_policy(parsed, PatchPolicy.from_spec(ctx.spec.custom), tree=ctx.dir / "workspace" / "trees" / "stack")
         gate = "critic"
-        critic = (c.agents.patch_critic_factory or RulePatchCritic)()
+        critic = (ctx.agents.patch_critic_factory or RulePatchCritic)()
         evidence = {"id": cand.id, "title": cand.title, "hypothesis": cand.hypothesis, "paths": parsed.paths,
                     "diff": parsed.to_dict()}
         try:
             ruling = critic.review(evidence)
         except Exception as exc:  # noqa: BLE001 - a crashing critic is a refusal, fail-closed
             ruling = {"decision": "refuse", "rule": "critic_error", "why": f"{type(exc).__name__}: {exc}"}
-        c.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "patch-critic", "input": evidence,
+        ctx.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "patch-critic", "input": evidence,
                                      "output": _jsonable(ruling)}, key=key + ":patch-critic")
         if not isinstance(ruling, Mapping) or ruling.get("decision") != "sign_off":
             rule = ruling.get("rule") if isinstance(ruling, Mapping) and ruling.get("rule") else "critic_refused"
             raise PatchRefusal(str(rule), str(ruling.get("why") if isinstance(ruling, Mapping) else ruling))
     except PatchRefusal as r:
-        _refuse_patch(c, st, r.rule, r.why, summary, gate)
+        _refuse_patch(ctx, st, r.rule, r.why, summary, gate)
         return
     st.extra["refusals_in_a_row"] = 0
     st.extra.setdefault("proposals", []).append({"patch": cand.id})
-    begin(c, st, "try_patch", key, {
+    begin(ctx, st, "try_patch", key, {
         "id": cand.id, "title": cand.title, "sha256": cand.sha256, "expected_gain": cand.expected_gain,
         "hypothesis": cand.hypothesis, "agent": agent, "key": key})
-    _trial(c, st, st.pending_action.params)
+    _trial(ctx, st, st.pending_action.params)
 
 
 def _patch_outcome(p: Mapping[str, Any], trial: Mapping[str, Any], q: Mapping[str, Any]) -> dict[str, Any]:
@@ -272,29 +272,29 @@ def commit_message(pid: str, title: str, ratio: float, lo: float, hi: float) -> 
             f"[{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}])")
 
 
-def _trial(c: SessionContext, st: SessionState, p: Mapping[str, Any]) -> None:
+def _trial(ctx: SessionContext, st: SessionState, p: Mapping[str, Any]) -> None:
     """Gate (d): apply in trees/candidate, measure against the stack, keep or reject."""
     src = st.extra["source"]
     key = p["key"]
-    ws = workspace(c, st)
-    prop = c.ledger.find(key + ":proposal") or {}
+    ws = workspace(ctx, st)
+    prop = ctx.ledger.find(key + ":proposal") or {}
     summary = {**(prop.get("patch") or {}), "id": p["id"], "title": p["title"], "sha256": p["sha256"]}
     try:
         tree = ws.apply("candidate", src["stack"], p["id"], prop.get("text") or "")
     except PatchRefusal as r:
         st.pending_action = None
-        _refuse_patch(c, st, r.rule, r.why, summary, "apply")
+        _refuse_patch(ctx, st, r.rule, r.why, summary, "apply")
         ws.remove("candidate")
         return
     proposal = {"action": "try_config", "changes": {"patch": p["id"]}, "config": {**st.stack, TREE_KEY: str(tree)},
                 "predicted_gain": p.get("expected_gain"), "source": "patch", "rationale": p.get("hypothesis")}
-    trial = execute_trial(c, st, proposal, key, agent=p.get("agent"))
+    trial = execute_trial(ctx, st, proposal, key, agent=p.get("agent"))
     # the tree is not part of any configuration the state keeps
     st.stack = {k: v for k, v in st.stack.items() if k != TREE_KEY}
     trial["config"] = {k: v for k, v in trial["config"].items() if k != TREE_KEY}
     if st.measured_config_keys and TREE_KEY in st.measured_config_keys[-1]:
         st.measured_config_keys.pop()
-    meas = c.ledger.find(key + ":measurement") or {}
+    meas = ctx.ledger.find(key + ":measurement") or {}
     q = meas.get("quality") or {}
     outcome = _patch_outcome(p, trial, q)
     if trial["kept"]:
@@ -308,10 +308,10 @@ def _trial(c: SessionContext, st: SessionState, p: Mapping[str, Any]) -> None:
         trial["commit"] = sha
         outcome["commit"] = sha
         ws.tree("stack", sha)
-        c.progress(f"  patch {p['id']} kept: commit {sha[:10]} on branch {src['branch']}")
+        ctx.progress(f"  patch {p['id']} kept: commit {sha[:10]} on branch {src['branch']}")
     else:
-        c.progress(f"  patch {p['id']} rejected ({trial['verdict']}"
+        ctx.progress(f"  patch {p['id']} rejected ({trial['verdict']}"
                    + (f", {q['rule']}" if q.get("rule") else "") + "): no commit, tree removed")
-    c.ledger.append(PATCH, outcome, key=key + ":outcome")
+    ctx.ledger.append(PATCH, outcome, key=key + ":outcome")
     ws.remove("candidate")
     st.pending_action = None

@@ -27,32 +27,32 @@ __all__ = ["ROLLBACK", "custom_close"]
 ROLLBACK = "rollback_drill"  # ledger kind: the rollback drill's result
 
 
-def custom_close(c: SessionContext, st: SessionState) -> None:
+def custom_close(ctx: SessionContext, st: SessionState) -> None:
     """The final stack vs stock (each in its own tree), then the rollback drill."""
     src = st.extra["source"]
-    ws = workspace(c, st)
+    ws = workspace(ctx, st)
     changed = st.stack != st.stock_config or src["stack"] != src["stock"]
     if not changed:
         return
     stock_tree = ws.tree("stock", src["stock"])
     stack_tree = ws.tree("stack", src["stack"])
     key = _key("final_compare", st.session_id, sorted(st.stack.items()), src["stack"])
-    c.progress("CLOSE: final stack (kept commits + configuration) against stock, paired, quality gate on each run")
-    c.measured(key, L.MEASUREMENT, lambda: {
+    ctx.progress("CLOSE: final stack (kept commits + configuration) against stock, paired, quality gate on each run")
+    ctx.measured(key, L.MEASUREMENT, lambda: {
         "action": "final_compare", "stock_commit": src["stock"], "stack_commit": src["stack"], **compare(
-            c.adapter, c.spec, {**st.stock_config, TREE_KEY: str(stock_tree)}, {**st.stack, TREE_KEY: str(stack_tree)},
-            settings=c.settings, seed_base=_seed_base(c.spec.seed, 90_000), refs=c.refs, quality_sets=("heldout",),
-            progress=c.progress, labels=("stock", "final"))})
+            ctx.adapter, ctx.spec, {**st.stock_config, TREE_KEY: str(stock_tree)}, {**st.stack, TREE_KEY: str(stack_tree)},
+            settings=ctx.settings, seed_base=_seed_base(ctx.spec.seed, 90_000), refs=ctx.refs, quality_sets=("heldout",),
+            progress=ctx.progress, labels=("stock", "final"))})
     if src["kept"] and "rollback_drill" not in st.extra:
-        _rollback_drill(c, st, ws, stock_tree)
+        _rollback_drill(ctx, st, ws, stock_tree)
     for name in ("candidate", "rollback"):
         ws.remove(name)
 
 
-def _rollback_drill(c: SessionContext, st: SessionState, ws: Workspace, stock_tree: Path) -> None:
+def _rollback_drill(ctx: SessionContext, st: SessionState, ws: Workspace, stock_tree: Path) -> None:
     src = st.extra["source"]
     shas = [k["sha"] for k in src["kept"]]
-    c.progress(f"CLOSE: rollback drill: revert {len(shas)} kept commit(s) in a scratch tree, then measure against stock")
+    ctx.progress(f"CLOSE: rollback drill: revert {len(shas)} kept commit(s) in a scratch tree, then measure against stock")
     key = _key("rollback_drill", st.session_id, src["stack"])
     t0 = time.perf_counter()
     try:
@@ -64,17 +64,17 @@ def _rollback_drill(c: SessionContext, st: SessionState, ws: Workspace, stock_tr
     res: dict[str, Any] = {}
     mseq = None
     if rb is not None:
-        rb_tree = c.dir / "workspace" / "trees" / "rollback"
-        res, mseq = c.measured(key + ":measurement", L.MEASUREMENT, lambda: {
+        rb_tree = ctx.dir / "workspace" / "trees" / "rollback"
+        res, mseq = ctx.measured(key + ":measurement", L.MEASUREMENT, lambda: {
             "action": "rollback_drill", "rollback_commit": rb, **compare(
-                c.adapter, c.spec, {**st.stock_config, TREE_KEY: str(stock_tree)},
-                {**st.stock_config, TREE_KEY: str(rb_tree)}, settings=c.settings,
-                seed_base=_seed_base(c.spec.seed, 95_000), refs=c.refs, quality_sets=("heldout",),
-                progress=c.progress, labels=("stock", "rolled-back"))})
+                ctx.adapter, ctx.spec, {**st.stock_config, TREE_KEY: str(stock_tree)},
+                {**st.stock_config, TREE_KEY: str(rb_tree)}, settings=ctx.settings,
+                seed_base=_seed_base(ctx.spec.seed, 95_000), refs=ctx.refs, quality_sets=("heldout",),
+                progress=ctx.progress, labels=("stock", "rolled-back"))})
     d = (res.get("protocol") or {}).get("decision") or {}
     # "within the noise floor": the rolled-back vs stock interval must meet the band stock measured
     # against itself (the A/A interval), widened to at least the floor and min_gain either side of x1
-    tol = max(noise_floor_gain(st), c.spec.protocol.min_gain)
+    tol = max(noise_floor_gain(st), ctx.spec.protocol.min_gain)
     nf = st.noise_floor or {}
     band = [min(float(nf.get("ci_low") or 1.0), 1 - tol), max(float(nf.get("ci_high") or 1.0), 1 + tol)]
     lo, hi = d.get("ci_low"), d.get("ci_high")
@@ -89,6 +89,6 @@ def _rollback_drill(c: SessionContext, st: SessionState, ws: Workspace, stock_tr
            "ratio": d.get("ratio"), "ci_low": lo, "ci_high": hi, "n_pairs": d.get("n_pairs"), "tolerance": tol, "band": band,
            "quality_passed": (res.get("quality") or {}).get("passed"), "measurement_seq": mseq,
            "seconds": time.perf_counter() - t0}
-    seq = c.ledger.append(ROLLBACK, out, key=key)
+    seq = ctx.ledger.append(ROLLBACK, out, key=key)
     st.extra["rollback_drill"] = {"passed": passed, "ledger_seq": seq}
-    c.progress(f"CLOSE: rollback drill {'PASSED' if passed else 'FAILED'}: {why}")
+    ctx.progress(f"CLOSE: rollback drill {'PASSED' if passed else 'FAILED'}: {why}")

@@ -26,33 +26,33 @@ def grid(spec: Any) -> list[tuple[int, int]]:
     return [(c_, i_) for c_ in conc for i_ in inl]
 
 
-def sweep_step(c: SessionContext, st: SessionState) -> None:
+def sweep_step(ctx: SessionContext, st: SessionState) -> None:
     """One SWEEP tick: one grid point measured, or the phase skipped / done."""
     kept_now = any(t["kept"] and t["cycle"] == st.cycle for t in st.trials)
     done = st.extra.setdefault("sweep", {}).setdefault(str(st.cycle), [])
-    out_of_time = c.time_left_s(st) <= 0
-    no_grid = c.strategy.sweep_skip_reason
-    if not c.options.sweep or not kept_now or out_of_time or no_grid:
-        reason = (no_grid or ("sweep disabled" if not c.options.sweep else f"nothing was kept in cycle {st.cycle}"
+    out_of_time = ctx.time_left_s(st) <= 0
+    no_grid = ctx.strategy.sweep_skip_reason
+    if not ctx.options.sweep or not kept_now or out_of_time or no_grid:
+        reason = (no_grid or ("sweep disabled" if not ctx.options.sweep else f"nothing was kept in cycle {st.cycle}"
                               if not kept_now else "the wall-clock budget is used up"))
-        c.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "SWEEP", "cycle": st.cycle, "reason": reason},
+        ctx.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "SWEEP", "cycle": st.cycle, "reason": reason},
                         key=_key("sweep-skip", st.session_id, st.cycle))
-        _next(c, st, kept_now)
+        _next(ctx, st, kept_now)
         return
-    points = grid(c.spec)
+    points = grid(ctx.spec)
     todo = [p for p in points if list(p) not in [d["point"] for d in done]]
     if not todo:
-        _next(c, st, kept_now)
+        _next(ctx, st, kept_now)
         return
     conc, inl = todo[0]
-    spec2 = c.spec.model_copy(update={"traffic": c.spec.traffic.model_copy(
+    spec2 = ctx.spec.model_copy(update={"traffic": ctx.spec.traffic.model_copy(
         update={"concurrency": conc, "input_len": inl, "num_prompts": None})})
-    pairs = c.options.sweep_pairs
-    settings = c.settings.__class__(**{**c.settings.to_dict(), "min_pairs": pairs, "max_pairs": pairs})
-    adapter = c.adapter_factory(spec2)
-    if adapter is not c.adapter and isinstance(adapter, ServerLogs):  # server logs stay in the session
-        adapter.set_log_dir(c.dir / "servers" / f"sweep-c{conc}-i{inl}", progress=c.progress)
-    c.progress(f"SWEEP cycle {st.cycle}: concurrency {conc}, input {inl} ({len(done) + 1}/{len(points)})")
+    pairs = ctx.options.sweep_pairs
+    settings = ctx.settings.__class__(**{**ctx.settings.to_dict(), "min_pairs": pairs, "max_pairs": pairs})
+    adapter = ctx.adapter_factory(spec2)
+    if adapter is not ctx.adapter and isinstance(adapter, ServerLogs):  # server logs stay in the session
+        adapter.set_log_dir(ctx.dir / "servers" / f"sweep-c{conc}-i{inl}", progress=ctx.progress)
+    ctx.progress(f"SWEEP cycle {st.cycle}: concurrency {conc}, input {inl} ({len(done) + 1}/{len(points)})")
     key = _key("sweep", st.session_id, st.cycle, conc, inl)
     # Stock and the stack at this operating point: stock's defaults there (e.g.
     # micro_batch follows concurrency), plus the changes the session kept.
@@ -62,19 +62,19 @@ def sweep_step(c: SessionContext, st: SessionState) -> None:
         stock2 = resolve_config(knobs2, {}, st.pinned)
         stack2 = resolve_config(knobs2, {**stock2, **changes}, st.pinned)
     except ConfigError as exc:
-        if adapter is not c.adapter:
+        if adapter is not ctx.adapter:
             adapter.close()
-        c.ledger.append(L.ERROR, {"what": "sweep point not applicable", "point": [conc, inl], "error": str(exc)}, key=key)
+        ctx.ledger.append(L.ERROR, {"what": "sweep point not applicable", "point": [conc, inl], "error": str(exc)}, key=key)
         done.append({"point": [conc, inl], "verdict": "not-applicable", "error": str(exc)})
         return
     try:
-        res, seq = c.measured(key, L.MEASUREMENT, lambda: {
+        res, seq = ctx.measured(key, L.MEASUREMENT, lambda: {
             "action": "sweep", "cycle": st.cycle, "point": [conc, inl], **compare(
                 adapter, spec2, stock2, stack2, settings=settings,
-                seed_base=_seed_base(c.spec.seed, 50_000 + 100 * st.cycle + len(done)), refs=None,
-                progress=c.progress, stop_early=False, labels=("stock", "stack"))})
+                seed_base=_seed_base(ctx.spec.seed, 50_000 + 100 * st.cycle + len(done)), refs=None,
+                progress=ctx.progress, stop_early=False, labels=("stock", "stack"))})
     finally:
-        if adapter is not c.adapter:
+        if adapter is not ctx.adapter:
             adapter.close()
     d = (res.get("protocol") or {}).get("decision") or {}
     done.append({"point": [conc, inl], "ratio": d.get("ratio"), "ci_low": d.get("ci_low"),
@@ -93,23 +93,23 @@ def _headroom_left(st: SessionState) -> float | None:
     return float(head) / float(st.extra.get("stack_ratio", 1.0))
 
 
-def _next(c: SessionContext, st: SessionState, kept_now: bool) -> None:
-    reason = st.stop_reason or c.budget_reason(st)
+def _next(ctx: SessionContext, st: SessionState, kept_now: bool) -> None:
+    reason = st.stop_reason or ctx.budget_reason(st)
     if reason:
         st.stop_reason = reason
-        c.enter_phase(st, Phase.CLOSE, reason)
+        ctx.enter_phase(st, Phase.CLOSE, reason)
     elif not kept_now:
         st.stop_reason = f"converged: cycle {st.cycle} kept nothing"
-        c.enter_phase(st, Phase.CLOSE, st.stop_reason)
+        ctx.enter_phase(st, Phase.CLOSE, st.stop_reason)
     elif _headroom_left(st) is not None and _headroom_left(st) < HEADROOM_WORTH_A_CYCLE:
         st.stop_reason = (f"converged: the stack is within {(HEADROOM_WORTH_A_CYCLE - 1) * 100:.0f}% of the roofline "
                           f"(headroom x{_headroom_left(st):.2f})")
-        c.enter_phase(st, Phase.CLOSE, st.stop_reason)
-    elif st.cycle >= c.options.cycle_ceiling:
-        st.stop_reason = f"cycle ceiling ({c.options.cycle_ceiling}) reached"
-        c.enter_phase(st, Phase.CLOSE, st.stop_reason)
+        ctx.enter_phase(st, Phase.CLOSE, st.stop_reason)
+    elif st.cycle >= ctx.options.cycle_ceiling:
+        st.stop_reason = f"cycle ceiling ({ctx.options.cycle_ceiling}) reached"
+        ctx.enter_phase(st, Phase.CLOSE, st.stop_reason)
     else:
         st.cycle += 1
         st.extra["proposals"] = []
-        st.extra["cycle_started_at"] = c.clock()
-        c.enter_phase(st, Phase.FRAMEWORK, f"cycle {st.cycle - 1} kept something; another cycle from the established stack")
+        st.extra["cycle_started_at"] = ctx.clock()
+        ctx.enter_phase(st, Phase.FRAMEWORK, f"cycle {st.cycle - 1} kept something; another cycle from the established stack")
