@@ -79,7 +79,7 @@ def bind_session(ctx: SessionContext) -> None:
     adapter = _trees(ctx)
     st = load_state(ctx.dir)
     if "source" not in st.extra:
-        st.extra["source"] = {"stock": _stock_sha(c), "branch": f"inferloom/{st.session_id}",
+        st.extra["source"] = {"stock": _stock_sha(ctx), "branch": f"inferloom/{st.session_id}",
                               "date": int(st.created_at), "kept": [], "seen": []}
         st.extra["source"]["stack"] = st.extra["source"]["stock"]
         save_state(ctx.dir, st)
