@@ -24,7 +24,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 __all__ = ["ACTIONS", "Orchestrator", "Critic", "Robustness"]
 
 # Every action name an agent may emit; which phase admits which is the
-# coordinator's allowlist (session/coordinator.py).
+# coordinator's allowlist (phases/allowlist.py).
 ACTIONS = (
     "try_config",   # FRAMEWORK: measure stack+changes against the stack
     "end_phase",    # FRAMEWORK: nothing more worth trying this cycle
