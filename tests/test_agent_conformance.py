@@ -29,10 +29,7 @@ from inferloom.spec import load_spec
 from inferloom.workloads.base import Knob, config_key, resolve_config
 from inferloom.workloads.registry import make_adapter
 
-try:
-    from inferloom.phases.allowlist import PHASE_ALLOWLIST, validate_proposal
-except ImportError:
-    from inferloom.session.allowlist import PHASE_ALLOWLIST, validate_proposal  # lead: drop the fallback after merge
+from inferloom.phases.allowlist import PHASE_ALLOWLIST, validate_proposal
 
 # ------------------------------------------------------------------ registries
 ORCHESTRATORS = [pytest.param(lambda seed: RuleOrchestrator(seed=seed), id="rule-orchestrator")]

@@ -30,8 +30,8 @@ MAX_LINES = 400
 # can't be at module level. Only an optional dependency is a reason: the importer must import without it.
 _TRITON = "needs triton (an optional dependency: the test extra); the importer must import without it"
 ALLOWED_LOCAL: dict[tuple[str, str], str] = {
-    ("kernels/attention.py", "inferloom.kernels.catalog.ops"): _TRITON + " (attention_kernel=triton_decode only)",
-    ("kernels/gate_up.py", "inferloom.kernels.catalog.ops"): _TRITON + " (mlp_kernel=triton_gate_up_silu only)",
+    ("workloads/engine_attention.py", "inferloom.kernels.catalog.ops"): _TRITON + " (attention_kernel=triton_decode only)",
+    ("workloads/engine_gate_up.py", "inferloom.kernels.catalog.ops"): _TRITON + " (mlp_kernel=triton_gate_up_silu only)",
     ("kernels/catalog/__init__.py", "inferloom.kernels.catalog.decode_attention"):
         _TRITON + " (the package's triton_available() answers without it)",
     ("kernels/catalog/__init__.py", "inferloom.kernels.catalog.mlp"):

@@ -2,8 +2,8 @@
 
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.session import ledger as L
-from inferloom.session.enablement import RUNGS
-from inferloom.session.runner import start
+from inferloom.phases.enablement import RUNGS
+from inferloom.phases.runner import start
 from inferloom.spec import load_spec
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.synthetic import SyntheticAdapter

@@ -371,7 +371,7 @@ def test_workload_key_from_session_and_spec():
 def test_record_a_real_synthetic_session_directory(store, tmp_path):
     """End to end: a closed session (synthetic adapter, +20% knob) enters its winner."""
     from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
-    from inferloom.session.runner import start
+    from inferloom.phases.runner import start
     from inferloom.spec import load_spec
     from inferloom.workloads.base import Knob
     from inferloom.workloads.synthetic import SyntheticAdapter
@@ -396,7 +396,7 @@ def test_a_closed_session_files_its_recipe_in_the_default_kb(tmp_path):
     """CLOSE writes the recipe itself (to $INFERLOOM_KB, isolated per test by conftest)."""
     from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
     from inferloom.kb import RecipeStore
-    from inferloom.session.runner import start
+    from inferloom.phases.runner import start
     from inferloom.spec import load_spec
     from inferloom.workloads.base import Knob
     from inferloom.workloads.synthetic import SyntheticAdapter

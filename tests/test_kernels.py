@@ -14,7 +14,7 @@ from inferloom.kernels.registry import resolve_backend
 from inferloom.kernels.select import select_targets
 from inferloom.kernels.torch_backend import (TorchBackend, rmsnorm_eager, rmsnorm_inputs, rmsnorm_reference)
 from inferloom.session import ledger as L
-from inferloom.session.runner import start
+from inferloom.phases.runner import start
 from inferloom.session.state import Phase
 from inferloom.workloads.base import Knob
 from inferloom.workloads.synthetic import SyntheticAdapter
@@ -233,7 +233,7 @@ def test_framework_leaves_the_kernel_phase_its_share_of_the_budget(tmp_path, one
 
 
 def test_amdahl_share_counts_the_categories_the_replaced_op_covers():
-    from inferloom.session.kernel_phase import _share
+    from inferloom.phases.kernel import _share
 
     targets = [{"category": "attention", "share": 0.2}, {"category": "memory_copy", "share": 0.25},
                {"category": "gemm", "share": 0.4}]
@@ -246,7 +246,7 @@ def test_amdahl_share_counts_the_categories_the_replaced_op_covers():
 
 
 def test_kernel_knobs_are_refused_in_framework():
-    from inferloom.session.allowlist import validate_proposal
+    from inferloom.phases.allowlist import validate_proposal
 
     state = {"stack": {k.name: False for k in KNOBS}, "device": "cpu", "pinned": {}, "measured_config_keys": []}
     assert validate_proposal({"action": "try_config", "changes": {"k_good": True}}, "FRAMEWORK", state, KNOBS)[1] == "knob_not_in_phase"
@@ -341,7 +341,7 @@ class Crash(BaseException):
 
 
 def test_a_session_killed_in_the_kernel_phase_resumes_without_duplicates(tmp_path, one_thread):
-    from inferloom.session.runner import resume
+    from inferloom.phases.runner import resume
     from inferloom.session.state import load_state
     from tests.test_session import SPEC, agents
 

@@ -18,7 +18,7 @@ import pytest
 from custom_helpers import ROOT, checksums, git, load_make_demo
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.session import ledger as L
-from inferloom.session.runner import start
+from inferloom.phases.runner import start
 from inferloom.session.state import Phase, load_state
 from inferloom.spec import load_spec
 
@@ -190,7 +190,8 @@ def test_export_writes_a_reviewable_series(session, tmp_path):
 
 def test_workspace_is_rebuilt_from_state_and_ledger(session):
     """Resume must not depend on the workspace: state.json + ledger rebuild the same commits."""
-    from inferloom.session.coordinator import Coordinator
+    from inferloom.phases.context import Agents, SessionOptions
+    from inferloom.phases.coordinator import Coordinator
 
     d = session["dir"]
     shutil.rmtree(d / "workspace")
@@ -198,7 +199,7 @@ def test_workspace_is_rebuilt_from_state_and_ledger(session):
     from inferloom.workloads.custom import CustomAdapter
 
     adapter = CustomAdapter(spec)
-    c = Coordinator(d, spec, adapter, kb_url=None, **_agents())
+    c = Coordinator(d, spec, adapter, agents=Agents(**_agents()), options=SessionOptions(kb_url=None))
     try:
         ws = d / "workspace"
         sha = load_state(d).extra["source"]["stack"]

@@ -323,7 +323,7 @@ def test_ceilings_cached_in_the_kb_come_back_with_an_iso_date(tmp_path):
     from types import SimpleNamespace
 
     from inferloom.kb import RecipeStore
-    from inferloom.session.prelude import _ceilings, _device_name
+    from inferloom.phases.prelude import _ceilings, _device_name
 
     url = f"sqlite:///{tmp_path / 'kb.sqlite'}"
     with RecipeStore(url) as store:

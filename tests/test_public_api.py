@@ -6,7 +6,12 @@ import pytest
 
 API = {
     "inferloom.workloads.base": {"AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter",
-                                 "resolve_config", "config_key"},
+                                 "resolve_config", "config_key", "ServerLogs", "RejectedFlags", "RecoveryOptions",
+                                 "DeclaredProfile", "OwnQualityGate", "OwnObjective", "GreedyLogprobs",
+                                 "ApproximateScores", "SourceTrees", "OPTIONAL_HOOKS"},
+    "inferloom.phases.context": {"Agents", "SessionOptions", "SessionContext", "WorkloadStrategy", "Step", "Progress"},
+    "inferloom.phases.trial": {"Guard", "noise_floor_gain", "propose", "begin", "run_trial", "execute_trial",
+                               "trial_record", "verdict_entry"},
     "inferloom.spec": {"SpecError", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec", "WorkloadSpec", "load_spec",
                        "objective_label", "spec_hash", "CustomKnob", "CustomSpec", "PatchPolicySpec",
                        "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY"},

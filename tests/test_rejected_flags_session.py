@@ -3,7 +3,7 @@ the ledger, and refused in every later proposal (no server needed)."""
 
 from inferloom.agents.rules import RuleCritic, RuleRobustness
 from inferloom.session import ledger as L
-from inferloom.session.runner import start
+from inferloom.phases.runner import start
 from inferloom.spec import load_spec
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.synthetic import SyntheticAdapter
@@ -62,7 +62,7 @@ def test_rejected_flag_is_persisted_ledgered_and_refused_later(tmp_path):
     # after a resume, a fresh adapter gets the learned flags back from state.json
     from types import SimpleNamespace
 
-    from inferloom.session.coordinator import _sync_rejected_flags
+    from inferloom.phases.coordinator import _sync_rejected_flags
     from inferloom.session.state import load_state
 
     b = FlagRejectingAdapter()

@@ -7,8 +7,8 @@ from html.parser import HTMLParser
 from inferloom.cli import main
 from inferloom.measure.costs import mean_decode_context, step_costs
 from inferloom.measure.roofline import amdahl_check, roofline
+from inferloom.phases.runner import start
 from inferloom.report.html import SECTIONS, render_html
-from inferloom.session.runner import start
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 SVG_LEAVES = {"line", "circle", "rect", "path", "polygon", "polyline"}  # written self-closed

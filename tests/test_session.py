@@ -12,8 +12,8 @@ import pytest
 
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.session import ledger as L
-from inferloom.session.coordinator import PHASE_ALLOWLIST, validate_proposal
-from inferloom.session.runner import SessionExists, resume, start
+from inferloom.phases.allowlist import PHASE_ALLOWLIST, validate_proposal
+from inferloom.phases.runner import SessionExists, resume, start
 from inferloom.session.state import Phase, load_state
 from inferloom.spec import load_spec
 from inferloom.workloads.base import Knob
@@ -268,13 +268,13 @@ def test_no_headroom_left_closes_instead_of_another_cycle(tmp_path):
     from types import SimpleNamespace
 
     from inferloom.session.state import Budget, SessionState
-    from inferloom.session.sweep import _next
+    from inferloom.phases.sweep import _next
 
     st = SessionState(session_id="x", budget=Budget(minutes=10, trials=10), phase=Phase.SWEEP, cycle=1,
                       extra={"roofline_stock": {"headroom": 1.5}, "stack_ratio": 1.45})
     moves = []
-    c = SimpleNamespace(cycle_ceiling=3, _budget_reason=lambda s: None,
-                        _phase=lambda s, p, why: moves.append((p, why)))
+    c = SimpleNamespace(options=SimpleNamespace(cycle_ceiling=3), budget_reason=lambda s: None,
+                        enter_phase=lambda s, p, why: moves.append((p, why)))
     _next(c, st, kept_now=True)
     assert moves[0][0] == Phase.CLOSE and "roofline" in st.stop_reason
     st2 = SessionState(session_id="y", budget=Budget(minutes=10, trials=10), phase=Phase.SWEEP, cycle=1,

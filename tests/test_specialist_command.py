@@ -14,7 +14,7 @@ from custom_helpers import ROOT, load_make_demo
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.patches.source import CommandPatchSource, PatchSource, PatchSourceError
 from inferloom.session import ledger as L
-from inferloom.session.runner import start
+from inferloom.phases.runner import start
 from inferloom.session.state import Phase
 from inferloom.spec import load_spec
 

@@ -2,7 +2,7 @@
 
 import json
 
-from inferloom.session.allowlist import validate_proposal
+from inferloom.phases.allowlist import validate_proposal
 from inferloom.spec import load_spec
 from inferloom.workloads.base import resolve_config
 from inferloom.workloads.vllm_adapter import VLLMAdapter

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from inferloom.measure import protocol as proto
 from inferloom.provenance import environment
 from inferloom.session.atomic import write_json_atomic
-from inferloom.session.compare import References, compare
+from inferloom.phases.compare import References, compare
 from inferloom.spec import WorkloadSpec, spec_hash
 from inferloom.workloads.base import ConfigError, resolve_config
 

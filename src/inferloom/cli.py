@@ -183,7 +183,7 @@ def _print_session(directory: Path, console: Any) -> None:
 
 
 def _cmd_optimize(args: argparse.Namespace, console: Any, err: Any) -> int:
-    from inferloom.session.runner import start
+    from inferloom.phases.runner import start
 
     spec = _spec_from_args(args)
     out = Path(args.out) if args.out else Path("runs") / f"session-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -198,7 +198,7 @@ def _cmd_optimize(args: argparse.Namespace, console: Any, err: Any) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace, console: Any, err: Any) -> int:
-    from inferloom.session.runner import resume
+    from inferloom.phases.runner import resume
 
     resume(args.dir, progress=_progress(args, err))
     _print_session(Path(args.dir), console)

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 __all__ = ["ACTIONS", "Orchestrator", "Critic", "Robustness"]
 
 # Every action name an agent may emit; which phase admits which is the
-# coordinator's phase allowlist (PHASE_ALLOWLIST, beside validate_proposal).
+# coordinator's phase allowlist (phases/allowlist.py: PHASE_ALLOWLIST, beside validate_proposal).
 ACTIONS = (
     "try_config",   # FRAMEWORK: measure stack+changes against the stack
     "end_phase",    # FRAMEWORK: nothing more worth trying this cycle

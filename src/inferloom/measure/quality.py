@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Sequence
 
 from inferloom.spec import QualitySpec, check_bounds, field_default
+from inferloom.workloads.base import ApproximateScores, GreedyLogprobs
 
 __all__ = [
     "QualityThresholds",
@@ -264,7 +265,7 @@ def capture_reference(adapter: Any, handle: Any, set_name: str, prompts: list[li
     decode-path log-probs are compared with its forward-path ones to measure
     the rounding noise of this model, dtype and device (``path_noise_nats``)."""
     noise = None
-    if hasattr(adapter, "greedy_logprobs"):
+    if isinstance(adapter, GreedyLogprobs):
         conts, inc_lp = adapter.greedy_logprobs(handle, prompts, continuation_len)
         lp = adapter.score(handle, prompts, conts)
         noise = path_gap_noise(inc_lp, lp)
@@ -299,7 +300,7 @@ def evaluate(adapter: Any, handle: Any, ref: Reference, th: QualityThresholds) -
         "tie_margin_declared": th.tie_margin,
         "tie_margin_used": margin,
     }
-    approx = getattr(adapter, "score_approximation", None)
+    approx = adapter.score_approximation if isinstance(adapter, ApproximateScores) else None
     if isinstance(approx, str):  # e.g. a server's top-k log-probabilities: stated in every verdict
         verdict.details["score_approximation"] = approx
     return verdict

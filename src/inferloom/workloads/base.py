@@ -22,12 +22,20 @@ Contract (every implementation is checked by ``tests/test_adapter_conformance.py
 * ``release(handle)`` frees one configuration; ``close()`` frees everything.
 
 Adapters never decide keep / revert: only ``inferloom.measure.protocol`` does.
+
+Optional hooks: an adapter may also offer any of the small Protocols below
+(:class:`ServerLogs`, :class:`RejectedFlags`, :class:`RecoveryOptions`,
+:class:`DeclaredProfile`, :class:`OwnQualityGate`, :class:`OwnObjective`,
+:class:`GreedyLogprobs`, :class:`ApproximateScores`, :class:`SourceTrees`).
+Callers test for one with ``isinstance(adapter, Hook)``; an adapter without it
+gets the generic behaviour each one's docstring names.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 
@@ -39,6 +47,16 @@ __all__ = [
     "WorkloadAdapter",
     "resolve_config",
     "config_key",
+    "ServerLogs",
+    "RejectedFlags",
+    "RecoveryOptions",
+    "DeclaredProfile",
+    "OwnQualityGate",
+    "OwnObjective",
+    "GreedyLogprobs",
+    "ApproximateScores",
+    "SourceTrees",
+    "OPTIONAL_HOOKS",
 ]
 
 Platform = Literal["cpu", "cuda", "rocm"]
@@ -230,3 +248,117 @@ class WorkloadAdapter(Protocol):
     def release(self, handle: Any) -> None: ...
 
     def close(self) -> None: ...
+
+
+# ------------------------------------------------------------ optional hooks
+
+
+@runtime_checkable
+class ServerLogs(Protocol):
+    """An adapter that runs a server keeps each server's log where the session says.
+
+    ``set_log_dir(path, progress)``: later launches write their logs under
+    ``path`` (a session's ``servers/``) and report slow start-ups through
+    ``progress``. Without it, nothing is launched whose log the session keeps."""
+
+    def set_log_dir(self, path: str | Path, progress: Callable[[str], None] | None = None) -> None: ...
+
+
+@runtime_checkable
+class RejectedFlags(Protocol):
+    """Flags the installed server refused at launch, learned by the adapter.
+
+    ``rejected_flags``: flag -> ``{knob, value, kind, whole_flag, ...}``, filled
+    as launches fail; the session persists it in ``state.json`` (and writes a
+    ledger entry per new flag) so that no proposal uses one again.
+    ``restore_rejected_flags(learned)``: after a resume, a fresh adapter is
+    given back what an earlier process learned (merged, never cleared)."""
+
+    rejected_flags: dict[str, dict[str, Any]]
+
+    def restore_rejected_flags(self, learned: Mapping[str, Mapping[str, Any]]) -> None: ...
+
+
+@runtime_checkable
+class RecoveryOptions(Protocol):
+    """ENABLEMENT rung 2 from the adapter's own knowledge.
+
+    ``recovery_options(kind, stock)``: configuration changes that may make a
+    failing stock run, for the failure ``kind``, least invasive first (each a
+    partial configuration over ``stock``). Without it the generic rules of
+    :func:`inferloom.phases.enablement.recovery_options` apply."""
+
+    def recovery_options(self, kind: str, stock: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class DeclaredProfile(Protocol):
+    """An adapter that runs no operators declares its pretend profile.
+
+    ``profile_categories(config)``: time shares per profile category
+    (``{category: {"share": float}}``) for ``config``, or None when none was
+    declared. Without it, the KERNEL phase profiles a real run."""
+
+    def profile_categories(self, config: Mapping[str, Any]) -> dict[str, dict[str, float]] | None: ...
+
+
+@runtime_checkable
+class OwnQualityGate(Protocol):
+    """The workload judges its own quality (a custom workload's gate).
+
+    ``gate_quality(records)``: the verdict over a candidate's timed runs,
+    fail-closed: ``{"evaluated", "passed", "failed": [why, ...], "rule", ...}``.
+    With it, no stock references are captured and the token-level quality
+    contract is not run."""
+
+    def gate_quality(self, records: list[RunRecord]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class OwnObjective(Protocol):
+    """The workload supplies the protocol's metric.
+
+    ``objective_metric(rec)``: one successful run's objective, higher is
+    better (inverted by the adapter when its objective is lower-is-better);
+    raises on a failed run. Without it, the spec's objective metric applies."""
+
+    def objective_metric(self, rec: RunRecord) -> float: ...
+
+
+@runtime_checkable
+class GreedyLogprobs(Protocol):
+    """The decode path's own log-probabilities, for the quality contract.
+
+    ``greedy_logprobs(handle, prompts, max_new_tokens)``: greedy continuations
+    plus the log-probabilities generation itself computed at each step
+    (float32 CPU, [n, T, V]); stock's are compared with its teacher-forced
+    ones to measure the rounding noise between its two paths. Without it, no
+    path noise is measured and the declared tie margin is used as is."""
+
+    def greedy_logprobs(self, handle: Any, prompts: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], Any]: ...
+
+
+@runtime_checkable
+class ApproximateScores(Protocol):
+    """``score`` is an approximation (e.g. a server's top-k log-probabilities).
+
+    ``score_approximation``: a sentence saying how, stated in every quality
+    verdict's details."""
+
+    score_approximation: str
+
+
+@runtime_checkable
+class SourceTrees(Protocol):
+    """A workload whose code is a source tree the session patches (a custom workload).
+
+    ``default_tree``: the tree a configuration without ``@tree`` runs in (the
+    session sets it to its stack's tree). ``results_dir``: where entrypoints
+    write their results (the session sets it outside every tree)."""
+
+    default_tree: Path | None
+    results_dir: Path | None
+
+
+OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
+                                    OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees)

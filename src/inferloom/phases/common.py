@@ -1,5 +1,5 @@
 """Small helpers every session step shares: idempotency keys, seed blocks,
-JSON-safe values for the ledger."""
+JSON-safe values for the ledger, the objective's median, what agents see."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import json
 import statistics
 from typing import Any
 
-__all__ = ["step_key", "seed_base", "jsonable", "median_objective"]
+from inferloom.session.state import SessionState
+
+__all__ = ["step_key", "seed_base", "jsonable", "median_objective", "agent_view"]
 
 
 def step_key(*parts: Any) -> str:
@@ -36,3 +38,13 @@ def median_objective(measurement: Any, *arms: str) -> float:
     """Median objective over the pairs of a measurement record (``value_a``
     for the base arm, ``value_b`` for the candidate), over the given arms."""
     return statistics.median(p[a] for p in measurement["protocol"]["pairs"] for a in arms)
+
+
+def agent_view(st: SessionState) -> dict[str, Any]:
+    """What agents see: the state as written to disk, plus derived keys."""
+    d = st.to_dict()
+    d["started_at"] = st.created_at
+    d["proposals"] = list(st.extra.get("proposals", []))
+    d["kb_failures"] = list(st.extra.get("kb_failures", []))
+    d["cycle_started_at"] = st.extra.get("cycle_started_at", st.created_at)
+    return d

@@ -4,7 +4,7 @@ the current stack; the coordinator trusts none of its claims.
 One tick does one thing, so a kill at any point resumes cleanly:
 
 1. (first tick of a cycle) resolve the backend (``spec.kernels.backend``, or
-   the one the coordinator was given), profile the current stack (stock's
+   the session's ``SessionOptions.kernel_backend``), profile the current stack (stock's
    PRELUDE profile when the stack is stock), select targets by time share and
    by what the backend can rewrite (ledger ``kernel_targets``: every category
    with why it was picked or passed over). No backend or no target: the
@@ -27,15 +27,20 @@ from typing import Any, Mapping
 
 from inferloom.kernels.base import KernelCandidate, Target, workload_of
 from inferloom.kernels.gates import correctness, microbenchmark
+from inferloom.kernels.registry import resolve_backend
 from inferloom.kernels.select import select_targets
+from inferloom.measure.profile import profile_config
 from inferloom.measure.roofline import amdahl_limit
+from inferloom.phases.allowlist import validate_proposal
+from inferloom.phases.common import agent_view
+from inferloom.phases.common import jsonable as _jsonable
+from inferloom.phases.common import step_key as _key
+from inferloom.phases.context import SessionContext
+from inferloom.phases.roofline import PROFILE
+from inferloom.phases.trial import Guard, begin, execute_trial, run_trial
 from inferloom.session import ledger as L
-from inferloom.session.allowlist import validate_proposal
-from inferloom.session.common import jsonable as _jsonable
-from inferloom.session.common import step_key as _key
-from inferloom.session.framework import agent_view, execute_trial
-from inferloom.session.state import PendingAction, Phase, SessionState
-from inferloom.workloads.base import config_key
+from inferloom.session.state import Phase, SessionState
+from inferloom.workloads.base import DeclaredProfile, config_key
 
 __all__ = ["kernel_step", "kernel_reserve", "KERNEL_TARGETS", "KERNEL_CLAIM", "KERNEL_GATE", "AMDAHL_TOLERANCE"]
 
@@ -45,43 +50,37 @@ KERNEL_GATE = "kernel_gate"
 AMDAHL_TOLERANCE = 0.05
 
 
-def _to_sweep(c: Any, st: SessionState, why: str, skipped: bool) -> None:
+def _to_sweep(ctx: SessionContext, st: SessionState, why: str, skipped: bool) -> None:
     st.extra["kernel_had_turn"] = st.cycle  # done or skipped: FRAMEWORK keeps no reserve for it after this
     if skipped:
-        c.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "KERNEL", "cycle": st.cycle, "reason": why},
+        ctx.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "KERNEL", "cycle": st.cycle, "reason": why},
                         key=_key("kernel-skip", st.session_id, st.cycle))
-    c._phase(st, Phase.SWEEP, ("KERNEL skipped: " if skipped else "KERNEL done: ") + why)
+    ctx.enter_phase(st, Phase.SWEEP, ("KERNEL skipped: " if skipped else "KERNEL done: ") + why)
 
 
-def _backend(c: Any, st: SessionState) -> tuple[Any, str]:
-    if getattr(c, "kernel_backend", None) is not None:
-        return c.kernel_backend, f"backend {c.kernel_backend.name} (given to the coordinator)"
-    from inferloom.kernels.registry import resolve_backend
+def _backend(ctx: SessionContext, st: SessionState) -> tuple[Any, str]:
+    given = ctx.options.kernel_backend
+    if given is not None:
+        return given, f"backend {given.name} (given to the coordinator)"
+    return resolve_backend(ctx.spec.kernels.backend, workload_of(ctx.spec, st.device, st.stack))
 
-    return resolve_backend(c.spec.kernels.backend, workload_of(c.spec, st.device, st.stack))
 
-
-def _stack_categories(c: Any, st: SessionState) -> tuple[dict[str, Any] | None, int | None, str]:
+def _stack_categories(ctx: SessionContext, st: SessionState) -> tuple[dict[str, Any] | None, int | None, str]:
     """The time shares of the current stack: (categories, ledger seq, where from)."""
-    from inferloom.session.prelude import PROFILE
-
-    synthetic = getattr(c.adapter, "profile_categories", None)
-    if callable(synthetic):  # the synthetic adapter declares its pretend profile
-        return synthetic(st.stack), None, "the synthetic adapter's declared profile"
+    if isinstance(ctx.adapter, DeclaredProfile):  # the synthetic adapter declares its pretend profile
+        return ctx.adapter.profile_categories(st.stack), None, "the synthetic adapter's declared profile"
     prof = st.extra.get("profile") or {}
     if st.stack == st.stock_config and prof.get("categories"):
         return prof["categories"], prof.get("ledger_seq"), "stock's PRELUDE profile"
     key = _key("profile-kernel", st.session_id, st.cycle)
-    found = c.ledger.find(key)
+    found = ctx.ledger.find(key)
     if found is None:
-        from inferloom.measure.profile import profile_config
-
-        c.progress("KERNEL: profiling one untimed run of the current stack (torch.profiler)")
+        ctx.progress("KERNEL: profiling one untimed run of the current stack (torch.profiler)")
         try:
-            res = profile_config(c.adapter, st.stack)
+            res = profile_config(ctx.adapter, st.stack)
         except Exception as exc:  # noqa: BLE001 - no profile is a reason to skip, not a crash
             res = {"error": f"{type(exc).__name__}: {exc}"}
-        seq = c.ledger.append(PROFILE, {"profile": _jsonable(res), "stack": dict(st.stack), "cycle": st.cycle}, key=key)
+        seq = ctx.ledger.append(PROFILE, {"profile": _jsonable(res), "stack": dict(st.stack), "cycle": st.cycle}, key=key)
         found = {"profile": res, "seq": seq}
     p = found.get("profile") or {}
     if p.get("error") or not p.get("categories"):
@@ -89,24 +88,24 @@ def _stack_categories(c: Any, st: SessionState) -> tuple[dict[str, Any] | None, 
     return p["categories"], found["seq"], "a profile of the current stack"
 
 
-def _begin(c: Any, st: SessionState) -> dict[str, Any] | None:
-    backend, why = _backend(c, st)
+def _begin(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
+    backend, why = _backend(ctx, st)
     if backend is None:
-        _to_sweep(c, st, why, skipped=True)
+        _to_sweep(ctx, st, why, skipped=True)
         return None
-    cats, pseq, source = _stack_categories(c, st)
+    cats, pseq, source = _stack_categories(ctx, st)
     if not cats:
-        _to_sweep(c, st, f"no profile to pick targets from ({source})", skipped=True)
+        _to_sweep(ctx, st, f"no profile to pick targets from ({source})", skipped=True)
         return None
-    ks = c.spec.kernels
+    ks = ctx.spec.kernels
     targets = select_targets(cats, backend.rewritable(), ks.min_share)
-    c.ledger.append(KERNEL_TARGETS, {"cycle": st.cycle, "backend": backend.name, "profile_seq": pseq,
+    ctx.ledger.append(KERNEL_TARGETS, {"cycle": st.cycle, "backend": backend.name, "profile_seq": pseq,
                                      "profile_source": source, "targets": [t.to_dict() for t in targets]},
                     key=_key("kernel-targets", st.session_id, st.cycle))
     for t in targets:
-        c.progress(f"KERNEL: {'target' if t.picked else 'passed over'} {t.category} ({t.share * 100:.1f}%): {t.why}")
+        ctx.progress(f"KERNEL: {'target' if t.picked else 'passed over'} {t.category} ({t.share * 100:.1f}%): {t.why}")
     if not any(t.picked for t in targets):
-        _to_sweep(c, st, f"{backend.name}: no profiled category is both hot enough and rewritable", skipped=True)
+        _to_sweep(ctx, st, f"{backend.name}: no profiled category is both hot enough and rewritable", skipped=True)
         return None
     state = {"cycle": st.cycle, "backend": backend.name, "targets": [t.to_dict() for t in targets], "next": 0,
              "kept": [], "stack_at_start": dict(st.stack)}
@@ -114,15 +113,15 @@ def _begin(c: Any, st: SessionState) -> dict[str, Any] | None:
     return state
 
 
-def _candidates(c: Any, st: SessionState, ks: Mapping[str, Any]) -> list[KernelCandidate]:
-    backend, _ = _backend(c, st)
+def _candidates(ctx: SessionContext, st: SessionState, ks: Mapping[str, Any]) -> list[KernelCandidate]:
+    backend, _ = _backend(ctx, st)
     targets = [Target(**t) for t in ks["targets"]]
-    work = workload_of(c.spec, st.device, ks.get("stack_at_start") or st.stack)
+    work = workload_of(ctx.spec, st.device, ks.get("stack_at_start") or st.stack)
     return list(backend.propose(targets, work)) if backend is not None else []
 
 
-def _refuse(c: Any, st: SessionState, cand_id: str, rule: str, why: str, agent: str) -> None:
-    c.record_refusal(st, rule, why, agent, {"candidate": cand_id},
+def _refuse(ctx: SessionContext, st: SessionState, cand_id: str, rule: str, why: str, agent: str) -> None:
+    ctx.record_refusal(st, rule, why, agent, {"candidate": cand_id},
                      _key("kernel-refusal", st.session_id, st.cycle, cand_id, rule))
 
 
@@ -137,16 +136,16 @@ def _share(targets: list[Mapping[str, Any]], cand: KernelCandidate) -> tuple[flo
     return sum(shares[k] for k in cats), " + ".join(cats)
 
 
-def kernel_reserve(c: Any, st: SessionState) -> str | None:
+def kernel_reserve(ctx: SessionContext, st: SessionState) -> str | None:
     """Why FRAMEWORK should end now to leave ``spec.kernels.budget_share`` of
     the session's budget to the KERNEL phase; None while it may go on (or when
     no kernel backend applies, or the share is 0, or the KERNEL phase has
     already had its turn in an earlier cycle: its candidates are decided once
     per session, so later cycles' FRAMEWORK may use the rest)."""
-    share = float(c.spec.kernels.budget_share)
+    share = float(ctx.spec.kernels.budget_share)
     if share <= 0.0 or "kernel_had_turn" in st.extra:
         return None
-    if _backend(c, st)[0] is None:
+    if _backend(ctx, st)[0] is None:
         return None
     minutes = st.budget.minutes * (1.0 - share)
     trials = st.budget.trials - math.ceil(st.budget.trials * share)
@@ -159,7 +158,7 @@ def kernel_reserve(c: Any, st: SessionState) -> str | None:
     return None
 
 
-def _guard(bound: float | None):
+def _guard(bound: float | None) -> Guard:
     def check(ev: Mapping[str, Any]) -> tuple[str, str] | None:
         r = ev.get("ratio")
         if bound is None or r is None or r <= bound * (1 + AMDAHL_TOLERANCE):
@@ -169,16 +168,19 @@ def _guard(bound: float | None):
     return check
 
 
-def _trial(c: Any, st: SessionState, ks: dict[str, Any], proposal: dict[str, Any], key: str) -> None:
+def _trial(ctx: SessionContext, st: SessionState, ks: dict[str, Any], proposal: dict[str, Any], key: str,
+           first: bool = False) -> None:
+    """Measure a candidate (``first``: its proposal entry and pending action first);
+    an Amdahl-suspect result is measured once more."""
     agent = f"kernel:{ks['backend']}"
     remeasure = bool(proposal.get("remeasure"))
-    t = execute_trial(c, st, proposal, key, agent=agent,
-                      guard=None if remeasure else _guard(proposal.get("amdahl_bound")))
+    guard = None if remeasure else _guard(proposal.get("amdahl_bound"))
+    t = (run_trial(ctx, st, proposal, key, action="try_kernel", agent=agent, entry={"candidate": proposal["candidate"]},
+                   guard=guard) if first else execute_trial(ctx, st, proposal, key, agent=agent, guard=guard))
     if t["verdict"] == "amdahl_suspect" and not remeasure:
         again = {**proposal, "remeasure": True}
-        st.pending_action = PendingAction(action="try_kernel", params=_jsonable(again), key=key + ":remeasure")
-        c._save(st)
-        _trial(c, st, ks, again, key + ":remeasure")
+        begin(ctx, st, "try_kernel", key + ":remeasure", _jsonable(again))
+        _trial(ctx, st, ks, again, key + ":remeasure")
         return
     if t["kept"]:
         ks["kept"].append(proposal.get("candidate"))
@@ -187,67 +189,67 @@ def _trial(c: Any, st: SessionState, ks: dict[str, Any], proposal: dict[str, Any
     ks["next"] = int(ks["next"]) + 1
 
 
-def kernel_step(c: Any, st: SessionState) -> None:
+def kernel_step(ctx: SessionContext, st: SessionState) -> None:
     if st.stop_reason:
-        _to_sweep(c, st, st.stop_reason, skipped=True)
+        _to_sweep(ctx, st, st.stop_reason, skipped=True)
         return
     ks = st.extra.get("kernel")
     if not ks or ks.get("cycle") != st.cycle:
-        ks = _begin(c, st)
+        ks = _begin(ctx, st)
         return  # state saved; candidates from the next tick on
     if st.pending_action is not None and st.pending_action.action == "try_kernel":
-        _trial(c, st, ks, dict(st.pending_action.params), st.pending_action.key)
+        _trial(ctx, st, ks, dict(st.pending_action.params), st.pending_action.key)
         return
-    reason = c._budget_reason(st)
+    reason = ctx.budget_reason(st)
     if reason:
         st.stop_reason = reason
-        _to_sweep(c, st, reason, skipped=False)
+        _to_sweep(ctx, st, reason, skipped=False)
         return
-    cands = _candidates(c, st, ks)
+    cands = _candidates(ctx, st, ks)
     i = int(ks["next"])
     if i >= len(cands):
         kept = ks.get("kept") or []
-        _to_sweep(c, st, f"{len(cands)} candidate(s) from {ks['backend']}, {len(kept)} kept"
+        _to_sweep(ctx, st, f"{len(cands)} candidate(s) from {ks['backend']}, {len(kept)} kept"
                   + (f" ({', '.join(kept)})" if kept else ""), skipped=False)
         return
     cand = cands[i]
     agent = f"kernel:{ks['backend']}"
     if all(st.stack.get(k) == v for k, v in cand.config_changes.items()):
-        c.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} is already in the stack")
+        ctx.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} is already in the stack")
         ks["next"] = i + 1
         return
     decided = st.extra.setdefault("kernel_decided", {})
     if cand.id in decided:  # gates don't depend on the stack; an end-to-end verdict stands for the session
-        c.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} was decided in an earlier cycle: {decided[cand.id]}")
+        ctx.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} was decided in an earlier cycle: {decided[cand.id]}")
         ks["next"] = i + 1
         return
     # can it be measured at all (knob space, phase, pinned, measured before)? Checked before the gates spend time.
     proposal, rule, why = validate_proposal({"action": "try_kernel", "changes": dict(cand.config_changes),
-                                             "source": agent, "candidate": cand.id}, "KERNEL", agent_view(st), c.knobs)
+                                             "source": agent, "candidate": cand.id}, "KERNEL", agent_view(st), ctx.knobs)
     if rule:
-        _refuse(c, st, cand.id, rule, why, agent)
+        _refuse(ctx, st, cand.id, rule, why, agent)
         ks["next"] = i + 1
         return
-    c.ledger.append(KERNEL_CLAIM, {"cycle": st.cycle, "backend": ks["backend"], "candidate": cand.to_record()},
+    ctx.ledger.append(KERNEL_CLAIM, {"cycle": st.cycle, "backend": ks["backend"], "candidate": cand.to_record()},
                     key=_key("kernel-claim", st.session_id, st.cycle, cand.id))
-    c.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} for {cand.op} (claims x{cand.claimed_speedup:.2f}, "
+    ctx.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} for {cand.op} (claims x{cand.claimed_speedup:.2f}, "
                "unverified)")
     device = st.device
     results = {}
     for gate in (correctness, microbenchmark):
         gkey = _key("kernel-gate", st.session_id, st.cycle, cand.id, gate.__name__)
-        found = c.ledger.find(gkey)
+        found = ctx.ledger.find(gkey)
         if found is None:
-            c.progress(f"KERNEL gate {gate.__name__}: {cand.id}")
-            kw = {"min_speedup": c.spec.kernels.min_speedup} if gate is microbenchmark else {}
+            ctx.progress(f"KERNEL gate {gate.__name__}: {cand.id}")
+            kw = {"min_speedup": ctx.spec.kernels.min_speedup} if gate is microbenchmark else {}
             res = gate(cand, device, **kw).to_dict()
-            c.ledger.append(KERNEL_GATE, {"cycle": st.cycle, "candidate": cand.id, **_jsonable(res)}, key=gkey)
+            ctx.ledger.append(KERNEL_GATE, {"cycle": st.cycle, "candidate": cand.id, **_jsonable(res)}, key=gkey)
         else:
             res = found
         results[gate.__name__] = res
-        c.progress(f"  {res['gate']}: {'pass' if res['passed'] else 'refused (' + str(res['rule']) + ')'}: {res['why']}")
+        ctx.progress(f"  {res['gate']}: {'pass' if res['passed'] else 'refused (' + str(res['rule']) + ')'}: {res['why']}")
         if not res["passed"]:
-            _refuse(c, st, cand.id, res["rule"], res["why"], agent)
+            _refuse(ctx, st, cand.id, res["rule"], res["why"], agent)
             st.extra.setdefault("kernel_decided", {})[cand.id] = f"cycle {st.cycle}: refused ({res['rule']})"
             ks["next"] = i + 1
             return
@@ -258,10 +260,4 @@ def kernel_step(c: Any, st: SessionState) -> None:
                     rationale=f"{cand.id}: {cand.op}; gates passed (x{local:.2f} on the op); Amdahl bound "
                     + (f"x{bound:.3f} from its {share * 100:.1f}% share ({spans})" if bound else "unknown"))
     key = _key("try_kernel", st.session_id, st.cycle, config_key(proposal["config"]))
-    c.ledger.append(L.PROPOSAL, {"agent": agent, "cycle": st.cycle, "trial": len(st.trials) + 1,
-                                 "changes": proposal["changes"], "config": proposal["config"],
-                                 "predicted_gain": proposal.get("predicted_gain"), "source": agent,
-                                 "rationale": proposal["rationale"], "candidate": cand.id}, key=key + ":proposal")
-    st.pending_action = PendingAction(action="try_kernel", params=_jsonable(proposal), key=key)
-    c._save(st)
-    _trial(c, st, ks, proposal, key)
+    _trial(ctx, st, ks, proposal, key, first=True)

@@ -5,10 +5,14 @@ runs; ``resume`` restores the workload from manifest.json and continues."""
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
+from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.errors import InferloomError
+from inferloom.phases.context import Agents, SessionOptions
+from inferloom.phases.coordinator import Coordinator
 from inferloom.session.manifest import build_manifest, read_manifest, write_manifest
 from inferloom.session.state import (
     Budget,
@@ -17,7 +21,9 @@ from inferloom.session.state import (
     new_session_id,
     save_state,
 )
+from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import resolve_config
+from inferloom.workloads.registry import make_adapter
 
 __all__ = ["SessionExists", "default_agents", "start", "resume", "PERSISTED_OPTIONS"]
 
@@ -31,23 +37,24 @@ class SessionExists(InferloomError, ValueError):
     """The output directory already holds a session."""
 
 
-def default_agents(spec: Any) -> dict[str, Any]:
-    from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
-
-    return {"orchestrator": RuleOrchestrator(seed=spec.seed), "critic_factory": RuleCritic,
-            "robustness": RuleRobustness()}
+AgentsArg = Agents | Mapping[str, Any] | None
 
 
-def _coordinator(directory: Path, spec: Any, adapter: Any, agents: dict[str, Any] | None,
-                 progress: Callable[[str], None], **kw: Any) -> Any:
-    from inferloom.session.coordinator import Coordinator
-    from inferloom.workloads.registry import make_adapter
-
-    return Coordinator(directory, spec, adapter, progress=progress, adapter_factory=kw.pop("adapter_factory", make_adapter),
-                       **(agents or default_agents(spec)), **kw)
+def default_agents(spec: Any) -> Agents:
+    return Agents(orchestrator=RuleOrchestrator(seed=spec.seed), critic_factory=RuleCritic,
+                  robustness=RuleRobustness())
 
 
-def _run(directory: Path, spec: Any, adapter: Any, agents: dict[str, Any] | None,
+def _coordinator(directory: Path, spec: Any, adapter: Any, agents: AgentsArg, progress: Callable[[str], None], *,
+                 adapter_factory: Callable[[Any], Any] = make_adapter, clock: Callable[[], float] = time.time,
+                 **options: Any) -> Coordinator:
+    """``options``: :class:`SessionOptions` fields."""
+    return Coordinator(directory, spec, adapter, agents=Agents.of(agents) if agents else default_agents(spec),
+                       options=SessionOptions(**options), progress=progress, adapter_factory=adapter_factory,
+                       clock=clock)
+
+
+def _run(directory: Path, spec: Any, adapter: Any, agents: AgentsArg,
          progress: Callable[[str], None], **kw: Any) -> SessionState:
     c = _coordinator(directory, spec, adapter, agents, progress, **kw)
     try:
@@ -57,10 +64,11 @@ def _run(directory: Path, spec: Any, adapter: Any, agents: dict[str, Any] | None
 
 
 def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials: int, adapter: Any = None,
-          agents: dict[str, Any] | None = None, progress: Callable[[str], None] = lambda _m: None,
+          agents: AgentsArg = None, progress: Callable[[str], None] = lambda _m: None,
           **kw: Any) -> SessionState:
-    from inferloom.workloads.registry import make_adapter
-
+    """Start a session in ``directory`` and run it to the end (``agents``: an
+    :class:`Agents` or a mapping of its fields; ``kw``: :class:`SessionOptions`
+    fields, ``adapter_factory``, ``clock``)."""
     d = Path(directory)
     if (d / "state.json").exists() or (d / "ledger.jsonl").exists():
         raise SessionExists(f"{d} already holds a session; continue it with `inferloom resume {d}` or choose another --out")
@@ -88,11 +96,9 @@ def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials
             adapter.close()
 
 
-def resume(directory: str | Path, *, adapter: Any = None, agents: dict[str, Any] | None = None,
+def resume(directory: str | Path, *, adapter: Any = None, agents: AgentsArg = None,
            progress: Callable[[str], None] = lambda _m: None, **kw: Any) -> SessionState:
-    from inferloom.spec import WorkloadSpec
-    from inferloom.workloads.registry import make_adapter
-
+    """Continue the session in ``directory`` with the options it was started with (unless given again)."""
     d = Path(directory)
     manifest = read_manifest(d)
     st = load_state(d)

@@ -1,20 +1,22 @@
 """SWEEP phase: re-measure the final stack against stock over a small grid of
 concurrency x input length (descriptive: a fixed number of pairs per point, no
-early stop). Skipped, with its reason, when nothing was kept this cycle. Then
-another cycle starts at FRAMEWORK, or the session closes."""
+early stop). Skipped, with its reason, when nothing was kept this cycle (or
+the workload has no traffic grid: ``WorkloadStrategy.sweep_skip_reason``).
+Then another cycle starts at FRAMEWORK, or the session closes."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from inferloom.phases.common import seed_base as _seed_base
+from inferloom.phases.common import step_key as _key
+from inferloom.phases.compare import compare
+from inferloom.phases.context import SessionContext
 from inferloom.session import ledger as L
-from inferloom.session.common import seed_base as _seed_base
-from inferloom.session.common import step_key as _key
-from inferloom.session.compare import compare
 from inferloom.session.state import Phase, SessionState
-from inferloom.workloads.base import ConfigError, resolve_config
+from inferloom.workloads.base import ConfigError, ServerLogs, resolve_config
 
-__all__ = ["grid", "sweep_step"]
+__all__ = ["grid", "sweep_step", "HEADROOM_WORTH_A_CYCLE"]
 
 
 def grid(spec: Any) -> list[tuple[int, int]]:
@@ -24,31 +26,33 @@ def grid(spec: Any) -> list[tuple[int, int]]:
     return [(c_, i_) for c_ in conc for i_ in inl]
 
 
-def sweep_step(c: Any, st: SessionState) -> None:
+def sweep_step(ctx: SessionContext, st: SessionState) -> None:
+    """One SWEEP tick: one grid point measured, or the phase skipped / done."""
     kept_now = any(t["kept"] and t["cycle"] == st.cycle for t in st.trials)
     done = st.extra.setdefault("sweep", {}).setdefault(str(st.cycle), [])
-    out_of_time = c.time_left_s(st) <= 0
-    custom = getattr(c.spec, "framework", None) == "custom"
-    if not c.do_sweep or not kept_now or out_of_time or custom:
-        reason = ("a custom workload has no traffic grid" if custom else "sweep disabled" if not c.do_sweep else f"nothing was kept in cycle {st.cycle}" if not kept_now
-                  else "the wall-clock budget is used up")
-        c.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "SWEEP", "cycle": st.cycle, "reason": reason},
+    out_of_time = ctx.time_left_s(st) <= 0
+    no_grid = ctx.strategy.sweep_skip_reason
+    if not ctx.options.sweep or not kept_now or out_of_time or no_grid:
+        reason = (no_grid or ("sweep disabled" if not ctx.options.sweep else f"nothing was kept in cycle {st.cycle}"
+                              if not kept_now else "the wall-clock budget is used up"))
+        ctx.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "SWEEP", "cycle": st.cycle, "reason": reason},
                         key=_key("sweep-skip", st.session_id, st.cycle))
-        _next(c, st, kept_now)
+        _next(ctx, st, kept_now)
         return
-    points = grid(c.spec)
+    points = grid(ctx.spec)
     todo = [p for p in points if list(p) not in [d["point"] for d in done]]
     if not todo:
-        _next(c, st, kept_now)
+        _next(ctx, st, kept_now)
         return
     conc, inl = todo[0]
-    spec2 = c.spec.model_copy(update={"traffic": c.spec.traffic.model_copy(
+    spec2 = ctx.spec.model_copy(update={"traffic": ctx.spec.traffic.model_copy(
         update={"concurrency": conc, "input_len": inl, "num_prompts": None})})
-    settings = c.settings.__class__(**{**c.settings.to_dict(), "min_pairs": c.sweep_pairs, "max_pairs": c.sweep_pairs})
-    adapter = c.adapter_factory(spec2)
-    if adapter is not c.adapter and hasattr(adapter, "set_log_dir"):  # server logs stay in the session
-        adapter.set_log_dir(c.dir / "servers" / f"sweep-c{conc}-i{inl}", progress=c.progress)
-    c.progress(f"SWEEP cycle {st.cycle}: concurrency {conc}, input {inl} ({len(done) + 1}/{len(points)})")
+    pairs = ctx.options.sweep_pairs
+    settings = ctx.settings.__class__(**{**ctx.settings.to_dict(), "min_pairs": pairs, "max_pairs": pairs})
+    adapter = ctx.adapter_factory(spec2)
+    if adapter is not ctx.adapter and isinstance(adapter, ServerLogs):  # server logs stay in the session
+        adapter.set_log_dir(ctx.dir / "servers" / f"sweep-c{conc}-i{inl}", progress=ctx.progress)
+    ctx.progress(f"SWEEP cycle {st.cycle}: concurrency {conc}, input {inl} ({len(done) + 1}/{len(points)})")
     key = _key("sweep", st.session_id, st.cycle, conc, inl)
     # Stock and the stack at this operating point: stock's defaults there (e.g.
     # micro_batch follows concurrency), plus the changes the session kept.
@@ -58,19 +62,19 @@ def sweep_step(c: Any, st: SessionState) -> None:
         stock2 = resolve_config(knobs2, {}, st.pinned)
         stack2 = resolve_config(knobs2, {**stock2, **changes}, st.pinned)
     except ConfigError as exc:
-        if adapter is not c.adapter:
+        if adapter is not ctx.adapter:
             adapter.close()
-        c.ledger.append(L.ERROR, {"what": "sweep point not applicable", "point": [conc, inl], "error": str(exc)}, key=key)
+        ctx.ledger.append(L.ERROR, {"what": "sweep point not applicable", "point": [conc, inl], "error": str(exc)}, key=key)
         done.append({"point": [conc, inl], "verdict": "not-applicable", "error": str(exc)})
         return
     try:
-        res, seq = c._measured(key, L.MEASUREMENT, lambda: {
+        res, seq = ctx.measured(key, L.MEASUREMENT, lambda: {
             "action": "sweep", "cycle": st.cycle, "point": [conc, inl], **compare(
                 adapter, spec2, stock2, stack2, settings=settings,
-                seed_base=_seed_base(c.spec.seed, 50_000 + 100 * st.cycle + len(done)), refs=None,
-                progress=c.progress, stop_early=False, labels=("stock", "stack"))})
+                seed_base=_seed_base(ctx.spec.seed, 50_000 + 100 * st.cycle + len(done)), refs=None,
+                progress=ctx.progress, stop_early=False, labels=("stock", "stack"))})
     finally:
-        if adapter is not c.adapter:
+        if adapter is not ctx.adapter:
             adapter.close()
     d = (res.get("protocol") or {}).get("decision") or {}
     done.append({"point": [conc, inl], "ratio": d.get("ratio"), "ci_low": d.get("ci_low"),
@@ -89,23 +93,23 @@ def _headroom_left(st: SessionState) -> float | None:
     return float(head) / float(st.extra.get("stack_ratio", 1.0))
 
 
-def _next(c: Any, st: SessionState, kept_now: bool) -> None:
-    reason = st.stop_reason or c._budget_reason(st)
+def _next(ctx: SessionContext, st: SessionState, kept_now: bool) -> None:
+    reason = st.stop_reason or ctx.budget_reason(st)
     if reason:
         st.stop_reason = reason
-        c._phase(st, Phase.CLOSE, reason)
+        ctx.enter_phase(st, Phase.CLOSE, reason)
     elif not kept_now:
         st.stop_reason = f"converged: cycle {st.cycle} kept nothing"
-        c._phase(st, Phase.CLOSE, st.stop_reason)
+        ctx.enter_phase(st, Phase.CLOSE, st.stop_reason)
     elif _headroom_left(st) is not None and _headroom_left(st) < HEADROOM_WORTH_A_CYCLE:
         st.stop_reason = (f"converged: the stack is within {(HEADROOM_WORTH_A_CYCLE - 1) * 100:.0f}% of the roofline "
                           f"(headroom x{_headroom_left(st):.2f})")
-        c._phase(st, Phase.CLOSE, st.stop_reason)
-    elif st.cycle >= c.cycle_ceiling:
-        st.stop_reason = f"cycle ceiling ({c.cycle_ceiling}) reached"
-        c._phase(st, Phase.CLOSE, st.stop_reason)
+        ctx.enter_phase(st, Phase.CLOSE, st.stop_reason)
+    elif st.cycle >= ctx.options.cycle_ceiling:
+        st.stop_reason = f"cycle ceiling ({ctx.options.cycle_ceiling}) reached"
+        ctx.enter_phase(st, Phase.CLOSE, st.stop_reason)
     else:
         st.cycle += 1
         st.extra["proposals"] = []
-        st.extra["cycle_started_at"] = c.clock()
-        c._phase(st, Phase.FRAMEWORK, f"cycle {st.cycle - 1} kept something; another cycle from the established stack")
+        st.extra["cycle_started_at"] = ctx.clock()
+        ctx.enter_phase(st, Phase.FRAMEWORK, f"cycle {st.cycle - 1} kept something; another cycle from the established stack")

@@ -19,7 +19,7 @@ from inferloom.measure import protocol as proto
 from inferloom.measure import quality as Q
 from inferloom.measure.metrics import get_metric, output_tokens_per_s
 from inferloom.spec import objective_label
-from inferloom.workloads.base import AdapterError, RunRecord
+from inferloom.workloads.base import AdapterError, OwnObjective, OwnQualityGate, RunRecord
 
 __all__ = ["QUALITY_PROBE_FAILED", "References", "compare", "stock_references", "warmup", "compile_overhead", "timed_pairs"]
 
@@ -43,7 +43,7 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
                      refs: References, progress: Progress, handle: Any = None) -> References:
     """Capture the missing references with ``handle`` (a prepared stock) or a fresh stock handle."""
     missing = [n for n in names if n not in refs.sets]
-    if not missing or callable(getattr(adapter, "gate_quality", None)):  # the workload's own gate judges quality
+    if not missing or isinstance(adapter, OwnQualityGate):  # the workload's own gate judges quality
         return refs
     progress(f"quality: capturing stock's reference outputs ({', '.join(missing)})")
     sets = Q.quality_prompt_sets(spec, adapter)
@@ -91,7 +91,7 @@ def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int,
             on_pair(pair, decision)
 
     # an adapter with its own objective (a custom workload) supplies the metric
-    metric = getattr(adapter, "objective_metric", None) or metric
+    metric = adapter.objective_metric if isinstance(adapter, OwnObjective) else metric
     return proto.run_paired(lambda s: adapter.run(h_a, s), lambda s: adapter.run(h_b, s), settings,
                             seed_base=seed_base, on_pair=_on_pair, stop_early=stop_early, metric=metric)
 
@@ -150,10 +150,9 @@ def compare(
         timings["warmup_s"] = sum(w["wall_s"] for w in timings["warmup_base"] + timings["warmup_candidate"])
         out["timings"] = timings
         q: dict[str, Any] = {"evaluated": False}
-        gate = getattr(adapter, "gate_quality", None)
-        if callable(gate) and quality_sets and pres.verdict != "failed":
+        if isinstance(adapter, OwnQualityGate) and quality_sets and pres.verdict != "failed":
             # a custom workload's own quality gate, fail-closed, over the candidate's timed runs
-            q = gate([p.b for p in pres.pairs])
+            q = adapter.gate_quality([p.b for p in pres.pairs])
             if not q["passed"]:
                 progress(f"quality gate: {labels[1]} rejected: {'; '.join(q['failed'])}")
         elif quality_sets and refs is not None and pres.verdict != "failed":

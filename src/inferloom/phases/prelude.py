@@ -1,0 +1,223 @@
+"""PRELUDE: the stock baseline with its A/A noise floor (stock against a
+second instance of itself), then a warm replay from the knowledge base, then
+a profile of one (untimed) stock run and the roofline; then FRAMEWORK (or
+ENABLEMENT when stock fails). One of these per tick.
+
+Warm replay: the best recipe found by the relaxed lookup above the confidence
+threshold is measured against stock (paired, quality-checked, as any trial)
+and adopted as the starting stack only if it reproduces at least
+``replay_fraction`` of its recorded gain (in log space); otherwise the recipe
+is marked ``drift`` in the KB and the session starts from stock. Past failures
+become priors that rank proposals down (``kb_failures``), never bans.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from typing import Any
+
+from inferloom.kb import KBError, RecipeStore, WorkloadKey
+from inferloom.measure.profile import profile_config
+from inferloom.measure.ceilings import _cpu_name, measure_ceilings
+from inferloom.phases.common import jsonable as _jsonable
+from inferloom.phases.common import median_objective
+from inferloom.phases.common import seed_base as _seed_base
+from inferloom.phases.common import step_key as _key
+from inferloom.phases.compare import compare
+from inferloom.phases.context import SessionContext
+from inferloom.phases.roofline import PROFILE, ROOFLINE, kept_roofline, roofline_for
+from inferloom.phases.trial import execute_trial, run_trial
+from inferloom.session import ledger as L
+from inferloom.session.state import PendingAction, Phase, SessionState
+from inferloom.spec import objective_label
+from inferloom.workloads.base import ConfigError, config_key, resolve_config
+
+__all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP"]
+
+KB_LOOKUP = "kb_lookup"
+
+
+def prelude_step(ctx: SessionContext, st: SessionState) -> None:
+    """One PRELUDE tick: stock, then the warm replay, then the profile, then FRAMEWORK."""
+    if "stock_objective" not in st.extra:
+        _measure_stock(ctx, st)
+    elif "warm_replay" not in st.extra:
+        replay_step(ctx, st)
+    elif "profile" not in st.extra:
+        profile_step(ctx, st)
+    else:
+        st.cycle = 1
+        st.extra["cycle_started_at"] = ctx.clock()
+        so = st.extra["stock_objective"]
+        ctx.enter_phase(st, Phase.FRAMEWORK, f"stock {so['median']:,.1f} {objective_label(ctx.spec)}; A/A floor "
+                      f"{abs((st.noise_floor or {}).get('ratio', 1.0) - 1) * 100:.2f}%; starting stack "
+                      + ("from the knowledge base" if st.stack != st.stock_config else "stock"))
+
+
+def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
+    key = _key("measure_stock", st.session_id, st.extra.get("enablement_round", 0))
+    st.pending_action = PendingAction(action="measure_stock", key=key)
+    ctx.save(st)
+    ctx.progress("PRELUDE: stock baseline and A/A noise floor (stock against itself)")
+    res, seq = ctx.measured(key, L.MEASUREMENT, lambda: {
+        "action": "measure_stock", **compare(
+            ctx.adapter, ctx.spec, st.stock_config, st.stock_config, settings=ctx.settings,
+            seed_base=_seed_base(ctx.spec.seed, 0), refs=None, progress=ctx.progress,
+            stop_early=False, labels=("stock", "stock-2"))})
+    st.pending_action = None
+    if res["verdict"] == "failed":
+        st.extra["stock_failure"] = {"error": res.get("error"), "kind": res.get("error_kind", "error"), "seq": seq}
+        ctx.enter_phase(st, Phase.ENABLEMENT, f"stock failed: {res.get('error')}")
+        return
+    stock = median_objective(res, "value_a", "value_b")
+    st.noise_floor = {**res["noise"], "ledger_seq": seq}
+    st.extra["stock_objective"] = {"median": stock, "n_runs": 2 * len(res["protocol"]["pairs"]), "ledger_seq": seq}
+    if config_key(st.stock_config) not in st.measured_config_keys:
+        st.measured_config_keys.append(config_key(st.stock_config))
+    ctx.progress(f"PRELUDE: stock {stock:,.1f} {objective_label(ctx.spec)}; A/A ratio {res['noise']['ratio']:.4f} "
+               f"[{res['noise']['ci_low']:.4f}, {res['noise']['ci_high']:.4f}]")
+
+
+def replay_step(ctx: SessionContext, st: SessionState) -> None:
+    """The warm replay: look the workload up in the knowledge base and measure the best recipe against stock."""
+    if st.pending_action is not None and st.pending_action.action == "warm_replay":
+        p = dict(st.pending_action.params)
+        _finish_replay(ctx, st, p, execute_trial(ctx, st, p, st.pending_action.key, agent="kb-replay",
+                                               min_ratio=p.get("min_ratio")))
+        return
+    if not ctx.kb_url:
+        st.extra["warm_replay"] = {"skipped": "no knowledge base (--no-kb)"}
+        return
+    try:
+        with RecipeStore(ctx.kb_url) as store:
+            key = WorkloadKey.from_spec(ctx.spec)
+            res = store.lookup(key, min_confidence=ctx.options.replay_min_confidence)
+    except KBError as exc:
+        st.extra["warm_replay"] = {"skipped": f"knowledge base unavailable: {exc}"}
+        ctx.progress(f"PRELUDE: warm replay skipped: {exc}")
+        return
+    seq = ctx.ledger.append(KB_LOOKUP, {"workload_key": key.to_dict(), "result": _jsonable(res.to_dict())},
+                          key=_key("kb_lookup", st.session_id))
+    st.extra["kb_failures"] = [p["changes"] for p in res.priors if isinstance(p.get("changes"), dict)]
+    chosen = res.chosen
+    winner = (chosen.winner or {}) if chosen is not None else {}
+    if not winner:
+        st.extra["warm_replay"] = {"skipped": "no recipe above the confidence threshold", "lookup_seq": seq}
+        ctx.progress("PRELUDE: warm replay: no recipe for this workload yet")
+        return
+    names = {k.name for k in ctx.knobs}
+    changes = {k: v for k, v in (winner.get("changes") or {}).items() if k in names}
+    try:
+        cfg = resolve_config(ctx.knobs, {**st.stock_config, **changes}, st.pinned)
+    except ConfigError as exc:
+        st.extra["warm_replay"] = {"skipped": f"recipe does not apply here: {exc}", "lookup_seq": seq}
+        return
+    if cfg == st.stock_config:
+        st.extra["warm_replay"] = {"skipped": "recipe equals stock here", "lookup_seq": seq}
+        return
+    recorded = float(winner["ratio"])
+    min_ratio = math.exp(ctx.options.replay_fraction * math.log(recorded)) if recorded > 1 else None
+    proposal = {"action": "try_config", "changes": {k: v for k, v in cfg.items() if st.stock_config[k] != v},
+                "config": cfg, "predicted_gain": recorded - 1, "source": "kb-replay",
+                "rationale": f"recipe #{chosen.id} (confidence {res.confidence:.2f}) recorded x{recorded:.3f}",
+                "recipe_id": chosen.id, "recipe_key": chosen.key.to_dict(), "winner_session": winner.get("session_id"),
+                "min_ratio": min_ratio, "lookup_seq": seq}
+    ctx.progress(f"PRELUDE: warm replay of recipe #{chosen.id}: {proposal['changes']} (recorded x{recorded:.3f})")
+    k = _key("warm_replay", st.session_id)
+    _finish_replay(ctx, st, proposal, run_trial(ctx, st, proposal, k, action="warm_replay", agent="kb-replay",
+                                              min_ratio=min_ratio))
+
+
+def _finish_replay(ctx: SessionContext, st: SessionState, proposal: dict[str, Any], trial: dict[str, Any]) -> None:
+    st.extra["warm_replay"] = {"recipe_id": proposal.get("recipe_id"), "adopted": trial["kept"],
+                               "ratio": trial.get("ratio"), "recorded_gain": proposal.get("predicted_gain"),
+                               "verdict_seq": trial.get("verdict_seq")}
+    if trial["kept"]:
+        return
+    try:
+        with RecipeStore(ctx.kb_url) as store:
+            store.mark_drift(WorkloadKey.from_dict(proposal["recipe_key"]),
+                             f"session {st.session_id}: measured {trial.get('ratio')} vs recorded "
+                             f"x{1 + proposal['predicted_gain']:.3f} ({trial['verdict']})",
+                             session_id=st.session_id, expected_winner=proposal.get("winner_session"))
+        ctx.progress("PRELUDE: the recipe did not reproduce: marked drift in the knowledge base; starting from stock")
+    except KBError as exc:
+        ctx.progress(f"PRELUDE: could not mark the recipe as drift: {exc}")
+
+
+def profile_step(ctx: SessionContext, st: SessionState) -> None:
+    """A profile of one untimed stock run, the device's ceilings, and where stock sits under them."""
+    if ctx.spec.framework == "synthetic":
+        st.extra["profile"] = {"skipped": "the synthetic adapter runs no operators"}
+        return
+    if ctx.spec.framework == "custom":
+        st.extra["profile"] = {"skipped": "a custom workload is the user's own process: no operator profile"}
+        return
+    if ctx.spec.framework == "vllm":
+        st.extra["profile"] = {"skipped": "the server runs out of process: no torch.profiler trace or roofline yet"}
+        return
+    ctx.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
+    prof: dict[str, Any]
+    try:
+        prof = profile_config(ctx.adapter, st.stock_config)  # warm run first: no first-call costs in the profile
+    except Exception as exc:  # noqa: BLE001 - a profiler failure is a note, not the session's end
+        prof = {"error": f"{type(exc).__name__}: {exc}"}
+    pseq = ctx.ledger.append(PROFILE, {"profile": _jsonable(prof)}, key=_key("profile", st.session_id))
+    st.extra["profile"] = {"ledger_seq": pseq, "categories": _jsonable((prof or {}).get("categories")),
+                           "error": prof.get("error")}
+    ceil = _ceilings(ctx, st)
+    stock = st.extra["stock_objective"]["median"]
+    roof = roofline_for(ctx, st, stock, st.stock_config) if ceil else None
+    rseq = ctx.ledger.append(ROOFLINE, {"ceilings": _jsonable(ceil), "stock": _jsonable(roof)}, key=_key("roofline", st.session_id))
+    st.extra["roofline_stock"] = {"ledger_seq": rseq, "fraction": (roof or {}).get("fraction"),
+                                  "headroom": (roof or {}).get("headroom"),
+                                  "ceiling_tok_per_s": (roof or {}).get("ceiling_tok_per_s")}
+    if roof:
+        ctx.progress(f"PRELUDE: roofline: stock at {roof['fraction'] * 100:.1f}% of the {roof['ceiling_tok_per_s']:,.0f} tok/s "
+                   f"ceiling (headroom x{roof['headroom']:.2f})")
+        for t in st.trials:  # a warm replay kept before the ceilings existed
+            if t.get("kept") and "roofline" not in t:
+                m = next((e for e in ctx.ledger.entries(L.MEASUREMENT) if e["seq"] == t["measurement_seq"]), None)
+                if m is not None:
+                    kept_roofline(ctx, st, m, _key("replay-roofline", st.session_id, t["trial"]), t)
+
+
+def _ceilings(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
+    """Measured once per device and cached in the KB with their date."""
+    dtype = "bfloat16" if st.device == "cuda" and ctx.spec.dtype != "float32" else ctx.spec.dtype
+    store = None
+    try:
+        if ctx.kb_url:
+            store = RecipeStore(ctx.kb_url)
+            name = _device_name(st.device)
+            cached = store.get_ceiling(name, dtype)
+            if cached is not None:
+                st.extra["ceilings"] = {"memory_bandwidth_bytes_per_s": cached.mem_bw_bytes_per_s,
+                                        "matmul_flops_per_s": cached.matmul_flops_per_s, "device_name": name,
+                                        "matmul_dtype": dtype, "cached": True,
+                                        "measured_at": _dt.datetime.fromtimestamp(cached.measured_at, _dt.timezone.utc)
+                                        .isoformat(timespec="seconds")}
+                return st.extra["ceilings"]
+        ctx.progress("PRELUDE: measuring this device's ceilings (memory bandwidth, matmul rate)")
+        ceil = measure_ceilings(st.device, dtype)
+        st.extra["ceilings"] = {k: ceil[k] for k in ("memory_bandwidth_bytes_per_s", "matmul_flops_per_s",
+                                                     "device_name", "matmul_dtype", "measured_at")}
+        if store is not None:
+            store.put_ceiling(ceil["device_name"], mem_bw_bytes_per_s=ceil["memory_bandwidth_bytes_per_s"],
+                              matmul_flops_per_s=ceil["matmul_flops_per_s"], dtype=dtype)
+        return st.extra["ceilings"]
+    except Exception as exc:  # noqa: BLE001 - no roofline is a note, not a failure
+        ctx.progress(f"PRELUDE: no ceilings: {exc}")
+        return None
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        import torch  # heavy: only when the device is a GPU
+
+        return torch.cuda.get_device_name(0)
+    return _cpu_name()

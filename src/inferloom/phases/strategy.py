@@ -1,0 +1,61 @@
+"""What differs between workloads, chosen once from the spec.
+
+* :class:`ConfigStrategy`: a workload whose stack is a configuration (the
+  transformers engine, vLLM, the synthetic adapter): FRAMEWORK is the
+  configuration search, CLOSE measures the final stack against stock and its
+  roofline, SWEEP runs its traffic grid.
+* :class:`CustomStrategy`: a custom workload (``framework: custom``), whose
+  stack also holds source patches: the workspace is bound at start, FRAMEWORK
+  tries source patches first, CLOSE measures in the stock and stack trees and
+  runs the rollback drill, and there is no traffic grid to sweep.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferloom.phases.close import final_compare
+from inferloom.phases.context import SessionContext, WorkloadStrategy
+from inferloom.phases.custom import bind_session, patch_framework_step
+from inferloom.phases.custom_close import custom_close
+from inferloom.phases.framework import framework_step
+from inferloom.session.state import SessionState
+
+__all__ = ["ConfigStrategy", "CustomStrategy", "strategy_for"]
+
+
+class ConfigStrategy:
+    """A workload whose stack is a configuration."""
+
+    name = "configuration"
+    sweep_skip_reason: str | None = None
+
+    def bind(self, ctx: SessionContext) -> None:
+        return None
+
+    def framework_step(self, ctx: SessionContext, st: SessionState) -> None:
+        framework_step(ctx, st)
+
+    def close_measure(self, ctx: SessionContext, st: SessionState) -> None:
+        final_compare(ctx, st)
+
+
+class CustomStrategy:
+    """A custom workload: source patches, then configuration; the rollback drill at CLOSE."""
+
+    name = "custom"
+    sweep_skip_reason: str | None = "a custom workload has no traffic grid"
+
+    def bind(self, ctx: SessionContext) -> None:
+        bind_session(ctx)  # the workspace and the stock / stack source trees (issue 6)
+
+    def framework_step(self, ctx: SessionContext, st: SessionState) -> None:
+        patch_framework_step(ctx, st)  # source patches first, then the configuration search
+
+    def close_measure(self, ctx: SessionContext, st: SessionState) -> None:
+        custom_close(ctx, st)  # final comparison in the stock and stack trees, then the rollback drill
+
+
+def strategy_for(spec: Any) -> WorkloadStrategy:
+    """The strategy for ``spec``'s workload."""
+    return CustomStrategy() if spec.framework == "custom" else ConfigStrategy()

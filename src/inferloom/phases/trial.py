@@ -1,0 +1,179 @@
+"""One trial, written once: proposal -> ledger PROPOSAL entry ->
+``pending_action`` -> save -> paired measurement against the stack -> a fresh
+Critic's ruling -> the coordinator's verdict -> state update.
+
+Every phase that measures a change goes through here: the warm replay
+(PRELUDE), the configuration search (FRAMEWORK), kernel candidates (KERNEL)
+and source patches (a custom workload's FRAMEWORK). The coordinator, not an
+agent, keeps or reverts: a change is kept only when the protocol keeps it,
+the quality contract passes, the gain clears the A/A noise floor, and the
+Critic agrees. :func:`trial_record` builds the trial record that
+``state.json`` keeps; the ledger's verdict entry and a patch's outcome are
+views of it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Mapping
+
+from inferloom.phases.common import jsonable, seed_base
+from inferloom.phases.compare import compare, stock_references
+from inferloom.phases.context import SessionContext
+from inferloom.phases.roofline import kept_roofline
+from inferloom.session import ledger as L
+from inferloom.session.state import PendingAction, SessionState
+from inferloom.workloads.base import config_key
+
+__all__ = ["Guard", "noise_floor_gain", "propose", "begin", "run_trial", "execute_trial", "trial_record",
+           "verdict_entry"]
+
+# A last check before a keep: (rule, why) turns the keep into outcome ``rule``.
+Guard = Callable[[Mapping[str, Any]], "tuple[str, str] | None"]
+
+
+def noise_floor_gain(st: SessionState) -> float:
+    """The A/A floor as a relative gain: how far stock measured against a second
+    instance of itself landed from 1 (|ratio - 1|). A true no-op measures as
+    that much by instance effects alone (seen on an H200: -6%), so a kept gain's
+    lower bound must clear it as well as ``min_gain``. Random noise is already
+    in each trial's own interval; this floor is for the systematic part.
+    0.0 when no A/A was measured."""
+    nf = st.noise_floor or {}
+    r = nf.get("ratio")
+    return abs(float(r) - 1.0) if isinstance(r, (int, float)) and math.isfinite(r) else 0.0
+
+
+def propose(ctx: SessionContext, st: SessionState, proposal: Mapping[str, Any], key: str, *, agent: str,
+            **extra: Any) -> None:
+    """The ledger's PROPOSAL entry for the next trial (``extra``: fields a phase adds)."""
+    ctx.ledger.append(L.PROPOSAL, {"agent": agent, "cycle": st.cycle, "trial": len(st.trials) + 1,
+                                   "changes": proposal["changes"], "config": proposal["config"],
+                                   "predicted_gain": proposal.get("predicted_gain"),
+                                   "source": proposal.get("source"), "rationale": proposal.get("rationale"), **extra},
+                      key=key + ":proposal")
+
+
+def begin(ctx: SessionContext, st: SessionState, action: str, key: str, params: Mapping[str, Any]) -> None:
+    """Record the trial as ``pending_action`` and save, before anything is measured (resume finishes it)."""
+    st.pending_action = PendingAction(action=action, params=dict(params), key=key)
+    ctx.save(st)
+
+
+def run_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, Any], key: str, *, action: str,
+              agent: str | None = None, entry: Mapping[str, Any] | None = None, min_ratio: float | None = None,
+              guard: Guard | None = None) -> dict[str, Any]:
+    """The whole trial: proposal entry, pending action, save, then :func:`execute_trial`.
+    ``entry``: extra fields of the PROPOSAL entry. Returns the trial record."""
+    propose(ctx, st, proposal, key, agent=agent or ctx.agents.orchestrator.name, **dict(entry or {}))
+    begin(ctx, st, action, key, jsonable(proposal))
+    return execute_trial(ctx, st, proposal, key, agent=agent, min_ratio=min_ratio, guard=guard)
+
+
+def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, Any], key: str, *,
+                  agent: str | None = None, min_ratio: float | None = None, guard: Guard | None = None) -> dict[str, Any]:
+    """Measure a proposal against the stack, have a fresh Critic rule, keep or
+    revert, and record it (ledger and state). ``min_ratio``: a keep also needs
+    the measured ratio to reach it (warm replay). ``guard(evidence)``: a last
+    check before a keep; ``(rule, why)`` turns the keep into outcome ``rule``
+    (e.g. a gain larger than Amdahl's law allows). Returns the trial record."""
+    agent = agent or ctx.agents.orchestrator.name
+    n = len(st.trials) + 1
+    base, cand = dict(st.stack), dict(proposal["config"])
+    changes = dict(proposal["changes"])
+    left = st.budget.minutes * 60 - st.used.elapsed_s
+    ctx.progress(f"FRAMEWORK cycle {st.cycle}, trial {n}/{st.budget.trials}: "
+                 f"{', '.join(f'{k}={v}' for k, v in changes.items())}  "
+                 f"(best so far x{_best(st):.3f} vs stock; {max(0.0, left) / 60:.1f} min left)")
+    refs = stock_references(ctx.adapter, ctx.spec, st.stock_config, ("eval",), ctx.refs, ctx.progress)
+    res, mseq = ctx.measured(key + ":measurement", L.MEASUREMENT, lambda: {
+        "action": "try_config", "trial": n, "cycle": st.cycle, "changes": changes, **compare(
+            ctx.adapter, ctx.spec, base, cand, settings=ctx.settings, seed_base=seed_base(ctx.spec.seed, n), refs=refs,
+            quality_sets=("eval",), progress=ctx.progress, labels=("stack", "candidate"))})
+    d = (res.get("protocol") or {}).get("decision") or {}
+    q = res.get("quality") or {}
+    evidence = {"changes": changes, "protocol_verdict": res.get("verdict"), "ratio": d.get("ratio"),
+                "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"), "n_pairs": d.get("n_pairs"),
+                "quality_passed": q.get("passed") if q.get("evaluated") else None,
+                "quality_failed": q.get("failed", []), "noise_floor": noise_floor_gain(st),
+                "error": res.get("error")}
+    critic = ctx.agents.critic_factory()  # fresh for every decision: no memory of earlier turns
+    try:
+        ruling = critic.judge(evidence)
+    except Exception as exc:  # noqa: BLE001
+        ruling = {"error": f"{type(exc).__name__}: {exc}"}
+    ctx.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "critic", "input": evidence, "output": jsonable(ruling)},
+                      key=key + ":critic")
+    ok_shape = isinstance(ruling, Mapping) and ruling.get("decision") in ("keep", "revert")
+    if not ok_shape:
+        ctx.refuse(st, "malformed_output", "critic must return decision keep|revert and a lesson", ruling, critic.name)
+    allowed = (res.get("verdict") == "keep" and evidence["quality_passed"] is True
+               and d.get("ci_low") is not None and d["ci_low"] - 1.0 > noise_floor_gain(st)
+               and (min_ratio is None or (d.get("ratio") or 0.0) >= min_ratio))
+    keep = bool(ok_shape and ruling["decision"] == "keep" and allowed)
+    if ok_shape and ruling["decision"] == "keep" and not allowed:
+        ctx.refuse(st, "critic_keep_without_evidence", "the protocol, quality or noise floor did not support a keep",
+                   ruling, critic.name)
+    guarded = guard(evidence) if keep and guard is not None else None
+    if guarded:
+        keep = False
+        ctx.record_refusal(st, guarded[0], guarded[1], "coordinator", {"changes": changes, "ratio": d.get("ratio")},
+                           key + ":guard")
+    outcome = guarded[0] if guarded else _outcome(res, evidence, keep)
+    if not keep and min_ratio is not None and res.get("verdict") == "keep" and (d.get("ratio") or 0.0) < min_ratio:
+        outcome = "drift"
+    lesson = ruling.get("lesson") if ok_shape and isinstance(ruling.get("lesson"), str) else f"{changes}: {outcome}"
+    if guarded:
+        lesson = f"{changes}: {guarded[1]}"
+    record = trial_record(n=n, cycle=st.cycle, changes=changes, config=cand, outcome=outcome, kept=keep, decision=d,
+                          quality_passed=evidence["quality_passed"], proposal=proposal, agent=agent, lesson=lesson,
+                          measurement_seq=mseq)
+    record["verdict_seq"] = ctx.ledger.append(L.VERDICT, verdict_entry(record, res.get("verdict")), key=key + ":verdict")
+    record["finished_at"] = time.time()
+    st.trials.append(record)
+    st.measured_config_keys.append(config_key(cand))
+    st.used.trials += 1
+    if keep:
+        st.stack = cand
+        st.extra["stack_ratio"] = _best(st) * float(d["ratio"])
+        kept_roofline(ctx, st, res, key, st.trials[-1])
+    st.pending_action = None
+    ctx.progress(f"  -> {outcome}: {lesson}")
+    return st.trials[-1]
+
+
+def trial_record(*, n: int, cycle: int, changes: dict[str, Any], config: dict[str, Any], outcome: str,
+                 kept: bool, decision: Mapping[str, Any], quality_passed: bool | None, proposal: Mapping[str, Any],
+                 agent: str, lesson: str, measurement_seq: int) -> dict[str, Any]:
+    """The trial as ``state.json`` keeps it (``verdict_seq`` and ``finished_at`` are set once the verdict is written)."""
+    return {"trial": n, "cycle": cycle, "changes": changes, "config": config, "verdict": outcome,
+            "kept": kept, "ratio": decision.get("ratio"), "ci_low": decision.get("ci_low"),
+            "ci_high": decision.get("ci_high"), "n_pairs": decision.get("n_pairs"), "quality_passed": quality_passed,
+            "predicted_gain": proposal.get("predicted_gain"), "source": proposal.get("source"), "agent": agent,
+            "lesson": lesson, "measurement_seq": measurement_seq, "verdict_seq": None, "finished_at": None}
+
+
+def verdict_entry(record: Mapping[str, Any], protocol_verdict: Any) -> dict[str, Any]:
+    """The ledger's VERDICT entry for a trial record."""
+    return {"trial": record["trial"], "cycle": record["cycle"], "agent": record["agent"], "changes": record["changes"],
+            "config": record["config"], "outcome": record["verdict"], "kept": record["kept"], "lesson": record["lesson"],
+            "protocol_verdict": protocol_verdict, "ratio": record["ratio"], "ci_low": record["ci_low"],
+            "ci_high": record["ci_high"], "quality_passed": record["quality_passed"],
+            "predicted_gain": record["predicted_gain"], "measurement_seq": record["measurement_seq"]}
+
+
+def _outcome(res: Mapping[str, Any], ev: Mapping[str, Any], keep: bool) -> str:
+    if keep:
+        return "keep"
+    if res.get("verdict") == "failed":
+        return "failed"
+    if res.get("verdict") == "keep" and ev.get("quality_passed") is False:
+        return "reject-quality"
+    if res.get("verdict") == "keep":
+        return "below-noise-floor"
+    return str(res.get("verdict"))
+
+
+def _best(st: SessionState) -> float:
+    return float(st.extra.get("stack_ratio", 1.0))

@@ -1,0 +1,79 @@
+"""The optional adapter hooks (Protocols in inferloom.workloads.base): every
+adapter class that has any of a hook's members satisfies the whole hook, so an
+``isinstance`` check at a call site never misses a half-implemented hook."""
+
+import inspect
+import typing
+
+import pytest
+
+from inferloom.spec import load_spec
+from inferloom.workloads import base
+from inferloom.workloads.base import OPTIONAL_HOOKS
+
+
+def _members(proto: type) -> set[str]:
+    attrs = getattr(proto, "__protocol_attrs__", None)
+    return set(attrs) if attrs is not None else set(typing._get_protocol_attrs(proto))  # Python 3.11
+
+
+def _synthetic(_tmp):
+    from inferloom.workloads.synthetic import SyntheticAdapter
+
+    return SyntheticAdapter()
+
+
+def _transformers(_tmp):
+    from inferloom.workloads.transformers_engine import TransformersEngine
+
+    return TransformersEngine(load_spec(None, {"model": "llama-tiny", "device": "cpu"}))
+
+
+def _custom(tmp):
+    from custom_helpers import tiny_custom_spec
+    from inferloom.workloads.custom import CustomAdapter
+
+    return CustomAdapter(tiny_custom_spec(tmp))
+
+
+def _vllm(_tmp):
+    from inferloom.workloads.vllm_adapter import VLLMAdapter
+
+    return VLLMAdapter(load_spec(None, {"framework": "vllm", "model": "llama-tiny", "device": "cpu"}))
+
+
+# which hooks each adapter offers today (a new hook on an adapter updates this table)
+EXPECTED = {
+    "synthetic": {"DeclaredProfile"},
+    "transformers": {"GreedyLogprobs"},
+    "custom": {"OwnQualityGate", "OwnObjective", "SourceTrees"},
+    "vllm": {"ServerLogs", "RejectedFlags", "RecoveryOptions", "ApproximateScores"},
+}
+
+
+@pytest.mark.parametrize("make", [_synthetic, _transformers, _custom, _vllm], ids=list(EXPECTED))
+def test_an_adapter_with_any_member_of_a_hook_satisfies_the_hook(make, tmp_path, request):
+    adapter = make(tmp_path)
+    try:
+        offered = set()
+        for hook in OPTIONAL_HOOKS:
+            members = _members(hook)
+            present = {m for m in members if hasattr(adapter, m)}
+            if present:
+                assert isinstance(adapter, hook), f"{type(adapter).__name__} has {sorted(present)} of {hook.__name__} " \
+                                                  f"but not {sorted(members - present)}"
+                for m in members:
+                    if inspect.isfunction(getattr(hook, m, None)):
+                        assert callable(getattr(adapter, m)), f"{type(adapter).__name__}.{m} is not callable"
+                offered.add(hook.__name__)
+        assert offered == EXPECTED[request.node.callspec.id]
+    finally:
+        adapter.close()
+
+
+def test_every_hook_is_a_runtime_checkable_protocol_with_a_contract():
+    assert len(OPTIONAL_HOOKS) == 9
+    for hook in OPTIONAL_HOOKS:
+        assert getattr(hook, "_is_runtime_protocol", False), hook
+        assert hook.__doc__ and len(hook.__doc__) > 40, hook
+        assert hook.__name__ in base.__all__
