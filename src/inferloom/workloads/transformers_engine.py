@@ -118,7 +118,7 @@ class TransformersEngine:
         """The prompts of run ``seed``: ``n`` (default requests_per_run) prompts
         of ``length`` (default input_len) tokens, random ids or JSONL texts."""
         t = self.spec.traffic
-        n = t.requests_per_run if n is None else n
+        n = self.spec.requests_per_run if n is None else n
         length = t.input_len if length is None else length
         if t.prompts == "random":
             return random_prompts(seed, n, length, self._random_vocab(), self._special_ids())
@@ -216,7 +216,7 @@ class TransformersEngine:
     # -------------------------------------------------------------------- run
     def run(self, handle: TransformersHandle, seed: int) -> RunRecord:
         t = self.spec.traffic
-        n, out_len, conc = t.requests_per_run, t.output_len, t.concurrency
+        n, out_len, conc = self.spec.requests_per_run, t.output_len, t.concurrency
         micro = int(handle.config["micro_batch"])
         rec = RunRecord(
             config_id=handle.config_id,
