@@ -4,7 +4,7 @@ against the op it replaces, at the llama-3.1-8b decode shape.
 Shape: batch 64, 320 tokens of context in a 384-slot static cache, bfloat16
 (the issue-7 workload, 256 in / 128 out, half-way through decode).
 
-For every entry (``inferloom.kernels.catalog.entries()``):
+For every entry (``inferloom.kernels.catalog.index.entries()``):
 
 1. correctness: fresh random inputs per seed, outputs poisoned with NaN,
    relative error against the float64 reference under the declared tolerance
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     import triton
 
     from inferloom.kernels import catalog
-    from inferloom.kernels.catalog import bench, tuning
+    from inferloom.kernels.catalog import bench, index, tuning
     from inferloom.kernels.catalog.entry import check
     from inferloom.models.presets import PRESETS
 
@@ -211,7 +211,7 @@ def main(argv=None) -> int:
         "batch": batch, "context": context, "cache_len": cache_len, "runs": args.runs,
         "l2_bytes": bench.l2_bytes(device), "tuning_cache": str(tuning.cache_path(device)), "entries": [],
     }
-    for entry in catalog.entries():
+    for entry in index.entries():
         if wanted and entry.name not in wanted:
             continue
         shape = shapes[entry.name]

@@ -18,7 +18,8 @@ else of ``inferloom.x``; importing a package counts as importing its
     .venv/bin/python benchmarks/import_graph.py            # package map
     .venv/bin/python benchmarks/import_graph.py --modules  # module-level edges, one a line
     .venv/bin/python benchmarks/import_graph.py --cycles   # strongly connected modules
-    (any of them with --with-local: function-local imports count too)
+    (any of them with --with-local: function-local imports and imports by
+    name through a module-level table, such as the CLI's commands, count too)
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["SRC", "ROOT", "Import", "module_files", "module_imports", "local_imports", "module_graph",
-           "package_of", "package_graph", "cycles", "one_cycle", "main"]
+__all__ = ["SRC", "ROOT", "Import", "module_files", "module_imports", "local_imports", "table_imports",
+           "module_graph", "package_of", "package_graph", "cycles", "one_cycle", "main"]
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = "inferloom"
@@ -131,11 +132,33 @@ def local_imports(src: Path = SRC, root: str = ROOT) -> list[Import]:
     return _imports(module_files(src, root), root, want_local=True)
 
 
+def table_imports(src: Path = SRC, root: str = ROOT) -> list[Import]:
+    """The imports a module makes by name, through a module-level table: a dict
+    literal assigned at module level whose values are all strings naming an
+    inferloom module (``"inferloom.x.y"`` or ``"inferloom.x.y:attr"``), such as
+    the CLI's command table or the adapter registry. They run later
+    (``importlib.import_module``) but are dependencies all the same."""
+    files = module_files(src, root)
+    out: list[Import] = []
+    for mod, path in files.items():
+        for node in ast.parse(path.read_text(), filename=str(path)).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if not isinstance(value, ast.Dict) or not value.values:
+                continue
+            names = [v.value.partition(":")[0] if isinstance(v, ast.Constant) and isinstance(v.value, str) else None
+                     for v in value.values]
+            if all(n in files for n in names):
+                out += [Import(mod, n, path, v.lineno) for n, v in zip(names, value.values) if n != mod]
+    return out
+
+
 def module_graph(src: Path = SRC, root: str = ROOT, with_local: bool = False) -> dict[str, set[str]]:
     """Module -> the inferloom modules it imports at module level (every module
-    a key); ``with_local``: function-local imports count too."""
+    a key); ``with_local``: function-local imports and imports by table
+    (:func:`table_imports`) count too."""
     graph: dict[str, set[str]] = {m: set() for m in module_files(src, root)}
-    for imp in module_imports(src, root) + (local_imports(src, root) if with_local else []):
+    lazy = local_imports(src, root) + table_imports(src, root) if with_local else []
+    for imp in module_imports(src, root) + lazy:
         if imp.target in graph:
             graph[imp.importer].add(imp.target)
     return graph
@@ -233,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--src", type=Path, default=SRC, help="the src/ directory (default: this checkout's)")
     ap.add_argument("--modules", action="store_true", help="print module-level edges instead of the package map")
     ap.add_argument("--cycles", action="store_true", help="print the import cycles (strongly connected modules)")
-    ap.add_argument("--with-local", action="store_true", help="count function-local imports too")
+    ap.add_argument("--with-local", action="store_true",
+                    help="count function-local imports and imports by table (the CLI's commands, the adapters) too")
     args = ap.parse_args(argv)
-    kind = "module-level and function-local imports" if args.with_local else "module-level imports"
+    kind = "module-level, function-local and by-table imports" if args.with_local else "module-level imports"
     if args.modules:
         for a, targets in sorted(module_graph(args.src, with_local=args.with_local).items()):
             for b in sorted(targets):

@@ -95,3 +95,21 @@ def test_knobs_lists_the_space():
     assert p.returncode == 0, p.stderr
     for name in ("cache_implementation", "compile_mode", "micro_batch", "prompt_lookup", "tf32_matmul"):
         assert name in p.stdout
+
+
+def test_every_command_runs_through_its_module():
+    """The parser's commands are the CLI's COMMANDS table; each module has ``run``; importing the CLI
+    imports none of them (``inferloom --help`` and ``validate`` stay fast)."""
+    import importlib
+
+    code = ("import sys, inferloom.cli as c; "
+            "print(sorted(m for m in sys.modules if m.startswith(('inferloom.commands.', 'inferloom.phases', "
+            "'inferloom.kb', 'inferloom.report'))))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", (p.stdout, p.stderr)
+    from inferloom import cli as c
+
+    sub = next(a for a in c.build_parser()._actions if a.dest == "command")
+    assert set(sub.choices) == set(c.COMMANDS)
+    for name, module in c.COMMANDS.items():
+        assert callable(importlib.import_module(module).run), name

@@ -65,7 +65,7 @@ def test_each_error_maps_to_its_exit_code_through_the_cli(name, monkeypatch, cap
     def raise_it(*_a):
         raise exc
 
-    monkeypatch.setattr(cli, "_cmd_validate", raise_it)
+    monkeypatch.setattr("inferloom.commands.validate.run", raise_it)
     assert cli.main(["validate"]) == EXIT_CODES[name]
     err = capsys.readouterr().err
     if EXIT_CODES[name] == 2:

@@ -32,7 +32,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402,F401
 
 from inferloom.kernels import catalog  # noqa: E402
-from inferloom.kernels.catalog import bench, tuning  # noqa: E402
+from inferloom.kernels.catalog import bench, index, tuning  # noqa: E402
 from inferloom.kernels.catalog import decode_attention as da  # noqa: E402
 from inferloom.kernels.catalog import mlp, rmsnorm  # noqa: E402
 from inferloom.kernels.catalog.entry import check  # noqa: E402
@@ -256,16 +256,16 @@ def test_kernels_run_in_the_interpreter_and_env_is_restored():
 
 
 def test_catalog_lists_entries_with_references_and_tolerances():
-    names = [e.name for e in catalog.entries()]
+    names = [e.name for e in index.entries()]
     assert names[:3] == ["decode_attention", "add_rmsnorm", "gate_up_silu"]
-    for e in catalog.entries():
+    for e in index.entries():
         assert e.target_op and callable(e.reference) and callable(e.baseline)
         for dt in e.supported_dtypes:
             assert {"rel_l2", "max_rel"} <= set(e.tolerance(dt))
-    fp8 = catalog.get("fp8_linear")
+    fp8 = index.get("fp8_linear")
     assert fp8.unsupported("bfloat16", "cpu")  # CUDA sm_90 only
-    assert catalog.get("decode_attention").unsupported("bfloat16", "cpu")  # interpreter gets bf16 wrong
-    assert catalog.get("decode_attention").unsupported("float16", "cpu") is None
+    assert index.get("decode_attention").unsupported("bfloat16", "cpu")  # interpreter gets bf16 wrong
+    assert index.get("decode_attention").unsupported("float16", "cpu") is None
 
 
 def test_workload_shapes_for_llama_8b():
@@ -325,7 +325,7 @@ def test_bench_smoke_on_cpu():
 ])
 def test_every_tune_space_config_is_correct(entry_name, shape):
     # what the GPU autotune may pick must be right at any shape, not only fast
-    entry = catalog.get(entry_name)
+    entry = index.get(entry_name)
     for cfg in entry.tune_space:
         r = check(entry, shape, "float16", "cpu", seed=3, config=cfg)
         assert r.passed, (cfg, r)

@@ -19,6 +19,7 @@ from inferloom.session.atomic import write_json_atomic
 from inferloom.phases.compare import References, compare
 from inferloom.spec import WorkloadSpec, spec_hash
 from inferloom.workloads.base import ConfigError, resolve_config
+from inferloom.workloads.registry import make_adapter
 
 __all__ = ["SCHEMA_VERSION", "run_bench", "run_seed_base", "write_json_atomic", "overall_verdict"]
 
@@ -56,8 +57,6 @@ def run_bench(
     out_hint: str | None = None,
 ) -> dict[str, Any]:
     """Measure stock vs candidate (or A/A). Returns the JSON-able result dict."""
-    from inferloom.workloads.registry import make_adapter
-
     t_start = time.time()
     candidate = dict(candidate or {})
     if aa and candidate:

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from inferloom.errors import InferloomError
+from inferloom.models.presets import PRESETS
 
 __all__ = [
     "SpecError", "objective_label", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec",
@@ -277,8 +278,6 @@ class WorkloadSpec(_Strict):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        from inferloom.models.presets import PRESETS
-
         if v in PRESETS:
             return v
         p = Path(v).expanduser()

@@ -19,8 +19,10 @@ a PostgreSQL server for a fleet.
 from inferloom.kb.db import SCHEMA_VERSION, KBError, default_kb_url
 from inferloom.kb.key import KEY_FIELDS, WorkloadKey
 from inferloom.kb.lookup import DRIFT_FACTOR, NEVER_RELAXED, TIERS, LookupResult, TierResult, format_lookup
+from inferloom.kb.merge import ImportResult
 from inferloom.kb.recipe import Recipe
-from inferloom.kb.store import Ceiling, ImportResult, RecipeStore, RecordResult
+from inferloom.kb.rows import Ceiling
+from inferloom.kb.store import RecipeStore, RecordResult
 
 __all__ = [
     "SCHEMA_VERSION", "KBError", "default_kb_url", "KEY_FIELDS", "WorkloadKey", "TIERS", "DRIFT_FACTOR",

@@ -25,6 +25,10 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
+from inferloom import __version__
+from inferloom.models.presets import model_info as preset_model_info
+from inferloom.provenance import cpu_model
+
 __all__ = ["KEY_FIELDS", "UNKNOWN", "WorkloadKey"]
 
 KEY_FIELDS: tuple[str, ...] = (
@@ -123,9 +127,7 @@ class WorkloadKey:
         if model_info is None:
             model_info = {}
             if framework == "transformers":
-                from inferloom.models.presets import model_info as _info
-
-                model_info = _info(spec.model, dtype=spec.dtype)
+                model_info = preset_model_info(spec.model, dtype=spec.dtype)
         if hardware is None:
             hardware = _this_device(spec)
         if framework_version is None:
@@ -134,8 +136,6 @@ class WorkloadKey:
 
                 framework_version = transformers.__version__
             else:
-                from inferloom import __version__
-
                 framework_version = __version__
         return cls(
             model=_model_name(spec.model),
@@ -165,6 +165,4 @@ def _this_device(spec: Any) -> str:
         import torch
 
         return torch.cuda.get_device_name(0)
-    from inferloom.provenance import cpu_model
-
     return cpu_model()

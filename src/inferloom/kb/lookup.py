@@ -41,6 +41,7 @@ from sqlalchemy import func, select
 from inferloom.kb.db import INDEX_ORDER, recipes
 from inferloom.kb.key import WorkloadKey
 from inferloom.kb.recipe import Recipe
+from inferloom.kb.rows import row_to_recipe
 
 __all__ = ["Tier", "TIERS", "DRIFT_FACTOR", "NEVER_RELAXED", "TierResult", "LookupResult", "lookup", "format_lookup"]
 
@@ -116,8 +117,6 @@ def _tier_query(key: WorkloadKey, tier: Tier) -> Any:
 
 def lookup(store: Any, key: WorkloadKey, min_confidence: float = 0.0) -> LookupResult:
     """Find the closest recipe for ``key`` in ``store`` (a RecipeStore); see the module doc."""
-    from inferloom.kb.store import row_to_recipe
-
     res = LookupResult(key=key, min_confidence=float(min_confidence), tiers=[])
     best_conf = 0.0
     with store.db.read() as conn:

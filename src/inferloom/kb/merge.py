@@ -22,14 +22,27 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from inferloom.kb import recipe as R
 from inferloom.kb.db import SCHEMA_VERSION, KBError
 from inferloom.kb.key import WorkloadKey
+from inferloom.kb.rows import Ceiling, recipe_columns
 
-__all__ = ["import_document", "parse_document", "merge_recipe"]
+__all__ = ["EXPORT_FORMAT", "ImportResult", "import_document", "parse_document", "merge_recipe"]
+
+EXPORT_FORMAT = "inferloom-kb"
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    recipes_seen: int
+    recipes_changed: int
+    winners_entered: int
+    winners_rejected: int   # imported winners that fail the strict rules (their lessons still merge)
+    ceilings_changed: int
 
 
 def _lists(d: Mapping[str, Any], name: str, where: str) -> list[dict[str, Any]]:
@@ -58,8 +71,6 @@ def _recipe(d: Any, where: str) -> R.Recipe:
 
 def parse_document(path: str | Path) -> tuple[list[R.Recipe], list[Any]]:
     """Read and validate an export; :class:`KBError` (one line, names the file) if unusable."""
-    from inferloom.kb.store import EXPORT_FORMAT, Ceiling
-
     p = Path(path)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
@@ -107,15 +118,13 @@ def merge_recipe(local: R.Recipe | None, inc: R.Recipe) -> tuple[R.Recipe, bool,
     return new, entered, rejected
 
 
-def import_document(store: Any, path: str | Path) -> Any:
-    from inferloom.kb.store import ImportResult, _columns
-
+def import_document(store: Any, path: str | Path) -> ImportResult:
     recipes, ceils = parse_document(path)
     changed = entered = rejected = 0
     for inc in recipes:
         def fn(local: R.Recipe | None, inc: R.Recipe = inc) -> tuple[R.Recipe, tuple[bool, bool, bool]]:
             new, e, r = merge_recipe(local, inc)
-            return new, (local is None or _columns(new) != _columns(local), e, r)
+            return new, (local is None or recipe_columns(new) != recipe_columns(local), e, r)
 
         (c, e, r), _ = store._modify(inc.key, fn)
         changed += c

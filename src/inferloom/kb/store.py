@@ -21,12 +21,13 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 
 from inferloom.kb import recipe as R
-from inferloom.kb.db import SCHEMA_VERSION, Database, KBError, ceilings, default_kb_url, dumps, loads, recipes
+from inferloom.kb.db import SCHEMA_VERSION, Database, KBError, ceilings, default_kb_url, dumps, recipes
 from inferloom.kb.key import KEY_FIELDS, WorkloadKey
+from inferloom.kb.lookup import LookupResult, lookup
+from inferloom.kb.merge import EXPORT_FORMAT, ImportResult, import_document
+from inferloom.kb.rows import Ceiling, recipe_columns, row_to_ceiling, row_to_recipe
 
-__all__ = ["RecipeStore", "RecordResult", "ImportResult", "Ceiling", "EXPORT_FORMAT"]
-
-EXPORT_FORMAT = "inferloom-kb"
+__all__ = ["RecipeStore", "RecordResult"]
 
 
 @dataclass(frozen=True)
@@ -41,63 +42,8 @@ class RecordResult:
     already_recorded: bool = False
 
 
-@dataclass(frozen=True)
-class ImportResult:
-    recipes_seen: int
-    recipes_changed: int
-    winners_entered: int
-    winners_rejected: int   # imported winners that fail the strict rules (their lessons still merge)
-    ceilings_changed: int
-
-
-@dataclass(frozen=True)
-class Ceiling:
-    """Measured ceilings of one device: bytes/s of memory bandwidth, FLOP/s of matmul in ``dtype``."""
-
-    device: str
-    dtype: str
-    mem_bw_bytes_per_s: float
-    matmul_flops_per_s: float
-    measured_at: float
-    details: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
 def _key_where(key: WorkloadKey) -> list[Any]:
     return [recipes.c[f] == getattr(key, f) for f in KEY_FIELDS]
-
-
-def row_to_recipe(row: Any) -> R.Recipe:
-    m = row._mapping
-    winner = None
-    if m["winner_config"] is not None:
-        winner = {"config": loads(m["winner_config"]), "changes": loads(m["winner_changes"], {}),
-                  "ratio": m["ratio"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
-                  "stock_objective": m["stock_objective"], "final_objective": m["final_objective"],
-                  "n_pairs": m["n_pairs"], "session_id": m["winner_session_id"], "recorded_at": m["winner_at"],
-                  "evidence": loads(m["winner_evidence"], {})}
-    return R.Recipe(key=WorkloadKey(**{f: m[f] for f in KEY_FIELDS}), status=m["status"], winner=winner,
-                    sessions=loads(m["sessions"], []), worked=loads(m["worked"], []), failed=loads(m["failed"], []),
-                    lessons=loads(m["lessons"], []), drift_note=m["drift_note"], drift_at=m["drift_at"],
-                    created_at=m["created_at"], updated_at=m["updated_at"], id=m["id"])
-
-
-def _columns(r: R.Recipe) -> dict[str, Any]:
-    w = r.winner
-    cols: dict[str, Any] = {"status": r.status, "sessions": dumps(r.sessions), "worked": dumps(r.worked),
-                            "failed": dumps(r.failed), "lessons": dumps(r.lessons), "drift_note": r.drift_note,
-                            "drift_at": r.drift_at}
-    cols.update({"winner_config": dumps(w["config"]) if w else None,
-                 "winner_changes": dumps(w["changes"]) if w else None,
-                 "ratio": w["ratio"] if w else None, "ci_low": w["ci_low"] if w else None,
-                 "ci_high": w["ci_high"] if w else None, "stock_objective": w.get("stock_objective") if w else None,
-                 "final_objective": w.get("final_objective") if w else None, "n_pairs": w.get("n_pairs") if w else None,
-                 "winner_session_id": w["session_id"] if w else None,
-                 "winner_evidence": dumps(w.get("evidence") or {}) if w else None,
-                 "winner_at": w.get("recorded_at") if w else None})
-    return cols
 
 
 class RecipeStore:
@@ -131,18 +77,18 @@ class RecipeStore:
                 with self.db.write() as conn:
                     old = self._locked(conn, key)
                     new, result = fn(old)
-                    if new is None or (old is not None and _columns(new) == _columns(old)):
+                    if new is None or (old is not None and recipe_columns(new) == recipe_columns(old)):
                         return result, (old.id if old else None)
                     now = time.time()
                     new.updated_at = now
                     if old is None:
                         new.created_at = new.created_at or now
-                        ins = recipes.insert().values(**key.to_dict(), **_columns(new),
+                        ins = recipes.insert().values(**key.to_dict(), **recipe_columns(new),
                                                       created_at=new.created_at, updated_at=now)
                         new.id = conn.execute(ins).inserted_primary_key[0]
                     else:
                         new.id = old.id
-                        conn.execute(recipes.update().where(recipes.c.id == old.id).values(**_columns(new), updated_at=now))
+                        conn.execute(recipes.update().where(recipes.c.id == old.id).values(**recipe_columns(new), updated_at=now))
                     return result, new.id
             except IntegrityError as exc:
                 # Two writers created the same new recipe at once (PostgreSQL): retry, it now exists.
@@ -275,12 +221,12 @@ class RecipeStore:
     def get_ceiling(self, device: str, dtype: str = "bfloat16") -> Ceiling | None:
         with self.db.read() as conn:
             r = conn.execute(select(ceilings).where(ceilings.c.device == device, ceilings.c.dtype == dtype)).first()
-        return None if r is None else _ceiling(r)
+        return None if r is None else row_to_ceiling(r)
 
     def list_ceilings(self) -> list[Ceiling]:
         with self.db.read() as conn:
             rows = conn.execute(select(ceilings).order_by(ceilings.c.device, ceilings.c.dtype)).all()
-        return [_ceiling(r) for r in rows]
+        return [row_to_ceiling(r) for r in rows]
 
     def get(self, key: WorkloadKey) -> R.Recipe | None:
         """The recipe filed exactly under ``key``, or None."""
@@ -317,10 +263,8 @@ class RecipeStore:
         with self.db.read() as conn:
             return [row_to_recipe(r) for r in conn.execute(q)]
 
-    def lookup(self, key: WorkloadKey, min_confidence: float = 0.0) -> Any:
+    def lookup(self, key: WorkloadKey, min_confidence: float = 0.0) -> LookupResult:
         """Relaxed lookup; see :func:`inferloom.kb.lookup.lookup`."""
-        from inferloom.kb.lookup import lookup
-
         return lookup(self, key, min_confidence)
 
     # ------------------------------------------------------------ export / import
@@ -337,12 +281,4 @@ class RecipeStore:
         (an imported winner enters only if its recorded evidence passes them and
         it ranks above the local one; sessions, lessons, failures are unions).
         Importing the same document again changes nothing."""
-        from inferloom.kb.merge import import_document
-
         return import_document(self, path)
-
-
-def _ceiling(r: Any) -> Ceiling:
-    m = r._mapping
-    return Ceiling(m["device"], m["dtype"], m["mem_bw_bytes_per_s"], m["matmul_flops_per_s"], m["measured_at"],
-                   loads(m["details"], {}))

@@ -25,8 +25,12 @@ Contract:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+from inferloom.models.presets import PRESETS
 
 __all__ = ["KernelCandidate", "KernelBackend", "Target", "model_config", "workload_of"]
 
@@ -134,13 +138,8 @@ class KernelBackend(Protocol):
 
 def model_config(model: str) -> dict[str, Any]:
     """The HF config fields of a preset, or of a local model directory's config.json."""
-    from inferloom.models.presets import PRESETS
-
     if model in PRESETS:
         return dict(PRESETS[model])
-    import json
-    from pathlib import Path
-
     return json.loads((Path(model) / "config.json").read_text())
 
 

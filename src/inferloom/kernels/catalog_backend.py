@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from inferloom.kernels.base import KernelCandidate, Target, model_config
+from inferloom.kernels.catalog import triton_available, workload_shapes
 from inferloom.measure.costs import mean_decode_context
 
 __all__ = ["CatalogBackend"]
@@ -46,8 +47,6 @@ class CatalogBackend:
     name = "catalog"
 
     def unavailable(self, workload: Mapping[str, Any]) -> str | None:
-        from inferloom.kernels.catalog import triton_available
-
         if workload.get("framework") != "transformers":
             return f"the catalog rewrites the transformers engine's modules, not {workload.get('framework')}"
         if workload.get("device") != "cuda":
@@ -60,20 +59,18 @@ class CatalogBackend:
         return frozenset({"attention", "gemm"})
 
     def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
-        from inferloom.kernels import catalog
-
         picked = {t.category for t in targets if t.picked}
         stack = workload.get("stack", {})
         out: list[KernelCandidate] = []
         if ("attention" in picked and stack.get("cache_implementation") == "static"
                 and stack.get("attention_kernel", "sdpa") == "sdpa" and stack.get("attn_implementation", "sdpa") == "sdpa"):
-            entry = catalog.get("decode_attention")
+            entry = _entry("decode_attention")
             dtype = str(workload["dtype"])
             why = entry.unsupported(dtype, str(workload.get("device", "cuda")))
             if why is None:
                 cache = int(workload["input_len"]) + int(workload["output_len"])
                 ctx = min(cache, int(round(mean_decode_context(int(workload["input_len"]), int(workload["output_len"])))))
-                shape = catalog.workload_shapes(model_config(str(workload["model"])), int(workload["batch"]), ctx,
+                shape = workload_shapes(model_config(str(workload["model"])), int(workload["batch"]), ctx,
                                                 cache)["decode_attention"]
                 out.append(KernelCandidate(
                     id="catalog-decode-attention", target="attention", op=entry.target_op,
@@ -92,15 +89,13 @@ class CatalogBackend:
 
     def _gate_up(self, workload: Mapping[str, Any]) -> list[KernelCandidate]:
         """The ``gate_up_silu`` entry as a candidate (none for this dtype or device, or a non-Llama MLP)."""
-        from inferloom.kernels import catalog
-
-        entry = catalog.get("gate_up_silu")
+        entry = _entry("gate_up_silu")
         dtype = str(workload["dtype"])
         cfg = model_config(str(workload["model"]))
         if not cfg.get("intermediate_size") or entry.unsupported(dtype, str(workload.get("device", "cuda"))):
             return []
         batch, cache = int(workload["batch"]), int(workload["input_len"]) + int(workload["output_len"])
-        shape = catalog.workload_shapes(cfg, batch, cache, cache)["gate_up_silu"]
+        shape = workload_shapes(cfg, batch, cache, cache)["gate_up_silu"]
         prefill = {**shape, "tokens": min(batch * int(workload["input_len"]), PREFILL_TOKENS_CHECKED)}
         return [KernelCandidate(
             id="catalog-gate-up-silu", target="gemm", op=entry.target_op,
@@ -108,3 +103,11 @@ class CatalogBackend:
             make_inputs=entry.make_inputs, shapes=(shape, prefill), dtype=dtype, claimed_speedup=1.2,
             config_changes={"mlp_kernel": "triton_gate_up_silu"}, tolerance=dict(entry.tolerance(dtype)),
             notes=entry.notes + "; claim x1.2 (a guess: no [tokens, 2I] intermediate, no SiLU and mul kernels)")]
+
+
+def _entry(name: str) -> Any:
+    """The catalog entry ``name`` (a :class:`~inferloom.kernels.catalog.entry.CatalogEntry`). Imports the
+    kernel modules, so it needs triton: only reached once :meth:`CatalogBackend.unavailable` found it."""
+    from inferloom.kernels.catalog.index import get
+
+    return get(name)

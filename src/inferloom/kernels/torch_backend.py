@@ -36,6 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from inferloom.kernels.base import KernelCandidate, Target, model_config
 from inferloom.measure.costs import mean_decode_context
+from inferloom.models.presets import parse_dtype
 from inferloom.workloads.engine_attention import decode_reference, sliced_decode
 from inferloom.workloads.engine_gate_up import gate_up_silu_torch
 from inferloom.workloads.engine_kernels import fused_rmsnorm
@@ -63,8 +64,6 @@ def attention_inputs(shape: Mapping[str, int], dtype: str, device: str, seed: in
     """A decode step over a static cache of ``cache_len`` slots: every row ends
     at ``context``; rows start at a random left-padding offset (< context / 4)."""
     import torch
-
-    from inferloom.models.presets import parse_dtype
 
     g = torch.Generator(device="cpu").manual_seed(int(seed))
     dt = parse_dtype(dtype)
@@ -104,8 +103,6 @@ def gate_up_inputs(shape: Mapping[str, int], dtype: str, device: str, seed: int)
     """``x`` ``[tokens, hidden]`` ~ N(0, 1) and ``w_gate_up`` = ``[Wg; Wu]``
     ``[2 intermediate, hidden]`` ~ N(0, 1/hidden), as the engine fuses it."""
     import torch
-
-    from inferloom.models.presets import parse_dtype
 
     g = torch.Generator(device="cpu").manual_seed(int(seed))
     dt = parse_dtype(dtype)
@@ -152,8 +149,6 @@ def gate_up_shapes(workload: Mapping[str, Any]) -> tuple[dict[str, int], ...] | 
 
 def rmsnorm_inputs(shape: Mapping[str, int], dtype: str, device: str, seed: int) -> tuple[dict[str, Any], Any]:
     import torch
-
-    from inferloom.models.presets import parse_dtype
 
     g = torch.Generator(device="cpu").manual_seed(int(seed))
     dt = parse_dtype(dtype)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Sequence
 
 from inferloom.spec import QualitySpec, check_bounds, field_default
+from inferloom.workloads import prompts as P
 from inferloom.workloads.base import ApproximateScores, GreedyLogprobs
 
 __all__ = [
@@ -131,8 +132,6 @@ def quality_prompt_sets(spec: Any, adapter: Any) -> dict[str, list[list[int]]]:
     out: dict[str, list[list[int]]] = {}
     texts = None
     if q.prompts_file:
-        from inferloom.workloads import prompts as P
-
         texts = P.load_jsonl_texts(q.prompts_file)
         if len(texts) < 2:
             raise ValueError(f"quality.prompts_file '{q.prompts_file}': needs at least 2 texts (half eval, half held out)")

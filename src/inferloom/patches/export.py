@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from inferloom.errors import InferloomError
+from inferloom.patches.worktree import Workspace
+from inferloom.report.breakdown import breakdown_from_ledger
+from inferloom.session import ledger as L
+from inferloom.session.state import load_state
 
 __all__ = ["ExportError", "export_session"]
 
@@ -28,10 +32,6 @@ class ExportError(InferloomError, ValueError):
 
 
 def export_session(session_dir: str | Path, out: str | Path | None = None) -> dict[str, Any]:
-    from inferloom.session import ledger as L
-    from inferloom.report.breakdown import breakdown_from_ledger
-    from inferloom.session.state import load_state
-
     d = Path(session_dir)
     st = load_state(d)
     out_dir = Path(out) if out else d / "export"
@@ -43,8 +43,6 @@ def export_session(session_dir: str | Path, out: str | Path | None = None) -> di
     if src and src.get("kept"):
         pdir = out_dir / "patches"
         try:
-            from inferloom.patches.worktree import Workspace
-
             ws = Workspace(d / "workspace", src.get("repo") or "", date=src["date"])
             files = ws.format_patches(src["stock"], src["stack"], pdir)
         except Exception:  # noqa: BLE001 - no clone left: the patch texts from the ledger

@@ -2,7 +2,7 @@
 each with its float64 reference, the op pattern it replaces, declared
 tolerances and a per-device tuning cache.
 
-Entries (``entries()``, in priority order):
+Entries (:func:`inferloom.kernels.catalog.index.entries`, in priority order):
 
 * ``decode_attention``: flash-decoding over a static KV cache, only
   ``[start, len)`` of each row, GQA (``decode_attention.py``);
@@ -14,37 +14,21 @@ Entries (``entries()``, in priority order):
 
 Triton kernels run on CUDA, and on CPU under ``TRITON_INTERPRET=1`` (set it
 before triton is first imported; float32/float16 only there: bfloat16 is
-wrong in the interpreter). Importing this package needs triton; use
+wrong in the interpreter). Importing this package needs neither triton nor
+torch (:func:`triton_available`, :func:`workload_shapes`); the kernel modules
+and :mod:`~inferloom.kernels.catalog.index` need triton: check
 :func:`triton_available` first where it may be missing.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from inferloom.kernels.catalog.entry import CatalogEntry
-
-__all__ = ["entries", "get", "triton_available", "workload_shapes"]
+__all__ = ["triton_available", "workload_shapes"]
 
 
 def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
-
-
-def entries() -> list["CatalogEntry"]:
-    """All entries, in priority order (imports triton)."""
-    from inferloom.kernels.catalog import decode_attention, fp8, mlp, rmsnorm
-
-    return [decode_attention.ENTRY, rmsnorm.ENTRY, mlp.GATE_UP_ENTRY, mlp.SILU_MUL_ENTRY, mlp.QKV_ENTRY, fp8.ENTRY]
-
-
-def get(name: str) -> "CatalogEntry":
-    for e in entries():
-        if e.name == name:
-            return e
-    raise KeyError(f"no catalog entry {name!r}")
 
 
 def workload_shapes(model: dict, batch: int, context: int, cache_len: int) -> dict[str, dict[str, int]]:

@@ -18,12 +18,19 @@ Run it without ``TRITON_INTERPRET``::
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
 from typing import Any, Callable
 
 import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from inferloom.kernels.catalog import decode_attention as da
+from inferloom.kernels.catalog import mlp, rmsnorm
 
 __all__ = ["record_launches", "compile_launch", "compile_catalog", "SMEM_LIMIT"]
 
@@ -60,12 +67,6 @@ def record_launches(module: Any, names: list[str], call: Callable[[], Any]) -> l
 
 
 def compile_launch(launch: dict[str, Any], capability: int = 90) -> dict[str, Any]:
-    import inspect
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     fn = launch["kernel"]
     params = list(inspect.signature(fn.fn).parameters)
     const = dict(launch["constexprs"])
@@ -108,9 +109,6 @@ def compile_launch(launch: dict[str, Any], capability: int = 90) -> dict[str, An
 
 
 def _meta_calls(all_configs: bool, batch: int = 64, context_len: int = 384) -> list[tuple[str, Any, list[str], Callable]]:
-    from inferloom.kernels.catalog import decode_attention as da
-    from inferloom.kernels.catalog import mlp, rmsnorm
-
     m = "meta"
     bf = torch.bfloat16
     B, Hq, Hkv, D, S, H, I = batch, 32, 8, 128, context_len, 4096, 14336

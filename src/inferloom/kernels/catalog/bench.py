@@ -20,6 +20,7 @@ import torch
 
 from inferloom.kernels.catalog import tuning
 from inferloom.kernels.catalog.entry import CatalogEntry, _errors, as_tuple, poison
+from inferloom.kernels.gates import time_call
 
 __all__ = ["input_sets", "time_calls", "bench_entry", "autotune_entry", "l2_bytes"]
 
@@ -56,8 +57,6 @@ def input_sets(entry: CatalogEntry, shape: Mapping[str, int], dtype: str, device
 def time_calls(calls: list[Callable[[], Any]], device: str, runs: int = 50, warmup: int = 5) -> list[float]:
     """Microseconds per call, one entry per run; run ``i`` uses ``calls[i % len(calls)]``
     (timed like the KERNEL phase's microbenchmark gate: :func:`inferloom.kernels.gates.time_call`)."""
-    from inferloom.kernels.gates import time_call
-
     n = len(calls)
     for i in range(warmup):
         calls[i % n]()

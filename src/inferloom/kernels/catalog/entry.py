@@ -25,6 +25,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from inferloom.kernels.gates import error_metrics
+
 __all__ = ["CatalogEntry", "CheckResult", "check", "poison", "as_tuple", "rng", "randn", "DTYPES"]
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -125,8 +127,6 @@ class CheckResult:
 
 def _errors(got: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     """(rel_l2, max_rel): the KERNEL phase's own error metrics (:func:`inferloom.kernels.gates.error_metrics`)."""
-    from inferloom.kernels.gates import error_metrics
-
     m = error_metrics(got, ref)
     return m["rel_l2"], m["max_rel"]
 

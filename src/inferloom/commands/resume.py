@@ -1,0 +1,18 @@
+"""``inferloom resume``: continue a session after a crash, a kill or a stop, and print its report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from inferloom.commands.common import print_session, progress_printer
+from inferloom.phases.runner import resume
+
+__all__ = ["run"]
+
+
+def run(args: argparse.Namespace, console: Any, err: Any) -> int:
+    resume(args.dir, progress=progress_printer(args, err))
+    print_session(Path(args.dir), console)
+    return 0
