@@ -44,7 +44,8 @@ def agent_view(st: SessionState) -> dict[str, Any]:
     """What agents see: the state as written to disk, plus derived keys."""
     d = st.to_dict()
     d["started_at"] = st.created_at
-    d["proposals"] = list(st.extra.get("proposals", []))
-    d["kb_failures"] = list(st.extra.get("kb_failures", []))
-    d["cycle_started_at"] = st.extra.get("cycle_started_at", st.created_at)
+    x = st.extra
+    d["proposals"] = list(x.proposals or [])
+    d["kb_failures"] = list(x.kb_failures or [])
+    d["cycle_started_at"] = x.cycle_started_at if x.cycle_started_at is not None else st.created_at
     return d
