@@ -234,9 +234,10 @@ def test_framework_leaves_the_kernel_phase_its_share_of_the_budget(tmp_path, one
 
 def test_amdahl_share_counts_the_categories_the_replaced_op_covers():
     from inferloom.phases.kernel import _share
+    from inferloom.session.state_models import KernelTarget
 
-    targets = [{"category": "attention", "share": 0.2}, {"category": "memory_copy", "share": 0.25},
-               {"category": "gemm", "share": 0.4}]
+    targets = [KernelTarget(category=c, share=s, picked=True, why="")
+               for c, s in (("attention", 0.2), ("memory_copy", 0.25), ("gemm", 0.4))]
     plain = _cand(_fused)
     assert _share(targets, _with(plain, {})) == (None, "")  # normalization is not in this profile
     att = KernelCandidate(**{**plain.__dict__, "target": "attention"})
