@@ -35,7 +35,7 @@ class Failing(SyntheticAdapter):
 def test_oom_recovered_by_an_environment_change(tmp_path):
     st = start(tmp_path / "s", SPEC, budget_minutes=5, max_trials=1, adapter=Failing("oom", {"kv_space": 1}),
                agents=agents(), kb_url=None)
-    assert st.stock_config["kv_space"] == 1 and st.extra["stock_objective"]["median"] > 0
+    assert st.stock_config["kv_space"] == 1 and st.extra.stock_objective.median > 0
     rungs = [e for e in L.read_entries(tmp_path / "s") if e["kind"] == L.ENABLEMENT_RUNG]
     assert rungs[0]["failure_kind"] == "oom" and rungs[1]["outcome"] == "runs"
     assert {r["rung"] for r in rungs} == {1, 2}

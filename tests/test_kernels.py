@@ -190,18 +190,18 @@ def test_kernel_phase_gates_and_end_to_end(tmp_path, one_thread):
     assert all(c["candidate"]["claim_status"] == "unverified" for c in claims)
     targets = next(e for e in entries if e["kind"] == "kernel_targets")
     assert [t["category"] for t in targets["targets"] if t["picked"]] == ["normalization"]
-    ktrials = {t["changes"].popitem()[0]: t for t in st.trials if t["agent"] == "kernel:scripted"}
+    ktrials = {t.changes.popitem()[0]: t for t in st.trials if t.agent == "kernel:scripted"}
     assert set(ktrials) == {"k_flat", "k_good"}  # only gate-passing candidates were measured end to end
-    assert not ktrials["k_flat"]["kept"]  # faster op, no end-to-end gain: not kept
-    assert ktrials["k_good"]["kept"] and st.stack["k_good"] is True
+    assert not ktrials["k_flat"].kept  # faster op, no end-to-end gain: not kept
+    assert ktrials["k_good"].kept and st.stack["k_good"] is True
     assert not st.stack["k_flat"] and not st.stack["k_wrong"] and not st.stack["k_slow"]
 
 
 def test_a_gain_beyond_amdahl_is_measured_again_before_it_is_kept(tmp_path, one_thread):
     st = _session(tmp_path, 0.05)  # a 5% share allows at most x1.053; the kernel gives x1.25
     entries = L.read_entries(tmp_path / "s")
-    good = [t for t in st.trials if t["changes"] == {"k_good": True}]
-    assert [t["verdict"] for t in good] == ["amdahl_suspect", "keep"]
+    good = [t for t in st.trials if t.changes == {"k_good": True}]
+    assert [t.verdict for t in good] == ["amdahl_suspect", "keep"]
     assert [e["rule"] for e in entries if e["kind"] == L.REFUSAL and e["rule"] == "amdahl_suspect"]
     assert st.stack["k_good"] is True
 
@@ -221,22 +221,23 @@ def test_framework_leaves_the_kernel_phase_its_share_of_the_budget(tmp_path, one
         to_kernel = next(e for e in entries if e["kind"] == L.PHASE and e.get("to") == "KERNEL")
         runs[share] = (st, to_kernel)
     st, to_kernel = runs[0.5]
-    framework = [t for t in st.trials if not str(t["agent"]).startswith("kernel:")]
-    first = [t for t in framework if t["cycle"] == 1]
+    framework = [t for t in st.trials if not t.agent.startswith("kernel:")]
+    first = [t for t in framework if t.cycle == 1]
     assert len(first) == 3 and "spec.kernels.budget_share" in to_kernel["why"]  # 6 - ceil(0.5 * 6)
-    assert any(t["changes"] == {"k_good": True} and t["kept"] for t in st.trials)  # KERNEL got its trials
+    assert any(t.changes == {"k_good": True} and t.kept for t in st.trials)  # KERNEL got its trials
     # once the KERNEL phase has had its turn, a later cycle's FRAMEWORK may use the rest
     assert len(st.trials) == 6 and (st.cycle == 1 or len(framework) > 3)
     st, to_kernel = runs[0.0]  # no reserve: FRAMEWORK may use every trial, and KERNEL gets none
     assert "budget_share" not in to_kernel["why"]
-    assert not any(str(t["agent"]).startswith("kernel:") for t in st.trials)
+    assert not any(t.agent.startswith("kernel:") for t in st.trials)
 
 
 def test_amdahl_share_counts_the_categories_the_replaced_op_covers():
     from inferloom.phases.kernel import _share
+    from inferloom.session.state_models import KernelTarget
 
-    targets = [{"category": "attention", "share": 0.2}, {"category": "memory_copy", "share": 0.25},
-               {"category": "gemm", "share": 0.4}]
+    targets = [KernelTarget(category=c, share=s, picked=True, why="")
+               for c, s in (("attention", 0.2), ("memory_copy", 0.25), ("gemm", 0.4))]
     plain = _cand(_fused)
     assert _share(targets, _with(plain, {})) == (None, "")  # normalization is not in this profile
     att = KernelCandidate(**{**plain.__dict__, "target": "attention"})
@@ -291,9 +292,9 @@ def test_real_engine_kernel_phase_with_the_torch_backend(tmp_path):
         mb = gates.get((cid, "microbenchmark"))
         assert mb is not None and mb["details"]["speedup"] > 0
         if mb["passed"]:  # then it was measured end to end against stock, with the quality contract
-            ts = [t for t in st.trials if t["agent"] == "kernel:torch" and t["changes"] == changes]
-            assert ts and ts[-1]["quality_passed"] is not None
-            m = next(e for e in entries if e["seq"] == ts[-1]["measurement_seq"])
+            ts = [t for t in st.trials if t.agent == "kernel:torch" and t.changes == changes]
+            assert ts and ts[-1].quality_passed is not None
+            m = next(e for e in entries if e["seq"] == ts[-1].measurement_seq)
             assert all(m["candidate_config"][k] == v for k, v in changes.items()) and m["protocol"]["pairs"]
         else:
             assert mb["rule"] == "kernel_not_faster"

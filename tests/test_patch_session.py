@@ -91,20 +91,20 @@ def test_html_report_has_the_patch_section(session):
 
 def test_real_speedup_is_kept_and_committed_on_the_session_branch(session):
     st, repo = session["st"], session["repo"]
-    src = st.extra["source"]
-    assert [k["id"] for k in src["kept"]] == ["01-vectorize-distances"]
-    sha = src["kept"][0]["sha"]
-    assert src["stack"] == sha and src["kept"][0]["parent"] == src["stock"] == session["before"]["head"]
+    src = st.extra.source
+    assert [k.id for k in src.kept] == ["01-vectorize-distances"]
+    sha = src.kept[0].sha
+    assert src.stack == sha and src.kept[0].parent == src.stock == session["before"]["head"]
     # the session branch lives in the user's checkout and points at the kept commit
-    assert git("rev-parse", f"refs/heads/{src['branch']}", cwd=repo).strip() == sha
+    assert git("rev-parse", f"refs/heads/{src.branch}", cwd=repo).strip() == sha
     msg = git("log", "-1", "--format=%s", sha, cwd=repo).strip()
     assert re.fullmatch(r"inferloom KEEP 01-vectorize-distances: vectorize pairwise_dist with the Gram-matrix "
                         r"identity \(\+\d+\.\d% \[\+\d+\.\d, \+\d+\.\d\]\)", msg), msg
     assert git("show", "--name-only", "--format=", sha, cwd=repo).split() == ["kernel.py"]
     e = _patch_entries(session)["01-vectorize-distances"]
     assert e["kept"] and e["commit"] == sha and e["ci_low"] > 1.3  # a real, large speed-up
-    trial = next(t for t in st.trials if t["changes"] == {"patch": "01-vectorize-distances"})
-    assert trial["kept"] and trial["quality_passed"] is True and "@tree" not in trial["config"]
+    trial = next(t for t in st.trials if t.changes == {"patch": "01-vectorize-distances"})
+    assert trial.kept and trial.quality_passed is True and "@tree" not in trial.config
     assert "@tree" not in st.stack
 
 
@@ -142,7 +142,7 @@ def test_nothing_outside_the_session_changed_and_the_users_branch_is_untouched(s
     assert git("status", "--porcelain", "--untracked-files=all", cwd=repo) == ""
     refs = _refs(repo)
     added = {r for r in refs if r not in b["refs"]}
-    assert added == {f"refs/heads/{session['st'].extra['source']['branch']}"}
+    assert added == {f"refs/heads/{session['st'].extra.source.branch}"}
     assert all(refs[r] == sha for r, sha in b["refs"].items())
 
 
@@ -157,16 +157,16 @@ def test_rejected_patches_leave_nothing_behind(session):
 
 def test_rollback_drill_passes(session):
     st, b = session["st"], session["breakdown"]
-    assert st.extra["rollback_drill"]["passed"] is True
+    assert st.extra.rollback_drill.passed is True
     rd = b["rollback_drill"]
-    assert rd["passed"] and rd["tree_identical"] and rd["reverted"] == [st.extra["source"]["stack"]]
+    assert rd["passed"] and rd["tree_identical"] and rd["reverted"] == [st.extra.source.stack]
     lo_band, hi_band = rd["band"]
     assert lo_band <= 1 - rd["tolerance"] and hi_band >= 1 + rd["tolerance"]
     assert rd["ci_low"] <= hi_band and rd["ci_high"] >= lo_band
     assert "Rollback drill: **passed**" in session["report"]
     # the headline compares the final stack's tree with stock's tree
     final = next(e for e in session["entries"] if e["kind"] == L.MEASUREMENT and e.get("action") == "final_compare")
-    assert final["stack_commit"] == st.extra["source"]["stack"] and final["quality"]["passed"] is True
+    assert final["stack_commit"] == st.extra.source.stack and final["quality"]["passed"] is True
     assert b["final"]["ratio"] > 1.3
 
 
@@ -176,15 +176,15 @@ def test_export_writes_a_reviewable_series(session, tmp_path):
     out = tmp_path / "export"
     assert main(["export", str(session["dir"]), "--out", str(out)]) == 0
     doc = json.loads((out / "final_config.json").read_text())
-    src = session["st"].extra["source"]
-    assert doc["source"]["final_commit"] == src["stack"] and len(doc["source"]["series"]) == 1
+    src = session["st"].extra.source
+    assert doc["source"]["final_commit"] == src.stack and len(doc["source"]["series"]) == 1
     assert "never promotes" in doc["review"] and "never promotes" in (out / "README.md").read_text()
     # the series applies on stock and gives exactly the final tree
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", str(session["repo"]), str(clone)], check=True)
-    git("checkout", "--quiet", src["stock"], cwd=clone)
+    git("checkout", "--quiet", src.stock, cwd=clone)
     git("am", "--quiet", *sorted(str(p) for p in (out / "patches").glob("*.patch")), cwd=clone)
-    assert git("rev-parse", "HEAD^{tree}", cwd=clone) == git("rev-parse", f"{src['stack']}^{{tree}}", cwd=clone)
+    assert git("rev-parse", "HEAD^{tree}", cwd=clone) == git("rev-parse", f"{src.stack}^{{tree}}", cwd=clone)
     assert main(["export", str(session["dir"]), "--out", str(out)]) == 2  # never overwrites
 
 
@@ -202,7 +202,7 @@ def test_workspace_is_rebuilt_from_state_and_ledger(session):
     c = Coordinator(d, spec, adapter, agents=Agents(**_agents()), options=SessionOptions(kb_url=None))
     try:
         ws = d / "workspace"
-        sha = load_state(d).extra["source"]["stack"]
+        sha = load_state(d).extra.source.stack
         assert git("rev-parse", "HEAD", cwd=ws / "trees" / "stack").strip() == sha
         assert adapter.default_tree == ws / "trees" / "stack"
     finally:
@@ -226,7 +226,7 @@ def test_a_gateless_result_rejects_every_candidate(tmp_path):
     st = start(tmp_path / "s", load_spec(spec_path), budget_minutes=10, max_trials=2, agents=_agents(), kb_url=None,
                sweep=False)
     assert st.phase == Phase.DONE and len(st.trials) == 2  # the patch and one configuration
-    assert not any(t["kept"] for t in st.trials) and st.extra["source"]["kept"] == []
+    assert not any(t.kept for t in st.trials) and st.extra.source.kept == []
     entries = L.read_entries(tmp_path / "s")
     meas = [e for e in entries if e["kind"] == L.MEASUREMENT and e.get("action") == "try_config"]
     assert len(meas) == 2 and all(m["quality"]["rule"] == "quality_gate_missing" for m in meas)
@@ -300,9 +300,9 @@ def test_kill_9_then_resume_rebuilds_the_same_branch(tmp_path):
     assert len([e for e in entries if e["kind"] == L.VERDICT]) == st.used.trials == len(st.trials)
     outcomes = [e for e in entries if e["kind"] == "patch"]
     assert sorted(e["id"] for e in outcomes) == ["01-vectorize-distances", "02-approximate-search", "03-path-traversal"]
-    src = st.extra["source"]
-    assert [k["id"] for k in src["kept"]] == ["01-vectorize-distances"]
-    assert git("rev-parse", f"refs/heads/{src['branch']}", cwd=repo).strip() == src["stack"]
-    assert git("log", "--format=%s", f"{src['stock']}..{src['branch']}", cwd=repo).count("inferloom KEEP") == 1
+    src = st.extra.source
+    assert [k.id for k in src.kept] == ["01-vectorize-distances"]
+    assert git("rev-parse", f"refs/heads/{src.branch}", cwd=repo).strip() == src.stack
+    assert git("log", "--format=%s", f"{src.stock}..{src.branch}", cwd=repo).count("inferloom KEEP") == 1
     assert checksums(repo, skip=(repo / ".git",)) == files_before and git("status", "--porcelain", cwd=repo) == ""
-    assert st.extra["rollback_drill"]["passed"] is True
+    assert st.extra.rollback_drill.passed is True

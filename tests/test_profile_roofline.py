@@ -324,14 +324,16 @@ def test_ceilings_cached_in_the_kb_come_back_with_an_iso_date(tmp_path):
 
     from inferloom.kb import RecipeStore
     from inferloom.phases.prelude import _ceilings, _device_name
+    from inferloom.session.state_models import SessionExtra
 
     url = f"sqlite:///{tmp_path / 'kb.sqlite'}"
     with RecipeStore(url) as store:
         store.put_ceiling(_device_name("cpu"), mem_bw_bytes_per_s=1e10, matmul_flops_per_s=1e11, dtype="float32")
     c = SimpleNamespace(kb_url=url, spec=SimpleNamespace(dtype="float32"), progress=lambda m: None)
-    st = SimpleNamespace(device="cpu", extra={})
+    st = SimpleNamespace(device="cpu", extra=SessionExtra())
     got = _ceilings(c, st)
     assert got["cached"] is True and got["memory_bandwidth_bytes_per_s"] == 1e10
+    assert st.extra.ceilings is not None and st.extra.ceilings.model_dump() == got
     when = dt.datetime.fromisoformat(got["measured_at"])
     assert when.tzinfo is not None and abs((dt.datetime.now(dt.timezone.utc) - when).total_seconds()) < 600
 

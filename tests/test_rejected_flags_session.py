@@ -51,9 +51,9 @@ def test_rejected_flag_is_persisted_ledgered_and_refused_later(tmp_path):
                      {"action": "try_config", "changes": {"newflag": True, "fast_path": True}}])
     st = start(tmp_path / "s", SPEC, budget_minutes=10, max_trials=5, adapter=a, kb_url=None,
         agents={"orchestrator": orch, "critic_factory": RuleCritic, "robustness": RuleRobustness()})
-    assert st.extra["rejected_flags"]["--newflag"]["knob"] == "newflag"
+    assert st.extra.rejected_flags["--newflag"]["knob"] == "newflag"
     assert a.launches == 1  # tried once, never again
-    assert [t["verdict"] for t in st.trials] == ["failed"]
+    assert [t.verdict for t in st.trials] == ["failed"]
     entries = L.read_entries(tmp_path / "s")
     learned = [e for e in entries if e["kind"] == L.ERROR and e.get("flag") == "--newflag"]
     assert len(learned) == 1

@@ -37,9 +37,9 @@ def agents():
 def test_true_gain_kept_and_no_gain_not(tmp_path):
     st = start(tmp_path / "s", SPEC, budget_minutes=10, max_trials=10, adapter=two_knob_adapter(), agents=agents())
     assert st.phase == Phase.DONE
-    kept = [t for t in st.trials if t["kept"]]
-    assert any(t["changes"].get("fast_path") is True for t in kept)
-    assert not any(t["changes"].get("useless") is True and "fast_path" not in t["changes"] for t in kept)
+    kept = [t for t in st.trials if t.kept]
+    assert any(t.changes.get("fast_path") is True for t in kept)
+    assert not any(t.changes.get("useless") is True and "fast_path" not in t.changes for t in kept)
     assert st.stack["fast_path"] is True and st.stack["useless"] is False
     b = json.loads((tmp_path / "s" / "session_breakdown.json").read_text())
     assert b["schema_version"] == 1 and 1.1 < b["final"]["ratio"] < 1.35
@@ -224,12 +224,12 @@ def test_resume_continues_with_the_options_the_session_was_started_with(tmp_path
                   noise_sd=0.05)
     with pytest.raises(_Killed):
         start(d, SPEC, budget_minutes=10, max_trials=6, adapter=ad, agents=agents(), sweep=False, cycle_ceiling=1)
-    assert load_state(d).extra["run_options"] == {"sweep": False, "cycle_ceiling": 1}
+    assert load_state(d).to_dict()["extra"]["run_options"] == {"sweep": False, "cycle_ceiling": 1}
     st = resume(d, adapter=two_knob_adapter(), agents=agents())  # no options given again
     assert st.phase == Phase.DONE and st.cycle == 1
     skips = [e for e in L.read_entries(d) if e["kind"] == L.PHASE and e.get("phase") == "SWEEP"]
     assert skips and skips[0]["reason"] == "sweep disabled"
-    assert any(t["kept"] for t in st.trials)  # cycle 1 kept something: only the options stopped a sweep and cycle 2
+    assert any(t.kept for t in st.trials)  # cycle 1 kept something: only the options stopped a sweep and cycle 2
 
 
 def test_stock_failure_enters_enablement_and_stops_with_the_reason(tmp_path):
@@ -249,17 +249,17 @@ def test_warm_replay_adopts_a_recipe_that_reproduces_and_marks_drift_otherwise(t
     assert first.stack["fast_path"] is True
     # same workload, same KB: PRELUDE replays the recipe and adopts it
     second = start(tmp_path / "b", SPEC, budget_minutes=10, max_trials=10, adapter=two_knob_adapter(), agents=agents())
-    replay = [t for t in second.trials if t["agent"] == "kb-replay"]
-    assert len(replay) == 1 and replay[0]["kept"] and second.extra["warm_replay"]["adopted"] is True
-    assert second.trials[0]["agent"] == "kb-replay"  # replayed before any search
+    replay = [t for t in second.trials if t.agent == "kb-replay"]
+    assert len(replay) == 1 and replay[0].kept and second.extra.warm_replay.adopted is True
+    assert second.trials[0].agent == "kb-replay"  # replayed before any search
     lookups = [e for e in L.read_entries(tmp_path / "b") if e["kind"] == "kb_lookup"]
     assert len(lookups) == 1
     # a machine where the recipe no longer helps: it is not adopted and is marked drift
     flat = SyntheticAdapter(effects={"fast_path": {True: 1.0}, "useless": {True: 1.0}}, numerics={},
                             knobs=TWO_KNOBS, noise_sd=0.05)
     third = start(tmp_path / "c", SPEC, budget_minutes=10, max_trials=3, adapter=flat, agents=agents())
-    replay = [t for t in third.trials if t["agent"] == "kb-replay"]
-    assert len(replay) == 1 and not replay[0]["kept"] and third.extra["warm_replay"]["adopted"] is False
+    replay = [t for t in third.trials if t.agent == "kb-replay"]
+    assert len(replay) == 1 and not replay[0].kept and third.extra.warm_replay.adopted is False
     with RecipeStore() as store:
         assert [r.status for r in store.list_recipes()] == ["drift"]
 
@@ -271,14 +271,14 @@ def test_no_headroom_left_closes_instead_of_another_cycle(tmp_path):
     from inferloom.phases.sweep import _next
 
     st = SessionState(session_id="x", budget=Budget(minutes=10, trials=10), phase=Phase.SWEEP, cycle=1,
-                      extra={"roofline_stock": {"headroom": 1.5}, "stack_ratio": 1.45})
+                      extra={"roofline_stock": {"ledger_seq": 4, "headroom": 1.5}, "stack_ratio": 1.45})
     moves = []
     c = SimpleNamespace(options=SimpleNamespace(cycle_ceiling=3), budget_reason=lambda s: None,
                         enter_phase=lambda s, p, why: moves.append((p, why)))
     _next(c, st, kept_now=True)
     assert moves[0][0] == Phase.CLOSE and "roofline" in st.stop_reason
     st2 = SessionState(session_id="y", budget=Budget(minutes=10, trials=10), phase=Phase.SWEEP, cycle=1,
-                       extra={"roofline_stock": {"headroom": 3.0}, "stack_ratio": 1.45})
+                       extra={"roofline_stock": {"ledger_seq": 4, "headroom": 3.0}, "stack_ratio": 1.45})
     moves.clear()
     c.clock = lambda: 0.0
     _next(c, st2, kept_now=True)
@@ -291,8 +291,8 @@ def test_a_crashing_quality_probe_rejects_the_candidate_and_the_session_goes_on(
     ad = two_knob_adapter(fail_quality={"fast_path": {True: "No available kernel. Aborting execution."}})
     st = start(tmp_path / "s", SPEC, budget_minutes=10, max_trials=3, adapter=ad, agents=agents())
     assert st.phase == Phase.DONE and st.stack["fast_path"] is False
-    fast = [t for t in st.trials if t["changes"].get("fast_path") is True]
-    assert fast and not any(t["kept"] for t in fast)
+    fast = [t for t in st.trials if t.changes.get("fast_path") is True]
+    assert fast and not any(t.kept for t in fast)
     m = [e for e in L.read_entries(tmp_path / "s")
          if e["kind"] == L.MEASUREMENT and e.get("candidate_config", {}).get("fast_path") is True]
     q = m[0]["quality"]

@@ -75,12 +75,12 @@ def test_real_session_on_llama_tiny(tmp_path):
     p2 = _optimize(d2, "0.1", "1")
     assert p2.returncode == 0, p2.stderr[-3000:]
     st2 = load_state(d2)
-    replay = [t for t in st2.trials if t["agent"] == "kb-replay"]
+    replay = [t for t in st2.trials if t.agent == "kb-replay"]
     assert len(replay) == 1
-    if replay[0]["kept"]:
+    if replay[0].kept:
         e2 = L.read_entries(d2)
         kept2 = [e for e in e2 if e["kind"] == "roofline" and "kept" in e]
-        assert [k["kept"]["trial"] for k in kept2] == [replay[0]["trial"]]
-        assert replay[0]["roofline"]["ledger_seq"] == kept2[0]["seq"]
+        assert [k["kept"]["trial"] for k in kept2] == [replay[0].trial]
+        assert replay[0].roofline.ledger_seq == kept2[0]["seq"]
         stock_roof = next(e for e in e2 if e["kind"] == "roofline" and "stock" in e)
         assert stock_roof["seq"] < kept2[0]["seq"]  # computed once the ceilings were there

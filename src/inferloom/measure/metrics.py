@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 from inferloom.workloads.base import RunRecord
 
 __all__ = [
+    "median_objective",
     "Metric",
     "METRICS",
     "output_tokens_per_s",
@@ -137,3 +138,9 @@ def summarize(values: Sequence[float]) -> dict[str, float | int]:
         "min": min(vals),
         "max": max(vals),
     }
+
+
+def median_objective(measurement: Any, *arms: str) -> float:
+    """Median objective over the pairs of a measurement record (``value_a``
+    for the base arm, ``value_b`` for the candidate), over the given arms."""
+    return statistics.median(p[a] for p in measurement["protocol"]["pairs"] for a in arms)

@@ -38,22 +38,22 @@ def export_session(session_dir: str | Path, out: str | Path | None = None) -> di
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ExportError(f"{out_dir} is not empty; choose another --out (an export never overwrites)")
     b = breakdown_from_ledger(L.read_entries(d))
-    src = st.extra.get("source")
+    src = st.extra.source
     series: list[str] = []
-    if src and src.get("kept"):
+    if src is not None and src.kept:
         pdir = out_dir / "patches"
         try:
-            ws = Workspace(d / "workspace", src.get("repo") or "", date=src["date"])
-            files = ws.format_patches(src["stock"], src["stack"], pdir)
+            ws = Workspace(d / "workspace", "", date=src.date)  # the clone is there or it isn't: no user checkout
+            files = ws.format_patches(src.stock, src.stack, pdir)
         except Exception:  # noqa: BLE001 - no clone left: the patch texts from the ledger
             ledger = L.Ledger(d)
             try:
                 pdir.mkdir(parents=True, exist_ok=True)
                 files = []
-                for i, k in enumerate(src["kept"], 1):
-                    prop = ledger.find(k["proposal_key"]) or {}
-                    f = pdir / f"{i:04d}-{k['id']}.patch"
-                    f.write_text(f"Subject: {k['message']}\n\n" + (prop.get("text") or ""))
+                for i, k in enumerate(src.kept, 1):
+                    prop = ledger.find(k.proposal_key) or {}
+                    f = pdir / f"{i:04d}-{k.id}.patch"
+                    f.write_text(f"Subject: {k.message}\n\n" + (prop.get("text") or ""))
                     files.append(f)
             finally:
                 ledger.close()
@@ -62,8 +62,8 @@ def export_session(session_dir: str | Path, out: str | Path | None = None) -> di
     changes = {k: v for k, v in st.stack.items() if st.stock_config.get(k) != v}
     doc = {"session_id": st.session_id, "phase": st.phase.value, "stop_reason": st.stop_reason,
            "stock_config": st.stock_config, "final_config": st.stack, "changes": changes, "pinned": st.pinned,
-           "source": None if not src else {"stock_commit": src["stock"], "final_commit": src["stack"],
-                                           "branch": src["branch"], "kept": src["kept"], "series": series},
+           "source": None if src is None else {"stock_commit": src.stock, "final_commit": src.stack, "branch": src.branch,
+                                           "kept": [k.model_dump() for k in src.kept], "series": series},
            "final": b.get("final"), "rollback_drill": b.get("rollback_drill"),
            "review": "proposed change only: inferloom never promotes anything; review the series, rerun your own "
                      "acceptance tests, then merge through your normal release process"}
@@ -74,15 +74,15 @@ def export_session(session_dir: str | Path, out: str | Path | None = None) -> di
     lines = [f"# inferloom session {st.session_id}: proposed changes", "",
              f"Final stack: {head}.", "", "Configuration changes: "
              + (", ".join(f"`{k}={v}`" for k, v in changes.items()) or "none") + "."]
-    if src:
-        lines += ["", f"Source: {len(src['kept'])} kept commit(s) on branch `{src['branch']}` of the checkout, "
-                  f"from stock `{src['stock'][:12]}` to `{src['stack'][:12]}`.", ""]
+    if src is not None:
+        lines += ["", f"Source: {len(src.kept)} kept commit(s) on branch `{src.branch}` of the checkout, "
+                  f"from stock `{src.stock[:12]}` to `{src.stack[:12]}`.", ""]
         lines += [f"- `{s}`" for s in series] or ["- no source change was kept"]
         rd = b.get("rollback_drill")
         if rd:
             lines += ["", f"Rollback drill: {'passed' if rd.get('passed') else 'FAILED'}: {rd.get('why')}."]
         lines += ["", "To review and apply (from the stock commit):", "",
-                  "```sh", f"git switch -c review-{st.session_id} {src['stock'][:12]}", "git am patches/*.patch", "```"]
+                  "```sh", f"git switch -c review-{st.session_id} {src.stock[:12]}", "git am patches/*.patch", "```"]
     lines += ["", "inferloom never promotes anything: this is a proposal for a person to review."]
     (out_dir / "README.md").write_text("\n".join(lines) + "\n")
     return {"out": str(out_dir), "series": series, "changes": changes}

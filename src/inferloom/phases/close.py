@@ -9,7 +9,7 @@ from typing import Any
 
 from inferloom.kb import KBError, RecipeStore
 from inferloom.measure.roofline import amdahl_check
-from inferloom.phases.common import median_objective
+from inferloom.measure.metrics import median_objective
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.compare import compare, stock_references
@@ -20,6 +20,7 @@ from inferloom.report.artifacts import write_artifacts
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session.manifest import read_manifest
 from inferloom.session.state import Phase, SessionState, load_state
+from inferloom.session.state_models import RooflineFinal
 
 __all__ = ["close_step", "final_compare"]
 
@@ -49,7 +50,7 @@ def final_compare(ctx: SessionContext, st: SessionState) -> None:
             ctx.adapter, ctx.spec, st.stock_config, st.stack, settings=ctx.settings,
             seed_base=_seed_base(ctx.spec.seed, 90_000), refs=refs, quality_sets=("heldout",), progress=ctx.progress,
             labels=("stock", "final"))})
-    if "roofline_final" not in st.extra:
+    if st.extra.roofline_final is None:
         _final_roofline(ctx, st)
 
 
@@ -62,11 +63,11 @@ def _final_roofline(ctx: SessionContext, st: SessionState) -> None:
     tok = median_objective(final, "value_b")
     roof = roofline_for(ctx, st, tok, st.stack)
     ratio = (_decision(final) or {}).get("ratio")
-    head = (st.extra.get("roofline_stock") or {}).get("headroom")
+    head = st.extra.roofline_stock.headroom if st.extra.roofline_stock is not None else None
     check = amdahl_check(ratio, head) if ratio and head else None
     seq = ctx.ledger.append(ROOFLINE, {"final": roof, "amdahl": check}, key=_key("roofline-final", st.session_id))
-    st.extra["roofline_final"] = {"ledger_seq": seq, "fraction": (roof or {}).get("fraction"),
-                                  "suspect": bool((roof or {}).get("suspect") or (check or {}).get("suspect"))}
+    st.extra.roofline_final = RooflineFinal(ledger_seq=seq, fraction=(roof or {}).get("fraction"),
+                                            suspect=bool((roof or {}).get("suspect") or (check or {}).get("suspect")))
 
 
 def _record_recipe(ctx: SessionContext) -> None:

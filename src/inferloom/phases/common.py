@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 from typing import Any
 
 from inferloom.session.state import SessionState
 
-__all__ = ["step_key", "seed_base", "jsonable", "median_objective", "agent_view"]
+__all__ = ["step_key", "seed_base", "jsonable", "agent_view"]
 
 
 def step_key(*parts: Any) -> str:
@@ -34,17 +33,12 @@ def jsonable(x: Any) -> Any:
         return repr(x)[:2000]
 
 
-def median_objective(measurement: Any, *arms: str) -> float:
-    """Median objective over the pairs of a measurement record (``value_a``
-    for the base arm, ``value_b`` for the candidate), over the given arms."""
-    return statistics.median(p[a] for p in measurement["protocol"]["pairs"] for a in arms)
-
-
 def agent_view(st: SessionState) -> dict[str, Any]:
     """What agents see: the state as written to disk, plus derived keys."""
     d = st.to_dict()
     d["started_at"] = st.created_at
-    d["proposals"] = list(st.extra.get("proposals", []))
-    d["kb_failures"] = list(st.extra.get("kb_failures", []))
-    d["cycle_started_at"] = st.extra.get("cycle_started_at", st.created_at)
+    x = st.extra
+    d["proposals"] = list(x.proposals or [])
+    d["kb_failures"] = list(x.kb_failures or [])
+    d["cycle_started_at"] = x.cycle_started_at if x.cycle_started_at is not None else st.created_at
     return d

@@ -175,9 +175,9 @@ class SessionContext:
         """An agent's output refused: recorded, and counted toward the refusal limit."""
         self.record_refusal(st, rule, why, agent, raw,
                             step_key("refusal", st.session_id, st.cycle, len(st.trials),
-                                     st.extra.get("refusals_total", 0), rule))
-        st.extra["refusals_in_a_row"] = st.extra.get("refusals_in_a_row", 0) + 1
-        st.extra.setdefault("proposals", []).append(jsonable(raw.get("changes") if isinstance(raw, Mapping) else raw))
+                                     st.extra.refusals_total or 0, rule))
+        st.extra.refusals_in_a_row = (st.extra.refusals_in_a_row or 0) + 1
+        st.extra.add_proposal(jsonable(raw.get("changes") if isinstance(raw, Mapping) else raw))
 
     def close(self) -> None:
         self.ledger.close()

@@ -95,7 +95,7 @@ class Coordinator:
                 # permitting) and compared against stock at CLOSE.
                 st.stop_reason = reason
                 st.pending_action = None
-                st.extra["proposals"] = []
+                st.extra.proposals = []
                 ctx.enter_phase(st, Phase.KERNEL if st.phase == Phase.FRAMEWORK else Phase.CLOSE, reason)
                 ctx.save(st)
                 continue
@@ -114,14 +114,14 @@ def _sync_rejected_flags(ctx: SessionContext, st: SessionState, *, restore: bool
     if not isinstance(adapter, RejectedFlags):
         return
     learned = adapter.rejected_flags
-    if restore and st.extra.get("rejected_flags"):
-        adapter.restore_rejected_flags(st.extra["rejected_flags"])
+    if restore and st.extra.rejected_flags:
+        adapter.restore_rejected_flags(st.extra.rejected_flags)
     elif not restore and learned:
-        known = st.extra.get("rejected_flags") or {}
+        known = st.extra.rejected_flags or {}
         for flag in sorted(set(learned) - set(known)):
             ctx.ledger.append(L.ERROR, {"what": "server rejected a flag; never proposed again in this session",
                                         "flag": flag, **{("failure_kind" if k == "kind" else k): v
                                                          for k, v in learned[flag].items()}},
                               key=step_key("rejected_flag", st.session_id, flag))
             ctx.progress(f"learned: the server rejects {flag} ({learned[flag].get('knob')}); never proposed again")
-        st.extra["rejected_flags"] = {k: dict(v) for k, v in learned.items()}
+        st.extra.rejected_flags = {k: dict(v) for k, v in learned.items()}

@@ -1,12 +1,12 @@
 """Custom workloads in a session: the source stack and the patch pipeline.
 
 The stack of a custom session is its configuration plus the commits kept so
-far. ``state.extra["source"]`` records it (the source of truth, with the
-ledger)::
+far. ``state.extra.source`` (:class:`~inferloom.session.state_models.SourceState`)
+records it (the source of truth, with the ledger)::
 
-    {"stock": SHA, "stack": SHA, "branch": "inferloom/<session>", "date": INT,
-     "kept": [{"id", "sha", "title", "verdict_seq", "proposal_key", "message"}],
-     "seen": [patch ids handled]}
+    {"stock": SHA, "branch": "inferloom/<session>", "date": INT,
+     "kept": [{"id", "sha", "title", "message", "verdict_seq", "proposal_key", "parent"}],
+     "seen": [patch ids handled], "stack": SHA, "failed_sources": [...], "exhausted_sources": [...]}
 
 FRAMEWORK, one patch per tick while the :class:`PatchSource` has any, then
 the ordinary configuration search: each candidate goes through the gates in
@@ -42,10 +42,11 @@ from inferloom.phases.trial import begin, execute_trial, propose
 from inferloom.session import ledger as L
 from inferloom.session.manifest import read_manifest
 from inferloom.session.state import SessionState, load_state, save_state
+from inferloom.session.state_models import KeptCommit, SourceState, Trial
 from inferloom.workloads.base import AdapterError, SourceTrees
 from inferloom.workloads.custom import TREE_KEY, git
 
-__all__ = ["PATCH", "bind_session", "patch_framework_step", "workspace", "commit_message"]
+__all__ = ["PATCH", "bind_session", "patch_framework_step", "workspace", "source_state", "commit_message"]
 
 PATCH = "patch"  # ledger kind: one patch's outcome (gate reached, rule, commit)
 
@@ -58,9 +59,16 @@ def _trees(ctx: SessionContext) -> SourceTrees:
     return ctx.adapter
 
 
+def source_state(st: SessionState) -> SourceState:
+    """The session's source stack (:func:`bind_session` records it before anything else runs)."""
+    if st.extra.source is None:
+        raise AdapterError("a custom workload's state.json has no source stack (extra.source): it was edited or "
+                           "written by a different inferloom; start a new session", kind="workspace")
+    return st.extra.source
+
+
 def workspace(ctx: SessionContext, st: SessionState) -> Workspace:
-    src = st.extra["source"]
-    return Workspace(ctx.dir / "workspace", ctx.spec.custom.repo, date=src["date"])
+    return Workspace(ctx.dir / "workspace", ctx.spec.custom.repo, date=source_state(st).date)
 
 
 def _stock_sha(ctx: SessionContext) -> str:
@@ -78,19 +86,19 @@ def bind_session(ctx: SessionContext) -> None:
     off (its recipes key on models; a custom workload is the user's code)."""
     adapter = _trees(ctx)
     st = load_state(ctx.dir)
-    if "source" not in st.extra:
-        st.extra["source"] = {"stock": _stock_sha(ctx), "branch": f"inferloom/{st.session_id}",
-                              "date": int(st.created_at), "kept": [], "seen": []}
-        st.extra["source"]["stack"] = st.extra["source"]["stock"]
+    if st.extra.source is None:
+        stock = _stock_sha(ctx)
+        st.extra.source = SourceState(stock=stock, branch=f"inferloom/{st.session_id}", date=int(st.created_at),
+                                      kept=[], seen=[], stack=stock)
         save_state(ctx.dir, st)
-    src = st.extra["source"]
+    src = source_state(st)
     ws = workspace(ctx, st)
     ctx.progress(f"custom workload: workspace {ws.root} (a clone; {ctx.spec.custom.repo} is only read)")
     dirty = git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no", cwd=ctx.spec.custom.repo,
                 check=False).stdout.strip()
     if dirty:
         ctx.progress(f"custom workload: WARNING: {ctx.spec.custom.repo} has uncommitted changes; they are not part of "
-                   f"the session (stock is commit {src['stock'][:10]}): commit them and start again to include them")
+                   f"the session (stock is commit {src.stock[:10]}): commit them and start again to include them")
     if ctx.kb_url:
         ctx.options = replace(ctx.options, kb_url=None)
         ctx.progress("custom workload: knowledge base off (its recipes key on models; a custom workload is your code)")
@@ -98,32 +106,32 @@ def bind_session(ctx: SessionContext) -> None:
     stale = ws.clear_stale_locks()
     if stale:
         ctx.progress(f"custom workload: removed lock files a killed run left in the clone: {', '.join(stale)}")
-    ws.fetch_from_user(src["stock"])
-    if not ws.has_commit(src["stack"]):
+    ws.fetch_from_user(src.stock)
+    if not ws.has_commit(src.stack):
         _rebuild(ctx, st, ws)
-    ws.tree("stock", src["stock"])
-    adapter.default_tree = ws.tree("stack", src["stack"])
+    ws.tree("stock", src.stock)
+    adapter.default_tree = ws.tree("stack", src.stack)
     adapter.results_dir = ws.root / "results"  # outside every tree
-    ctx.progress(f"custom workload: stock {src['stock'][:10]}, stack {src['stack'][:10]} "
-               f"({len(src['kept'])} kept commit(s) on branch {src['branch']})")
+    ctx.progress(f"custom workload: stock {src.stock[:10]}, stack {src.stack[:10]} "
+               f"({len(src.kept)} kept commit(s) on branch {src.branch})")
 
 
 def _rebuild(ctx: SessionContext, st: SessionState, ws: Workspace) -> None:
-    src = st.extra["source"]
-    ctx.progress(f"custom workload: rebuilding {len(src['kept'])} kept commit(s) from the ledger")
-    sha = src["stock"]
-    for k in src["kept"]:
-        prop = ctx.ledger.find(k["proposal_key"])
+    src = source_state(st)
+    ctx.progress(f"custom workload: rebuilding {len(src.kept)} kept commit(s) from the ledger")
+    sha = src.stock
+    for k in src.kept:
+        prop = ctx.ledger.find(k.proposal_key)
         if prop is None or not prop.get("text"):
-            raise AdapterError(f"cannot rebuild kept patch {k['id']}: its text is not in the ledger; the session's "
+            raise AdapterError(f"cannot rebuild kept patch {k.id}: its text is not in the ledger; the session's "
                                "workspace can't be reconstructed: start a new session", kind="workspace")
-        ws.apply("candidate", sha, k["id"], prop["text"])
-        sha = ws.commit("candidate", k["message"])
-        if sha != k["sha"]:
-            raise AdapterError(f"rebuilt commit {sha[:10]} of patch {k['id']} differs from the recorded "
-                               f"{k['sha'][:10]} (was the ledger edited?); start a new session", kind="workspace")
+        ws.apply("candidate", sha, k.id, prop["text"])
+        sha = ws.commit("candidate", k.message)
+        if sha != k.sha:
+            raise AdapterError(f"rebuilt commit {sha[:10]} of patch {k.id} differs from the recorded "
+                               f"{k.sha[:10]} (was the ledger edited?); start a new session", kind="workspace")
     ws.remove("candidate")
-    ws.publish(src["branch"], sha)
+    ws.publish(src.branch, sha)
 
 
 def _sources(ctx: SessionContext) -> list[Any]:
@@ -143,15 +151,15 @@ def _source_view(ctx: SessionContext, st: SessionState) -> dict[str, Any]:
     """What a patch source sees: ids tried, every patch's outcome so far, the
     checkout and the patches kept (the current code is the checkout with them
     applied in order), and the objective."""
-    src = st.extra["source"]
+    src = source_state(st)
     outcomes = [{k: e.get(k) for k in ("id", "title", "gate", "outcome", "rule", "why", "kept", "ratio", "ci_low",
                                        "ci_high")} for e in ctx.ledger.entries(PATCH)]
     kept = []
-    for k in src["kept"]:
-        prop = ctx.ledger.find(k["proposal_key"]) or {}
-        kept.append({"id": k["id"], "title": k["title"], "commit": k["sha"], "diff": prop.get("text")})
+    for k in src.kept:
+        prop = ctx.ledger.find(k.proposal_key) or {}
+        kept.append({"id": k.id, "title": k.title, "commit": k.sha, "diff": prop.get("text")})
     cu = ctx.spec.custom
-    return {"patches_seen": list(src["seen"]), "outcomes": outcomes, "kept": kept, "checkout": cu.repo,
+    return {"patches_seen": list(src.seen), "outcomes": outcomes, "kept": kept, "checkout": cu.repo,
             "entrypoint": list(cu.entrypoint), "objective": cu.objective, "higher_is_better": cu.higher_is_better,
             "policy": {"allowlist": list(cu.patches.allowlist), "forbidden_patterns": list(cu.patches.forbidden_patterns)}}
 
@@ -160,9 +168,12 @@ def _next_candidate(ctx: SessionContext, st: SessionState) -> tuple[PatchCandida
     """The next candidate from the first source that has one. A source that
     has nothing more, or that fails (recorded as a refusal, rule
     ``patch_source_failed``), is not asked again this session."""
-    src = st.extra["source"]
-    failed = src.setdefault("failed_sources", [])
-    done = src.setdefault("exhausted_sources", [])
+    src = source_state(st)
+    if src.failed_sources is None:
+        src.failed_sources = []
+    if src.exhausted_sources is None:
+        src.exhausted_sources = []
+    failed, done = src.failed_sources, src.exhausted_sources
     for source in _sources(ctx):
         name = getattr(source, "name", "patch-source")
         if name in failed or name in done:
@@ -186,11 +197,11 @@ def _next_candidate(ctx: SessionContext, st: SessionState) -> tuple[PatchCandida
 def _refuse_patch(ctx: SessionContext, st: SessionState, rule: str, why: str, cand: Mapping[str, Any], gate: str) -> None:
     """A refused patch: the coordinator's refusal (ledger, rule) plus its patch record.
     A refused file from a directory does not count toward the agent refusal limit."""
-    before = st.extra.get("refusals_in_a_row", 0)
+    before = st.extra.refusals_in_a_row or 0
     ctx.refuse(st, rule, f"patch {cand['id']}: {why}", {"changes": {"patch": cand["id"]}, "patch": cand},
               cand.get("agent", "patch-source"))
-    st.extra["refusals_in_a_row"] = before
-    st.extra["refusals_total"] = st.extra.get("refusals_total", 0) + 1
+    st.extra.refusals_in_a_row = before
+    st.extra.refusals_total = (st.extra.refusals_total or 0) + 1
     ctx.ledger.append(PATCH, {"id": cand["id"], "title": cand.get("title"), "gate": gate, "outcome": "refused",
                             "rule": rule, "why": why, "kept": False},
                     key=_key("patch-outcome", st.session_id, cand["id"], cand.get("sha256")))
@@ -212,8 +223,7 @@ def patch_framework_step(ctx: SessionContext, st: SessionState) -> None:
 
 
 def _gates(ctx: SessionContext, st: SessionState, cand: PatchCandidate, agent: str) -> None:
-    src = st.extra["source"]
-    src["seen"].append(cand.id)
+    source_state(st).seen.append(cand.id)
     key = _key("try_patch", st.session_id, cand.id, cand.sha256)
     try:
         text: str | None = cand.data.decode("utf-8")
@@ -247,21 +257,21 @@ def _gates(ctx: SessionContext, st: SessionState, cand: PatchCandidate, agent: s
     except PatchRefusal as r:
         _refuse_patch(ctx, st, r.rule, r.why, summary, gate)
         return
-    st.extra["refusals_in_a_row"] = 0
-    st.extra.setdefault("proposals", []).append({"patch": cand.id})
+    st.extra.refusals_in_a_row = 0
+    st.extra.add_proposal({"patch": cand.id})
     begin(ctx, st, "try_patch", key, {
         "id": cand.id, "title": cand.title, "sha256": cand.sha256, "expected_gain": cand.expected_gain,
         "hypothesis": cand.hypothesis, "agent": agent, "key": key})
     _trial(ctx, st, st.pending_action.params)
 
 
-def _patch_outcome(p: Mapping[str, Any], trial: Mapping[str, Any], q: Mapping[str, Any]) -> dict[str, Any]:
+def _patch_outcome(p: Mapping[str, Any], trial: Trial, q: Mapping[str, Any]) -> dict[str, Any]:
     """A measured patch's ledger record: a view of its trial record plus the quality gate's rule."""
-    out = {"id": p["id"], "title": p["title"], "gate": "measure", "trial": trial["trial"],
-           "outcome": trial["verdict"], "kept": trial["kept"], "ratio": trial.get("ratio"),
-           "ci_low": trial.get("ci_low"), "ci_high": trial.get("ci_high"),
+    out = {"id": p["id"], "title": p["title"], "gate": "measure", "trial": trial.trial,
+           "outcome": trial.verdict, "kept": trial.kept, "ratio": trial.ratio,
+           "ci_low": trial.ci_low, "ci_high": trial.ci_high,
            "quality_rule": q.get("rule"), "quality_failed": q.get("failed", []),
-           "measurement_seq": trial.get("measurement_seq"), "verdict_seq": trial.get("verdict_seq")}
+           "measurement_seq": trial.measurement_seq, "verdict_seq": trial.verdict_seq}
     if q.get("rule"):
         out["rule"] = q["rule"]
     return out
@@ -274,13 +284,13 @@ def commit_message(pid: str, title: str, ratio: float, lo: float, hi: float) -> 
 
 def _trial(ctx: SessionContext, st: SessionState, p: Mapping[str, Any]) -> None:
     """Gate (d): apply in trees/candidate, measure against the stack, keep or reject."""
-    src = st.extra["source"]
+    src = source_state(st)
     key = p["key"]
     ws = workspace(ctx, st)
     prop = ctx.ledger.find(key + ":proposal") or {}
     summary = {**(prop.get("patch") or {}), "id": p["id"], "title": p["title"], "sha256": p["sha256"]}
     try:
-        tree = ws.apply("candidate", src["stack"], p["id"], prop.get("text") or "")
+        tree = ws.apply("candidate", src.stack, p["id"], prop.get("text") or "")
     except PatchRefusal as r:
         st.pending_action = None
         _refuse_patch(ctx, st, r.rule, r.why, summary, "apply")
@@ -291,26 +301,25 @@ def _trial(ctx: SessionContext, st: SessionState, p: Mapping[str, Any]) -> None:
     trial = execute_trial(ctx, st, proposal, key, agent=p.get("agent"))
     # the tree is not part of any configuration the state keeps
     st.stack = {k: v for k, v in st.stack.items() if k != TREE_KEY}
-    trial["config"] = {k: v for k, v in trial["config"].items() if k != TREE_KEY}
+    trial.config = {k: v for k, v in trial.config.items() if k != TREE_KEY}
     if st.measured_config_keys and TREE_KEY in st.measured_config_keys[-1]:
         st.measured_config_keys.pop()
     meas = ctx.ledger.find(key + ":measurement") or {}
     q = meas.get("quality") or {}
     outcome = _patch_outcome(p, trial, q)
-    if trial["kept"]:
-        msg = commit_message(p["id"], p["title"], trial["ratio"], trial["ci_low"], trial["ci_high"])
+    if trial.kept:
+        msg = commit_message(p["id"], p["title"], trial.ratio, trial.ci_low, trial.ci_high)
         sha = ws.commit("candidate", msg)
-        ws.publish(src["branch"], sha)
-        src["kept"].append({"id": p["id"], "sha": sha, "title": p["title"], "message": msg,
-                            "verdict_seq": trial.get("verdict_seq"), "proposal_key": key + ":proposal",
-                            "parent": src["stack"]})
-        src["stack"] = sha
-        trial["commit"] = sha
+        ws.publish(src.branch, sha)
+        src.kept.append(KeptCommit(id=p["id"], sha=sha, title=p["title"], message=msg, verdict_seq=trial.verdict_seq,
+                                   proposal_key=key + ":proposal", parent=src.stack))
+        src.stack = sha
+        trial.commit = sha
         outcome["commit"] = sha
         ws.tree("stack", sha)
-        ctx.progress(f"  patch {p['id']} kept: commit {sha[:10]} on branch {src['branch']}")
+        ctx.progress(f"  patch {p['id']} kept: commit {sha[:10]} on branch {src.branch}")
     else:
-        ctx.progress(f"  patch {p['id']} rejected ({trial['verdict']}"
+        ctx.progress(f"  patch {p['id']} rejected ({trial.verdict}"
                    + (f", {q['rule']}" if q.get("rule") else "") + "): no commit, tree removed")
     ctx.ledger.append(PATCH, outcome, key=key + ":outcome")
     ws.remove("candidate")

@@ -16,10 +16,11 @@ from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.compare import compare
 from inferloom.phases.context import SessionContext
-from inferloom.phases.custom import workspace
+from inferloom.phases.custom import source_state, workspace
 from inferloom.phases.trial import noise_floor_gain
 from inferloom.session import ledger as L
 from inferloom.session.state import SessionState
+from inferloom.session.state_models import RollbackDrill
 from inferloom.workloads.custom import TREE_KEY
 
 __all__ = ["ROLLBACK", "custom_close"]
@@ -29,35 +30,35 @@ ROLLBACK = "rollback_drill"  # ledger kind: the rollback drill's result
 
 def custom_close(ctx: SessionContext, st: SessionState) -> None:
     """The final stack vs stock (each in its own tree), then the rollback drill."""
-    src = st.extra["source"]
+    src = source_state(st)
     ws = workspace(ctx, st)
-    changed = st.stack != st.stock_config or src["stack"] != src["stock"]
+    changed = st.stack != st.stock_config or src.stack != src.stock
     if not changed:
         return
-    stock_tree = ws.tree("stock", src["stock"])
-    stack_tree = ws.tree("stack", src["stack"])
-    key = _key("final_compare", st.session_id, sorted(st.stack.items()), src["stack"])
+    stock_tree = ws.tree("stock", src.stock)
+    stack_tree = ws.tree("stack", src.stack)
+    key = _key("final_compare", st.session_id, sorted(st.stack.items()), src.stack)
     ctx.progress("CLOSE: final stack (kept commits + configuration) against stock, paired, quality gate on each run")
     ctx.measured(key, L.MEASUREMENT, lambda: {
-        "action": "final_compare", "stock_commit": src["stock"], "stack_commit": src["stack"], **compare(
+        "action": "final_compare", "stock_commit": src.stock, "stack_commit": src.stack, **compare(
             ctx.adapter, ctx.spec, {**st.stock_config, TREE_KEY: str(stock_tree)}, {**st.stack, TREE_KEY: str(stack_tree)},
             settings=ctx.settings, seed_base=_seed_base(ctx.spec.seed, 90_000), refs=ctx.refs, quality_sets=("heldout",),
             progress=ctx.progress, labels=("stock", "final"))})
-    if src["kept"] and "rollback_drill" not in st.extra:
+    if src.kept and st.extra.rollback_drill is None:
         _rollback_drill(ctx, st, ws, stock_tree)
     for name in ("candidate", "rollback"):
         ws.remove(name)
 
 
 def _rollback_drill(ctx: SessionContext, st: SessionState, ws: Workspace, stock_tree: Path) -> None:
-    src = st.extra["source"]
-    shas = [k["sha"] for k in src["kept"]]
+    src = source_state(st)
+    shas = [k.sha for k in src.kept]
     ctx.progress(f"CLOSE: rollback drill: revert {len(shas)} kept commit(s) in a scratch tree, then measure against stock")
-    key = _key("rollback_drill", st.session_id, src["stack"])
+    key = _key("rollback_drill", st.session_id, src.stack)
     t0 = time.perf_counter()
     try:
-        rb = ws.revert("rollback", src["stack"], shas)
-        identical = ws.tree_id(rb) == ws.tree_id(src["stock"])
+        rb = ws.revert("rollback", src.stack, shas)
+        identical = ws.tree_id(rb) == ws.tree_id(src.stock)
         err = None
     except Exception as exc:  # noqa: BLE001 - a failed revert is the drill's result, not a crash
         rb, identical, err = None, False, f"{type(exc).__name__}: {exc}"
@@ -90,5 +91,5 @@ def _rollback_drill(ctx: SessionContext, st: SessionState, ws: Workspace, stock_
            "quality_passed": (res.get("quality") or {}).get("passed"), "measurement_seq": mseq,
            "seconds": time.perf_counter() - t0}
     seq = ctx.ledger.append(ROLLBACK, out, key=key)
-    st.extra["rollback_drill"] = {"passed": passed, "ledger_seq": seq}
+    st.extra.rollback_drill = RollbackDrill(passed=passed, ledger_seq=seq)
     ctx.progress(f"CLOSE: rollback drill {'PASSED' if passed else 'FAILED'}: {why}")

@@ -55,17 +55,18 @@ def enablement_step(ctx: SessionContext, st: SessionState) -> None:
     else:
         st.stock_config = outcome
         st.stack = dict(outcome)
-        st.extra.pop("stock_objective", None)
-        st.extra["enablement_round"] = st.extra.get("enablement_round", 0) + 1
+        st.extra.stock_objective = None  # PRELUDE measures the new stock
+        st.extra.enablement_round = (st.extra.enablement_round or 0) + 1
         ctx.enter_phase(st, Phase.PRELUDE, "enablement recovered stock; re-measuring the baseline")
 
 
 def climb(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
     """Returns a working stock configuration, or None (the session closes)."""
 
-    fail = st.extra.get("stock_failure") or {}
-    kind = fail.get("kind", "error")
-    ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": 1, "name": RUNGS[0], "failure_kind": kind, "error": fail.get("error"),
+    fail = st.extra.stock_failure
+    kind = fail.kind if fail is not None else "error"
+    error = fail.error if fail is not None else None
+    ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": 1, "name": RUNGS[0], "failure_kind": kind, "error": error,
                                         "outcome": f"classified as '{kind}'"}, key=_key("rung1", st.session_id))
     options = (ctx.adapter.recovery_options(kind, dict(st.stock_config)) if isinstance(ctx.adapter, RecoveryOptions)
                else recovery_options(kind, st.stock_config, ctx.knobs))
@@ -98,7 +99,7 @@ def climb(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
                                             "outcome": "declared, not available in this version"
                                             + (": this failure needs it; stopping" if r == need else "")},
                         key=_key(f"rung{r}", st.session_id))
-    st.stop_reason = (f"enablement: stock fails ({kind}: {str(fail.get('error'))[:300]}); rungs 1-2 did not recover "
+    st.stop_reason = (f"enablement: stock fails ({kind}: {str(error)[:300]}); rungs 1-2 did not recover "
                       f"it and it needs rung {need} ({RUNGS[need - 1]}), which is not available yet")
     return None
 

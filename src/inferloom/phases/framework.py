@@ -29,7 +29,7 @@ def _input_ref(st: SessionState) -> dict[str, Any]:
 
 
 def _tick_key(st: SessionState, what: str) -> str:
-    return step_key(what, st.session_id, st.cycle, len(st.trials), st.extra.get("refusals_total", 0))
+    return step_key(what, st.session_id, st.cycle, len(st.trials), st.extra.refusals_total or 0)
 
 
 def framework_step(ctx: SessionContext, st: SessionState) -> None:
@@ -50,7 +50,7 @@ def framework_step(ctx: SessionContext, st: SessionState) -> None:
                           key=_tick_key(st, "robustness"))
         if not isinstance(forced, Mapping) or forced.get("action") not in ("end_phase", "stop"):
             ctx.refuse(st, "malformed_output", "robustness must return end_phase or stop", forced, robustness.name)
-            st.extra["refusals_total"] = st.extra.get("refusals_total", 0) + 1
+            st.extra.refusals_total = (st.extra.refusals_total or 0) + 1
             return
         why = f"robustness ({forced.get('rule', '?')}): {forced.get('reason', '')}"
         if forced["action"] == "stop":
@@ -59,7 +59,7 @@ def framework_step(ctx: SessionContext, st: SessionState) -> None:
         else:
             _end(ctx, st, why)
         return
-    if st.extra.get("refusals_in_a_row", 0) >= MAX_CONSECUTIVE_REFUSALS:
+    if (st.extra.refusals_in_a_row or 0) >= MAX_CONSECUTIVE_REFUSALS:
         _end(ctx, st, f"coordinator (refusal_limit): {MAX_CONSECUTIVE_REFUSALS} consecutive refused proposals")
         return
 
@@ -73,9 +73,9 @@ def framework_step(ctx: SessionContext, st: SessionState) -> None:
     proposal, rule, why = validate_proposal(raw, "FRAMEWORK", view, ctx.knobs)
     if rule:
         ctx.refuse(st, rule, why, raw, orchestrator.name)
-        st.extra["refusals_total"] = st.extra.get("refusals_total", 0) + 1
+        st.extra.refusals_total = (st.extra.refusals_total or 0) + 1
         return
-    st.extra["refusals_in_a_row"] = 0
+    st.extra.refusals_in_a_row = 0
     if proposal["action"] == "end_phase":
         _end(ctx, st, f"orchestrator: {proposal.get('rationale', 'nothing left to try')}")
         return
@@ -85,10 +85,10 @@ def framework_step(ctx: SessionContext, st: SessionState) -> None:
         return
 
     key = step_key("try_config", st.session_id, st.cycle, config_key(proposal["config"]))
-    st.extra.setdefault("proposals", []).append(proposal["changes"])
+    st.extra.add_proposal(proposal["changes"])
     run_trial(ctx, st, proposal, key, action="try_config")
 
 
 def _end(ctx: SessionContext, st: SessionState, why: str) -> None:
-    st.extra["proposals"] = []
+    st.extra.proposals = []
     ctx.enter_phase(st, Phase.KERNEL, why)

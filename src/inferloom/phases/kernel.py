@@ -40,6 +40,7 @@ from inferloom.phases.roofline import PROFILE
 from inferloom.phases.trial import Guard, begin, execute_trial, run_trial
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState
+from inferloom.session.state_models import KernelProgress, KernelTarget
 from inferloom.workloads.base import DeclaredProfile, config_key
 
 __all__ = ["kernel_step", "kernel_reserve", "KERNEL_TARGETS", "KERNEL_CLAIM", "KERNEL_GATE", "AMDAHL_TOLERANCE"]
@@ -51,7 +52,7 @@ AMDAHL_TOLERANCE = 0.05
 
 
 def _to_sweep(ctx: SessionContext, st: SessionState, why: str, skipped: bool) -> None:
-    st.extra["kernel_had_turn"] = st.cycle  # done or skipped: FRAMEWORK keeps no reserve for it after this
+    st.extra.kernel_had_turn = st.cycle  # done or skipped: FRAMEWORK keeps no reserve for it after this
     if skipped:
         ctx.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "KERNEL", "cycle": st.cycle, "reason": why},
                         key=_key("kernel-skip", st.session_id, st.cycle))
@@ -69,9 +70,9 @@ def _stack_categories(ctx: SessionContext, st: SessionState) -> tuple[dict[str, 
     """The time shares of the current stack: (categories, ledger seq, where from)."""
     if isinstance(ctx.adapter, DeclaredProfile):  # the synthetic adapter declares its pretend profile
         return ctx.adapter.profile_categories(st.stack), None, "the synthetic adapter's declared profile"
-    prof = st.extra.get("profile") or {}
-    if st.stack == st.stock_config and prof.get("categories"):
-        return prof["categories"], prof.get("ledger_seq"), "stock's PRELUDE profile"
+    prof = st.extra.profile
+    if st.stack == st.stock_config and prof is not None and isinstance(prof.categories, dict) and prof.categories:
+        return prof.categories, prof.ledger_seq, "stock's PRELUDE profile"
     key = _key("profile-kernel", st.session_id, st.cycle)
     found = ctx.ledger.find(key)
     if found is None:
@@ -88,7 +89,7 @@ def _stack_categories(ctx: SessionContext, st: SessionState) -> tuple[dict[str, 
     return p["categories"], found["seq"], "a profile of the current stack"
 
 
-def _begin(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
+def _begin(ctx: SessionContext, st: SessionState) -> KernelProgress | None:
     backend, why = _backend(ctx, st)
     if backend is None:
         _to_sweep(ctx, st, why, skipped=True)
@@ -107,17 +108,23 @@ def _begin(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
     if not any(t.picked for t in targets):
         _to_sweep(ctx, st, f"{backend.name}: no profiled category is both hot enough and rewritable", skipped=True)
         return None
-    state = {"cycle": st.cycle, "backend": backend.name, "targets": [t.to_dict() for t in targets], "next": 0,
-             "kept": [], "stack_at_start": dict(st.stack)}
-    st.extra["kernel"] = state
-    return state
+    st.extra.kernel = KernelProgress(cycle=st.cycle, backend=backend.name, targets=[t.to_dict() for t in targets],
+                                     next=0, kept=[], stack_at_start=dict(st.stack))
+    return st.extra.kernel
 
 
-def _candidates(ctx: SessionContext, st: SessionState, ks: Mapping[str, Any]) -> list[KernelCandidate]:
+def _candidates(ctx: SessionContext, st: SessionState, ks: KernelProgress) -> list[KernelCandidate]:
     backend, _ = _backend(ctx, st)
-    targets = [Target(**t) for t in ks["targets"]]
-    work = workload_of(ctx.spec, st.device, ks.get("stack_at_start") or st.stack)
+    targets = [Target(**t.model_dump()) for t in ks.targets]
+    work = workload_of(ctx.spec, st.device, ks.stack_at_start or st.stack)
     return list(backend.propose(targets, work)) if backend is not None else []
+
+
+def _decided(st: SessionState) -> dict[str, str]:
+    """Candidate id -> how it was decided, for the whole session (created by its first reader)."""
+    if st.extra.kernel_decided is None:
+        st.extra.kernel_decided = {}
+    return st.extra.kernel_decided
 
 
 def _refuse(ctx: SessionContext, st: SessionState, cand_id: str, rule: str, why: str, agent: str) -> None:
@@ -125,11 +132,11 @@ def _refuse(ctx: SessionContext, st: SessionState, cand_id: str, rule: str, why:
                      _key("kernel-refusal", st.session_id, st.cycle, cand_id, rule))
 
 
-def _share(targets: list[Mapping[str, Any]], cand: KernelCandidate) -> tuple[float | None, str]:
+def _share(targets: list[KernelTarget], cand: KernelCandidate) -> tuple[float | None, str]:
     """The profiled share the candidate's op spends: its target's plus the
     categories it also covers (``KernelCandidate.covers``); None when the
     target is not in the profile."""
-    shares = {t["category"]: float(t["share"]) for t in targets}
+    shares = {t.category: float(t.share) for t in targets}
     if cand.target not in shares:
         return None, ""
     cats = [cand.target] + [k for k in cand.covers if k in shares and k != cand.target]
@@ -143,7 +150,7 @@ def kernel_reserve(ctx: SessionContext, st: SessionState) -> str | None:
     already had its turn in an earlier cycle: its candidates are decided once
     per session, so later cycles' FRAMEWORK may use the rest)."""
     share = float(ctx.spec.kernels.budget_share)
-    if share <= 0.0 or "kernel_had_turn" in st.extra:
+    if share <= 0.0 or st.extra.kernel_had_turn is not None:
         return None
     if _backend(ctx, st)[0] is None:
         return None
@@ -168,33 +175,32 @@ def _guard(bound: float | None) -> Guard:
     return check
 
 
-def _trial(ctx: SessionContext, st: SessionState, ks: dict[str, Any], proposal: dict[str, Any], key: str,
+def _trial(ctx: SessionContext, st: SessionState, ks: KernelProgress, proposal: dict[str, Any], key: str,
            first: bool = False) -> None:
     """Measure a candidate (``first``: its proposal entry and pending action first);
     an Amdahl-suspect result is measured once more."""
-    agent = f"kernel:{ks['backend']}"
+    agent = f"kernel:{ks.backend}"
     remeasure = bool(proposal.get("remeasure"))
     guard = None if remeasure else _guard(proposal.get("amdahl_bound"))
     t = (run_trial(ctx, st, proposal, key, action="try_kernel", agent=agent, entry={"candidate": proposal["candidate"]},
                    guard=guard) if first else execute_trial(ctx, st, proposal, key, agent=agent, guard=guard))
-    if t["verdict"] == "amdahl_suspect" and not remeasure:
+    if t.verdict == "amdahl_suspect" and not remeasure:
         again = {**proposal, "remeasure": True}
         begin(ctx, st, "try_kernel", key + ":remeasure", _jsonable(again))
         _trial(ctx, st, ks, again, key + ":remeasure")
         return
-    if t["kept"]:
-        ks["kept"].append(proposal.get("candidate"))
-    st.extra.setdefault("kernel_decided", {})[str(proposal.get("candidate"))] = \
-        f"cycle {st.cycle}: measured end to end, {t['verdict']} (trial {t['trial']})"
-    ks["next"] = int(ks["next"]) + 1
+    if t.kept:
+        ks.kept.append(str(proposal.get("candidate")))
+    _decided(st)[str(proposal.get("candidate"))] = f"cycle {st.cycle}: measured end to end, {t.verdict} (trial {t.trial})"
+    ks.next += 1
 
 
 def kernel_step(ctx: SessionContext, st: SessionState) -> None:
     if st.stop_reason:
         _to_sweep(ctx, st, st.stop_reason, skipped=True)
         return
-    ks = st.extra.get("kernel")
-    if not ks or ks.get("cycle") != st.cycle:
+    ks = st.extra.kernel
+    if ks is None or ks.cycle != st.cycle:
         ks = _begin(ctx, st)
         return  # state saved; candidates from the next tick on
     if st.pending_action is not None and st.pending_action.action == "try_kernel":
@@ -206,31 +212,31 @@ def kernel_step(ctx: SessionContext, st: SessionState) -> None:
         _to_sweep(ctx, st, reason, skipped=False)
         return
     cands = _candidates(ctx, st, ks)
-    i = int(ks["next"])
+    i = ks.next
     if i >= len(cands):
-        kept = ks.get("kept") or []
-        _to_sweep(ctx, st, f"{len(cands)} candidate(s) from {ks['backend']}, {len(kept)} kept"
+        kept = ks.kept
+        _to_sweep(ctx, st, f"{len(cands)} candidate(s) from {ks.backend}, {len(kept)} kept"
                   + (f" ({', '.join(kept)})" if kept else ""), skipped=False)
         return
     cand = cands[i]
-    agent = f"kernel:{ks['backend']}"
+    agent = f"kernel:{ks.backend}"
     if all(st.stack.get(k) == v for k, v in cand.config_changes.items()):
         ctx.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} is already in the stack")
-        ks["next"] = i + 1
+        ks.next = i + 1
         return
-    decided = st.extra.setdefault("kernel_decided", {})
+    decided = _decided(st)
     if cand.id in decided:  # gates don't depend on the stack; an end-to-end verdict stands for the session
         ctx.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} was decided in an earlier cycle: {decided[cand.id]}")
-        ks["next"] = i + 1
+        ks.next = i + 1
         return
     # can it be measured at all (knob space, phase, pinned, measured before)? Checked before the gates spend time.
     proposal, rule, why = validate_proposal({"action": "try_kernel", "changes": dict(cand.config_changes),
                                              "source": agent, "candidate": cand.id}, "KERNEL", agent_view(st), ctx.knobs)
     if rule:
         _refuse(ctx, st, cand.id, rule, why, agent)
-        ks["next"] = i + 1
+        ks.next = i + 1
         return
-    ctx.ledger.append(KERNEL_CLAIM, {"cycle": st.cycle, "backend": ks["backend"], "candidate": cand.to_record()},
+    ctx.ledger.append(KERNEL_CLAIM, {"cycle": st.cycle, "backend": ks.backend, "candidate": cand.to_record()},
                     key=_key("kernel-claim", st.session_id, st.cycle, cand.id))
     ctx.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} for {cand.op} (claims x{cand.claimed_speedup:.2f}, "
                "unverified)")
@@ -250,10 +256,10 @@ def kernel_step(ctx: SessionContext, st: SessionState) -> None:
         ctx.progress(f"  {res['gate']}: {'pass' if res['passed'] else 'refused (' + str(res['rule']) + ')'}: {res['why']}")
         if not res["passed"]:
             _refuse(ctx, st, cand.id, res["rule"], res["why"], agent)
-            st.extra.setdefault("kernel_decided", {})[cand.id] = f"cycle {st.cycle}: refused ({res['rule']})"
-            ks["next"] = i + 1
+            _decided(st)[cand.id] = f"cycle {st.cycle}: refused ({res['rule']})"
+            ks.next = i + 1
             return
-    share, spans = _share(ks["targets"], cand)
+    share, spans = _share(ks.targets, cand)
     local = results["microbenchmark"]["details"].get("speedup")
     bound = amdahl_limit(min(max(float(share), 0.0), 1.0), float(local)) if share is not None and local else None
     proposal.update(predicted_gain=(bound - 1.0) if bound is not None else None, amdahl_bound=bound,

@@ -21,7 +21,7 @@ from inferloom.kb import KBError, RecipeStore, WorkloadKey
 from inferloom.measure.profile import profile_config
 from inferloom.measure.ceilings import _cpu_name, measure_ceilings
 from inferloom.phases.common import jsonable as _jsonable
-from inferloom.phases.common import median_objective
+from inferloom.measure.metrics import median_objective
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.compare import compare
@@ -30,6 +30,15 @@ from inferloom.phases.roofline import PROFILE, ROOFLINE, kept_roofline, roofline
 from inferloom.phases.trial import execute_trial, run_trial
 from inferloom.session import ledger as L
 from inferloom.session.state import PendingAction, Phase, SessionState
+from inferloom.session.state_models import (
+    Ceilings,
+    ProfileSummary,
+    RooflineStock,
+    StockFailure,
+    StockObjective,
+    Trial,
+    WarmReplay,
+)
 from inferloom.spec import objective_label
 from inferloom.workloads.base import ConfigError, config_key, resolve_config
 
@@ -40,23 +49,23 @@ KB_LOOKUP = "kb_lookup"
 
 def prelude_step(ctx: SessionContext, st: SessionState) -> None:
     """One PRELUDE tick: stock, then the warm replay, then the profile, then FRAMEWORK."""
-    if "stock_objective" not in st.extra:
+    so = st.extra.stock_objective
+    if so is None:
         _measure_stock(ctx, st)
-    elif "warm_replay" not in st.extra:
+    elif st.extra.warm_replay is None:
         replay_step(ctx, st)
-    elif "profile" not in st.extra:
+    elif st.extra.profile is None:
         profile_step(ctx, st)
     else:
         st.cycle = 1
-        st.extra["cycle_started_at"] = ctx.clock()
-        so = st.extra["stock_objective"]
-        ctx.enter_phase(st, Phase.FRAMEWORK, f"stock {so['median']:,.1f} {objective_label(ctx.spec)}; A/A floor "
+        st.extra.cycle_started_at = ctx.clock()
+        ctx.enter_phase(st, Phase.FRAMEWORK, f"stock {so.median:,.1f} {objective_label(ctx.spec)}; A/A floor "
                       f"{abs((st.noise_floor or {}).get('ratio', 1.0) - 1) * 100:.2f}%; starting stack "
                       + ("from the knowledge base" if st.stack != st.stock_config else "stock"))
 
 
 def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
-    key = _key("measure_stock", st.session_id, st.extra.get("enablement_round", 0))
+    key = _key("measure_stock", st.session_id, st.extra.enablement_round or 0)
     st.pending_action = PendingAction(action="measure_stock", key=key)
     ctx.save(st)
     ctx.progress("PRELUDE: stock baseline and A/A noise floor (stock against itself)")
@@ -67,12 +76,12 @@ def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
             stop_early=False, labels=("stock", "stock-2"))})
     st.pending_action = None
     if res["verdict"] == "failed":
-        st.extra["stock_failure"] = {"error": res.get("error"), "kind": res.get("error_kind", "error"), "seq": seq}
+        st.extra.stock_failure = StockFailure(error=res.get("error"), kind=res.get("error_kind", "error"), seq=seq)
         ctx.enter_phase(st, Phase.ENABLEMENT, f"stock failed: {res.get('error')}")
         return
     stock = median_objective(res, "value_a", "value_b")
     st.noise_floor = {**res["noise"], "ledger_seq": seq}
-    st.extra["stock_objective"] = {"median": stock, "n_runs": 2 * len(res["protocol"]["pairs"]), "ledger_seq": seq}
+    st.extra.stock_objective = StockObjective(median=stock, n_runs=2 * len(res["protocol"]["pairs"]), ledger_seq=seq)
     if config_key(st.stock_config) not in st.measured_config_keys:
         st.measured_config_keys.append(config_key(st.stock_config))
     ctx.progress(f"PRELUDE: stock {stock:,.1f} {objective_label(ctx.spec)}; A/A ratio {res['noise']['ratio']:.4f} "
@@ -87,23 +96,23 @@ def replay_step(ctx: SessionContext, st: SessionState) -> None:
                                                min_ratio=p.get("min_ratio")))
         return
     if not ctx.kb_url:
-        st.extra["warm_replay"] = {"skipped": "no knowledge base (--no-kb)"}
+        st.extra.warm_replay = WarmReplay(skipped="no knowledge base (--no-kb)")
         return
     try:
         with RecipeStore(ctx.kb_url) as store:
             key = WorkloadKey.from_spec(ctx.spec)
             res = store.lookup(key, min_confidence=ctx.options.replay_min_confidence)
     except KBError as exc:
-        st.extra["warm_replay"] = {"skipped": f"knowledge base unavailable: {exc}"}
+        st.extra.warm_replay = WarmReplay(skipped=f"knowledge base unavailable: {exc}")
         ctx.progress(f"PRELUDE: warm replay skipped: {exc}")
         return
     seq = ctx.ledger.append(KB_LOOKUP, {"workload_key": key.to_dict(), "result": _jsonable(res.to_dict())},
                           key=_key("kb_lookup", st.session_id))
-    st.extra["kb_failures"] = [p["changes"] for p in res.priors if isinstance(p.get("changes"), dict)]
+    st.extra.kb_failures = [p["changes"] for p in res.priors if isinstance(p.get("changes"), dict)]
     chosen = res.chosen
     winner = (chosen.winner or {}) if chosen is not None else {}
     if not winner:
-        st.extra["warm_replay"] = {"skipped": "no recipe above the confidence threshold", "lookup_seq": seq}
+        st.extra.warm_replay = WarmReplay(skipped="no recipe above the confidence threshold", lookup_seq=seq)
         ctx.progress("PRELUDE: warm replay: no recipe for this workload yet")
         return
     names = {k.name for k in ctx.knobs}
@@ -111,10 +120,10 @@ def replay_step(ctx: SessionContext, st: SessionState) -> None:
     try:
         cfg = resolve_config(ctx.knobs, {**st.stock_config, **changes}, st.pinned)
     except ConfigError as exc:
-        st.extra["warm_replay"] = {"skipped": f"recipe does not apply here: {exc}", "lookup_seq": seq}
+        st.extra.warm_replay = WarmReplay(skipped=f"recipe does not apply here: {exc}", lookup_seq=seq)
         return
     if cfg == st.stock_config:
-        st.extra["warm_replay"] = {"skipped": "recipe equals stock here", "lookup_seq": seq}
+        st.extra.warm_replay = WarmReplay(skipped="recipe equals stock here", lookup_seq=seq)
         return
     recorded = float(winner["ratio"])
     min_ratio = math.exp(ctx.options.replay_fraction * math.log(recorded)) if recorded > 1 else None
@@ -129,17 +138,16 @@ def replay_step(ctx: SessionContext, st: SessionState) -> None:
                                               min_ratio=min_ratio))
 
 
-def _finish_replay(ctx: SessionContext, st: SessionState, proposal: dict[str, Any], trial: dict[str, Any]) -> None:
-    st.extra["warm_replay"] = {"recipe_id": proposal.get("recipe_id"), "adopted": trial["kept"],
-                               "ratio": trial.get("ratio"), "recorded_gain": proposal.get("predicted_gain"),
-                               "verdict_seq": trial.get("verdict_seq")}
-    if trial["kept"]:
+def _finish_replay(ctx: SessionContext, st: SessionState, proposal: dict[str, Any], trial: Trial) -> None:
+    st.extra.warm_replay = WarmReplay(recipe_id=proposal.get("recipe_id"), adopted=trial.kept, ratio=trial.ratio,
+                                      recorded_gain=proposal.get("predicted_gain"), verdict_seq=trial.verdict_seq)
+    if trial.kept:
         return
     try:
         with RecipeStore(ctx.kb_url) as store:
             store.mark_drift(WorkloadKey.from_dict(proposal["recipe_key"]),
-                             f"session {st.session_id}: measured {trial.get('ratio')} vs recorded "
-                             f"x{1 + proposal['predicted_gain']:.3f} ({trial['verdict']})",
+                             f"session {st.session_id}: measured {trial.ratio} vs recorded "
+                             f"x{1 + proposal['predicted_gain']:.3f} ({trial.verdict})",
                              session_id=st.session_id, expected_winner=proposal.get("winner_session"))
         ctx.progress("PRELUDE: the recipe did not reproduce: marked drift in the knowledge base; starting from stock")
     except KBError as exc:
@@ -149,13 +157,14 @@ def _finish_replay(ctx: SessionContext, st: SessionState, proposal: dict[str, An
 def profile_step(ctx: SessionContext, st: SessionState) -> None:
     """A profile of one untimed stock run, the device's ceilings, and where stock sits under them."""
     if ctx.spec.framework == "synthetic":
-        st.extra["profile"] = {"skipped": "the synthetic adapter runs no operators"}
+        st.extra.profile = ProfileSummary(skipped="the synthetic adapter runs no operators")
         return
     if ctx.spec.framework == "custom":
-        st.extra["profile"] = {"skipped": "a custom workload is the user's own process: no operator profile"}
+        st.extra.profile = ProfileSummary(skipped="a custom workload is the user's own process: no operator profile")
         return
     if ctx.spec.framework == "vllm":
-        st.extra["profile"] = {"skipped": "the server runs out of process: no torch.profiler trace or roofline yet"}
+        st.extra.profile = ProfileSummary(
+            skipped="the server runs out of process: no torch.profiler trace or roofline yet")
         return
     ctx.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
     prof: dict[str, Any]
@@ -164,23 +173,26 @@ def profile_step(ctx: SessionContext, st: SessionState) -> None:
     except Exception as exc:  # noqa: BLE001 - a profiler failure is a note, not the session's end
         prof = {"error": f"{type(exc).__name__}: {exc}"}
     pseq = ctx.ledger.append(PROFILE, {"profile": _jsonable(prof)}, key=_key("profile", st.session_id))
-    st.extra["profile"] = {"ledger_seq": pseq, "categories": _jsonable((prof or {}).get("categories")),
-                           "error": prof.get("error")}
+    st.extra.profile = ProfileSummary(ledger_seq=pseq, categories=_jsonable((prof or {}).get("categories")),
+                                      error=prof.get("error"))
     ceil = _ceilings(ctx, st)
-    stock = st.extra["stock_objective"]["median"]
+    so = st.extra.stock_objective
+    if so is None:
+        raise RuntimeError("PRELUDE: the profile step needs the stock objective; state.json has none")
+    stock = so.median
     roof = roofline_for(ctx, st, stock, st.stock_config) if ceil else None
     rseq = ctx.ledger.append(ROOFLINE, {"ceilings": _jsonable(ceil), "stock": _jsonable(roof)}, key=_key("roofline", st.session_id))
-    st.extra["roofline_stock"] = {"ledger_seq": rseq, "fraction": (roof or {}).get("fraction"),
-                                  "headroom": (roof or {}).get("headroom"),
-                                  "ceiling_tok_per_s": (roof or {}).get("ceiling_tok_per_s")}
+    st.extra.roofline_stock = RooflineStock(ledger_seq=rseq, fraction=(roof or {}).get("fraction"),
+                                            headroom=(roof or {}).get("headroom"),
+                                            ceiling_tok_per_s=(roof or {}).get("ceiling_tok_per_s"))
     if roof:
         ctx.progress(f"PRELUDE: roofline: stock at {roof['fraction'] * 100:.1f}% of the {roof['ceiling_tok_per_s']:,.0f} tok/s "
                    f"ceiling (headroom x{roof['headroom']:.2f})")
         for t in st.trials:  # a warm replay kept before the ceilings existed
-            if t.get("kept") and "roofline" not in t:
-                m = next((e for e in ctx.ledger.entries(L.MEASUREMENT) if e["seq"] == t["measurement_seq"]), None)
+            if t.kept and t.roofline is None:
+                m = next((e for e in ctx.ledger.entries(L.MEASUREMENT) if e["seq"] == t.measurement_seq), None)
                 if m is not None:
-                    kept_roofline(ctx, st, m, _key("replay-roofline", st.session_id, t["trial"]), t)
+                    kept_roofline(ctx, st, m, _key("replay-roofline", st.session_id, t.trial), t)
 
 
 def _ceilings(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
@@ -193,20 +205,22 @@ def _ceilings(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
             name = _device_name(st.device)
             cached = store.get_ceiling(name, dtype)
             if cached is not None:
-                st.extra["ceilings"] = {"memory_bandwidth_bytes_per_s": cached.mem_bw_bytes_per_s,
-                                        "matmul_flops_per_s": cached.matmul_flops_per_s, "device_name": name,
-                                        "matmul_dtype": dtype, "cached": True,
-                                        "measured_at": _dt.datetime.fromtimestamp(cached.measured_at, _dt.timezone.utc)
-                                        .isoformat(timespec="seconds")}
-                return st.extra["ceilings"]
+                found = {"memory_bandwidth_bytes_per_s": cached.mem_bw_bytes_per_s,
+                         "matmul_flops_per_s": cached.matmul_flops_per_s, "device_name": name,
+                         "matmul_dtype": dtype, "cached": True,
+                         "measured_at": _dt.datetime.fromtimestamp(cached.measured_at, _dt.timezone.utc)
+                         .isoformat(timespec="seconds")}
+                st.extra.ceilings = Ceilings.model_validate(found)
+                return found
         ctx.progress("PRELUDE: measuring this device's ceilings (memory bandwidth, matmul rate)")
         ceil = measure_ceilings(st.device, dtype)
-        st.extra["ceilings"] = {k: ceil[k] for k in ("memory_bandwidth_bytes_per_s", "matmul_flops_per_s",
-                                                     "device_name", "matmul_dtype", "measured_at")}
+        kept = {k: ceil[k] for k in ("memory_bandwidth_bytes_per_s", "matmul_flops_per_s", "device_name",
+                                     "matmul_dtype", "measured_at")}
+        st.extra.ceilings = Ceilings.model_validate(kept)
         if store is not None:
             store.put_ceiling(ceil["device_name"], mem_bw_bytes_per_s=ceil["memory_bandwidth_bytes_per_s"],
                               matmul_flops_per_s=ceil["matmul_flops_per_s"], dtype=dtype)
-        return st.extra["ceilings"]
+        return kept
     except Exception as exc:  # noqa: BLE001 - no roofline is a note, not a failure
         ctx.progress(f"PRELUDE: no ceilings: {exc}")
         return None

@@ -12,6 +12,7 @@ from inferloom.measure.costs import mean_decode_context, step_costs
 from inferloom.measure.roofline import roofline
 from inferloom.phases.context import SessionContext
 from inferloom.session.state import SessionState
+from inferloom.session.state_models import Trial, TrialRoofline
 
 __all__ = ["PROFILE", "ROOFLINE", "roofline_for", "kept_roofline"]
 
@@ -21,31 +22,31 @@ ROOFLINE = "roofline"  # ledger kind: ceilings and where a stack sits under them
 
 def roofline_for(ctx: SessionContext, st: SessionState, tok_per_s: float, cfg: dict[str, Any]) -> dict[str, Any] | None:
     """The roofline of ``tok_per_s`` for configuration ``cfg`` (its dtype), or None without ceilings."""
-    ceil = st.extra.get("ceilings")
-    if not ceil or ctx.spec.framework == "synthetic":
+    ceil = st.extra.ceilings
+    if ceil is None or ctx.spec.framework == "synthetic":
         return None
     t = ctx.spec.traffic
     dtype = cfg.get("dtype", ctx.spec.dtype)
     nbytes = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(dtype), 2)
     costs = step_costs(ctx.spec.model, t.concurrency, mean_decode_context(t.input_len, t.output_len), nbytes,
                        input_len=t.input_len)
-    return roofline(ceil, costs, tok_per_s, t.concurrency, t.output_len, t.input_len)
+    return roofline(ceil.model_dump(), costs, tok_per_s, t.concurrency, t.output_len, t.input_len)
 
 
-def kept_roofline(ctx: SessionContext, st: SessionState, res: Mapping[str, Any], key: str, trial: dict[str, Any]) -> None:
+def kept_roofline(ctx: SessionContext, st: SessionState, res: Mapping[str, Any], key: str, trial: Trial) -> None:
     """Where a kept stack (``trial``'s config) sits against the roofline: its
     median in the measurement that kept it; recorded once, also across a
     resume. Nothing without ceilings (a warm replay keeps before PRELUDE has
     measured them: PRELUDE calls this again once it has)."""
     vals = [p["value_b"] for p in (res.get("protocol") or {}).get("pairs", []) if p.get("value_b") is not None]
-    roof = roofline_for(ctx, st, statistics.median(vals), dict(trial["config"])) if vals else None
+    roof = roofline_for(ctx, st, statistics.median(vals), dict(trial.config)) if vals else None
     if roof is None:
         return
     found = ctx.ledger.find(key + ":roofline")
     seq = found["seq"] if found is not None else ctx.ledger.append(
-        ROOFLINE, {"kept": {"trial": trial["trial"], "cycle": st.cycle, "changes": trial["changes"], "roofline": roof}},
+        ROOFLINE, {"kept": {"trial": trial.trial, "cycle": st.cycle, "changes": trial.changes, "roofline": roof}},
         key=key + ":roofline")
-    trial["roofline"] = {"fraction": roof.get("fraction"), "headroom": roof.get("headroom"),
-                         "suspect": roof.get("suspect"), "ledger_seq": seq}
+    trial.roofline = TrialRoofline(fraction=roof.get("fraction"), headroom=roof.get("headroom"),
+                                   suspect=roof.get("suspect"), ledger_seq=seq)
     ctx.progress(f"  roofline: the stack is now at {roof['fraction'] * 100:.1f}% of the ceiling "
                  f"(headroom x{roof['headroom']:.2f})" + ("; SUSPECT: above the roofline" if roof.get("suspect") else ""))

@@ -21,6 +21,7 @@ from inferloom.session.state import (
     new_session_id,
     save_state,
 )
+from inferloom.session.state_models import RunOptions
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import resolve_config
 from inferloom.workloads.registry import make_adapter
@@ -30,7 +31,6 @@ __all__ = ["SessionExists", "default_agents", "start", "resume", "PERSISTED_OPTI
 # how a session was asked to run (optimize's --cycles, --no-sweep, --kb / --no-kb):
 # kept in state.json so that `resume` continues it the same way
 PERSISTED_OPTIONS = ("cycle_ceiling", "sweep", "kb_url")
-RUN_OPTIONS = "run_options"
 
 
 class SessionExists(InferloomError, ValueError):
@@ -86,7 +86,7 @@ def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials
                           device=spec.resolved_device(), knobs=[k.to_dict() for k in knobs], pinned=dict(spec.pinned),
                           workload={"model": spec.model, "dtype": spec.dtype, **spec.traffic.model_dump()},
                           stock_config=stock, stack=dict(stock))
-        st.extra[RUN_OPTIONS] = {k: kw[k] for k in PERSISTED_OPTIONS if k in kw}
+        st.extra.run_options = RunOptions(**{k: kw[k] for k in PERSISTED_OPTIONS if k in kw})
         write_manifest(d, build_manifest(spec, adapter.describe(), {
             "spec_seed": spec.seed, "bootstrap_seed": spec.protocol.bootstrap_seed, "session_id": st.session_id}))
         save_state(d, st)
@@ -105,7 +105,8 @@ def resume(directory: str | Path, *, adapter: Any = None, agents: AgentsArg = No
     spec = WorkloadSpec.model_validate(manifest["spec"])
     progress(f"resuming session {st.session_id} in phase {st.phase.value}, cycle {st.cycle}, "
              f"{st.used.trials} trials and {st.used.elapsed_s / 60:.1f} min used")
-    kw = {**(st.extra.get(RUN_OPTIONS) or {}), **kw}  # the options it was started with, unless given again
+    given = st.extra.run_options.model_dump() if st.extra.run_options is not None else {}
+    kw = {**given, **kw}  # the options it was started with, unless given again
     own = adapter is None
     adapter = adapter if adapter is not None else make_adapter(spec)
     try:

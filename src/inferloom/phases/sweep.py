@@ -14,6 +14,7 @@ from inferloom.phases.compare import compare
 from inferloom.phases.context import SessionContext
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState
+from inferloom.session.state_models import SweepPoint
 from inferloom.workloads.base import ConfigError, ServerLogs, resolve_config
 
 __all__ = ["grid", "sweep_step", "HEADROOM_WORTH_A_CYCLE"]
@@ -28,8 +29,10 @@ def grid(spec: Any) -> list[tuple[int, int]]:
 
 def sweep_step(ctx: SessionContext, st: SessionState) -> None:
     """One SWEEP tick: one grid point measured, or the phase skipped / done."""
-    kept_now = any(t["kept"] and t["cycle"] == st.cycle for t in st.trials)
-    done = st.extra.setdefault("sweep", {}).setdefault(str(st.cycle), [])
+    kept_now = any(t.kept and t.cycle == st.cycle for t in st.trials)
+    if st.extra.sweep is None:
+        st.extra.sweep = {}
+    done = st.extra.sweep.setdefault(str(st.cycle), [])
     out_of_time = ctx.time_left_s(st) <= 0
     no_grid = ctx.strategy.sweep_skip_reason
     if not ctx.options.sweep or not kept_now or out_of_time or no_grid:
@@ -40,7 +43,7 @@ def sweep_step(ctx: SessionContext, st: SessionState) -> None:
         _next(ctx, st, kept_now)
         return
     points = grid(ctx.spec)
-    todo = [p for p in points if list(p) not in [d["point"] for d in done]]
+    todo = [p for p in points if list(p) not in [d.point for d in done]]
     if not todo:
         _next(ctx, st, kept_now)
         return
@@ -65,7 +68,7 @@ def sweep_step(ctx: SessionContext, st: SessionState) -> None:
         if adapter is not ctx.adapter:
             adapter.close()
         ctx.ledger.append(L.ERROR, {"what": "sweep point not applicable", "point": [conc, inl], "error": str(exc)}, key=key)
-        done.append({"point": [conc, inl], "verdict": "not-applicable", "error": str(exc)})
+        done.append(SweepPoint(point=[conc, inl], verdict="not-applicable", error=str(exc)))
         return
     try:
         res, seq = ctx.measured(key, L.MEASUREMENT, lambda: {
@@ -77,8 +80,8 @@ def sweep_step(ctx: SessionContext, st: SessionState) -> None:
         if adapter is not ctx.adapter:
             adapter.close()
     d = (res.get("protocol") or {}).get("decision") or {}
-    done.append({"point": [conc, inl], "ratio": d.get("ratio"), "ci_low": d.get("ci_low"),
-                 "ci_high": d.get("ci_high"), "verdict": res.get("verdict"), "ledger_seq": seq})
+    done.append(SweepPoint(point=[conc, inl], ratio=d.get("ratio"), ci_low=d.get("ci_low"), ci_high=d.get("ci_high"),
+                           verdict=res.get("verdict"), ledger_seq=seq))
 
 
 # Another cycle is worth running only while the stack is further than this
@@ -87,10 +90,10 @@ HEADROOM_WORTH_A_CYCLE = 1.10
 
 
 def _headroom_left(st: SessionState) -> float | None:
-    head = (st.extra.get("roofline_stock") or {}).get("headroom")
+    head = st.extra.roofline_stock.headroom if st.extra.roofline_stock is not None else None
     if not isinstance(head, (int, float)):
         return None
-    return float(head) / float(st.extra.get("stack_ratio", 1.0))
+    return float(head) / float(st.extra.stack_ratio if st.extra.stack_ratio is not None else 1.0)
 
 
 def _next(ctx: SessionContext, st: SessionState, kept_now: bool) -> None:
@@ -110,6 +113,6 @@ def _next(ctx: SessionContext, st: SessionState, kept_now: bool) -> None:
         ctx.enter_phase(st, Phase.CLOSE, st.stop_reason)
     else:
         st.cycle += 1
-        st.extra["proposals"] = []
-        st.extra["cycle_started_at"] = ctx.clock()
+        st.extra.proposals = []
+        st.extra.cycle_started_at = ctx.clock()
         ctx.enter_phase(st, Phase.FRAMEWORK, f"cycle {st.cycle - 1} kept something; another cycle from the established stack")

@@ -24,6 +24,7 @@ from inferloom.phases.context import SessionContext
 from inferloom.phases.roofline import kept_roofline
 from inferloom.session import ledger as L
 from inferloom.session.state import PendingAction, SessionState
+from inferloom.session.state_models import Trial
 from inferloom.workloads.base import config_key
 
 __all__ = ["Guard", "noise_floor_gain", "propose", "begin", "run_trial", "execute_trial", "trial_record",
@@ -63,7 +64,7 @@ def begin(ctx: SessionContext, st: SessionState, action: str, key: str, params: 
 
 def run_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, Any], key: str, *, action: str,
               agent: str | None = None, entry: Mapping[str, Any] | None = None, min_ratio: float | None = None,
-              guard: Guard | None = None) -> dict[str, Any]:
+              guard: Guard | None = None) -> Trial:
     """The whole trial: proposal entry, pending action, save, then :func:`execute_trial`.
     ``entry``: extra fields of the PROPOSAL entry. Returns the trial record."""
     propose(ctx, st, proposal, key, agent=agent or ctx.agents.orchestrator.name, **dict(entry or {}))
@@ -72,7 +73,7 @@ def run_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, Any]
 
 
 def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, Any], key: str, *,
-                  agent: str | None = None, min_ratio: float | None = None, guard: Guard | None = None) -> dict[str, Any]:
+                  agent: str | None = None, min_ratio: float | None = None, guard: Guard | None = None) -> Trial:
     """Measure a proposal against the stack, have a fresh Critic rule, keep or
     revert, and record it (ledger and state). ``min_ratio``: a keep also needs
     the measured ratio to reach it (warm replay). ``guard(evidence)``: a last
@@ -129,38 +130,39 @@ def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, 
     record = trial_record(n=n, cycle=st.cycle, changes=changes, config=cand, outcome=outcome, kept=keep, decision=d,
                           quality_passed=evidence["quality_passed"], proposal=proposal, agent=agent, lesson=lesson,
                           measurement_seq=mseq)
-    record["verdict_seq"] = ctx.ledger.append(L.VERDICT, verdict_entry(record, res.get("verdict")), key=key + ":verdict")
-    record["finished_at"] = time.time()
+    record.verdict_seq = ctx.ledger.append(L.VERDICT, verdict_entry(record, res.get("verdict")), key=key + ":verdict")
+    record.finished_at = time.time()
     st.trials.append(record)
     st.measured_config_keys.append(config_key(cand))
     st.used.trials += 1
     if keep:
         st.stack = cand
-        st.extra["stack_ratio"] = _best(st) * float(d["ratio"])
-        kept_roofline(ctx, st, res, key, st.trials[-1])
+        st.extra.stack_ratio = _best(st) * float(d["ratio"])
+        kept_roofline(ctx, st, res, key, record)
     st.pending_action = None
     ctx.progress(f"  -> {outcome}: {lesson}")
-    return st.trials[-1]
+    return record
 
 
 def trial_record(*, n: int, cycle: int, changes: dict[str, Any], config: dict[str, Any], outcome: str,
                  kept: bool, decision: Mapping[str, Any], quality_passed: bool | None, proposal: Mapping[str, Any],
-                 agent: str, lesson: str, measurement_seq: int) -> dict[str, Any]:
-    """The trial as ``state.json`` keeps it (``verdict_seq`` and ``finished_at`` are set once the verdict is written)."""
-    return {"trial": n, "cycle": cycle, "changes": changes, "config": config, "verdict": outcome,
-            "kept": kept, "ratio": decision.get("ratio"), "ci_low": decision.get("ci_low"),
-            "ci_high": decision.get("ci_high"), "n_pairs": decision.get("n_pairs"), "quality_passed": quality_passed,
-            "predicted_gain": proposal.get("predicted_gain"), "source": proposal.get("source"), "agent": agent,
-            "lesson": lesson, "measurement_seq": measurement_seq, "verdict_seq": None, "finished_at": None}
+                 agent: str, lesson: str, measurement_seq: int) -> Trial:
+    """The trial as ``state.json`` keeps it (the one place a :class:`Trial` is
+    built; ``verdict_seq`` and ``finished_at`` are set once the verdict is written)."""
+    return Trial(trial=n, cycle=cycle, changes=changes, config=config, verdict=outcome, kept=kept,
+                 ratio=decision.get("ratio"), ci_low=decision.get("ci_low"), ci_high=decision.get("ci_high"),
+                 n_pairs=decision.get("n_pairs"), quality_passed=quality_passed,
+                 predicted_gain=proposal.get("predicted_gain"), source=proposal.get("source"), agent=agent,
+                 lesson=lesson, measurement_seq=measurement_seq, verdict_seq=None, finished_at=None)
 
 
-def verdict_entry(record: Mapping[str, Any], protocol_verdict: Any) -> dict[str, Any]:
+def verdict_entry(record: Trial, protocol_verdict: Any) -> dict[str, Any]:
     """The ledger's VERDICT entry for a trial record."""
-    return {"trial": record["trial"], "cycle": record["cycle"], "agent": record["agent"], "changes": record["changes"],
-            "config": record["config"], "outcome": record["verdict"], "kept": record["kept"], "lesson": record["lesson"],
-            "protocol_verdict": protocol_verdict, "ratio": record["ratio"], "ci_low": record["ci_low"],
-            "ci_high": record["ci_high"], "quality_passed": record["quality_passed"],
-            "predicted_gain": record["predicted_gain"], "measurement_seq": record["measurement_seq"]}
+    return {"trial": record.trial, "cycle": record.cycle, "agent": record.agent, "changes": record.changes,
+            "config": record.config, "outcome": record.verdict, "kept": record.kept, "lesson": record.lesson,
+            "protocol_verdict": protocol_verdict, "ratio": record.ratio, "ci_low": record.ci_low,
+            "ci_high": record.ci_high, "quality_passed": record.quality_passed,
+            "predicted_gain": record.predicted_gain, "measurement_seq": record.measurement_seq}
 
 
 def _outcome(res: Mapping[str, Any], ev: Mapping[str, Any], keep: bool) -> str:
@@ -176,4 +178,4 @@ def _outcome(res: Mapping[str, Any], ev: Mapping[str, Any], keep: bool) -> str:
 
 
 def _best(st: SessionState) -> float:
-    return float(st.extra.get("stack_ratio", 1.0))
+    return float(st.extra.stack_ratio if st.extra.stack_ratio is not None else 1.0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferloom.session import ledger as L
-from inferloom.phases.common import median_objective
+from inferloom.measure.metrics import median_objective
 
 __all__ = ["BREAKDOWN_SCHEMA_VERSION", "breakdown_from_ledger", "patch_breakdown"]
 

@@ -34,10 +34,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from inferloom.errors import InferloomError
 from inferloom.session.atomic import remove_stale_temps, write_json_atomic
+from inferloom.session.state_models import SessionExtra, StateModel, Trial
 
 __all__ = [
     "STATE_SCHEMA_VERSION",
@@ -75,27 +76,21 @@ class Phase(str, Enum):
     DONE = "DONE"
 
 
-class _Model(BaseModel):
-    # NaN / inf stay floats in to_dict() (pydantic would turn them into null), so
-    # that write_json_atomic refuses them loudly instead of losing them silently.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, ser_json_inf_nan="constants")
-
-
-class Budget(_Model):
+class Budget(StateModel):
     """Limits: the session closes cleanly when either is used up."""
 
     minutes: float = Field(gt=0, description="wall-clock budget in minutes")
     trials: int = Field(ge=1, description="maximum candidate trials")
 
 
-class Used(_Model):
+class Used(StateModel):
     """What the session has consumed so far (summed across resumes)."""
 
     elapsed_s: float = Field(0.0, ge=0)
     trials: int = Field(0, ge=0)
 
 
-class PendingAction(_Model):
+class PendingAction(StateModel):
     """An action the coordinator started but has not finished (for resume)."""
 
     action: str = Field(min_length=1, description="the action's name, e.g. 'measure_candidate'")
@@ -104,7 +99,7 @@ class PendingAction(_Model):
     started_at: float = Field(default_factory=time.time, description="unix time")
 
 
-class SessionState(_Model):
+class SessionState(StateModel):
     """The whole resumable state of one optimization session."""
 
     schema_version: int = STATE_SCHEMA_VERSION
@@ -117,8 +112,9 @@ class SessionState(_Model):
     knobs: list[dict[str, Any]] = Field(default_factory=list, description="the adapter's knob space (Knob.to_dict())")
     pinned: dict[str, Any] = Field(default_factory=dict, description="knobs pinned by the spec")
     workload: dict[str, Any] = Field(default_factory=dict, description="model, dtype, concurrency, input/output length")
-    trials: list[dict[str, Any]] = Field(default_factory=list, description="every measured candidate, in order")
-    extra: dict[str, Any] = Field(default_factory=dict, description="coordinator bookkeeping (stock objective, sweep, final)")
+    trials: list[Trial] = Field(default_factory=list, description="every measured candidate, in order")
+    extra: SessionExtra = Field(default_factory=SessionExtra,
+                                description="coordinator bookkeeping (stock objective, warm replay, sweep, ...)")
     stock_config: dict[str, Any] = Field(default_factory=dict)
     stack: dict[str, Any] = Field(default_factory=dict, description="current kept configuration")
     noise_floor: dict[str, Any] | None = Field(
