@@ -16,6 +16,7 @@ from inferloom.phases.coordinator import Coordinator
 from inferloom.session.manifest import build_manifest, read_manifest, write_manifest
 from inferloom.session.state import (
     Budget,
+    Phase,
     SessionState,
     load_state,
     new_session_id,
@@ -103,6 +104,9 @@ def resume(directory: str | Path, *, adapter: Any = None, agents: AgentsArg = No
     manifest = read_manifest(d)
     st = load_state(d)
     spec = WorkloadSpec.model_validate(manifest["spec"])
+    if st.phase == Phase.DONE:  # nothing left to run: no adapter (a session from another machine's device reports here too)
+        progress(f"session {st.session_id} is already closed ({st.stop_reason}); nothing to resume")
+        return st
     progress(f"resuming session {st.session_id} in phase {st.phase.value}, cycle {st.cycle}, "
              f"{st.used.trials} trials and {st.used.elapsed_s / 60:.1f} min used")
     given = st.extra.run_options.model_dump() if st.extra.run_options is not None else {}
