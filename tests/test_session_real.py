@@ -25,7 +25,12 @@ def test_real_session_on_llama_tiny(tmp_path):
     p = _optimize(d, "6", "2")
     assert p.returncode == 0, p.stderr[-3000:]
     st = load_state(d)
-    assert st.phase == Phase.DONE and st.used.trials == 2 and st.stop_reason
+    assert st.phase == Phase.DONE and st.stop_reason
+    # FRAMEWORK leaves the KERNEL phase its share (35% of 2 trials: one) and uses one trial; KERNEL then
+    # decides its candidates: measured end to end (the second trial) or refused by a gate first (a
+    # microbenchmark under CPU contention can refuse a candidate that a quiet machine passes)
+    gate_refusals = [e for e in L.read_entries(d) if e["kind"] == L.REFUSAL and e.get("phase") == "KERNEL"]
+    assert st.used.trials == 2 or (st.used.trials == 1 and gate_refusals), (st.used.trials, gate_refusals)
     entries = L.read_entries(d)
     assert [e["seq"] for e in entries] == list(range(1, len(entries) + 1))
     stock = [e for e in entries if e["kind"] == L.MEASUREMENT and e.get("action") == "measure_stock"]
@@ -34,7 +39,7 @@ def test_real_session_on_llama_tiny(tmp_path):
         for pair in (m.get("protocol") or {}).get("pairs", []):
             assert pair["a"]["output_tokens"] == pair["a"]["expected_output_tokens"]
     verdicts = [e for e in entries if e["kind"] == L.VERDICT]
-    assert len(verdicts) == 2 and all(v["protocol_verdict"] for v in verdicts)
+    assert len(verdicts) == st.used.trials and all(v["protocol_verdict"] for v in verdicts)
     props = [e for e in entries if e["kind"] == L.PROPOSAL]
     assert props[0]["source"] == "prior" and props[0]["agent"]  # expert priors come first
     b = json.loads((d / "session_breakdown.json").read_text())
