@@ -167,6 +167,9 @@ class Database:
         except (NoSuchModuleError, ImportError) as exc:
             raise KBError(f"KB URL {self.where}: no driver for it ({exc}); install the database driver "
                           "(e.g. psycopg for PostgreSQL) or use a sqlite:/// URL") from None
+        except ArgumentError as exc:  # e.g. a user or password in a sqlite:// URL
+            raise KBError(f"KB URL {self.where}: not usable ({redact_text(str(exc).splitlines()[0])}); expected "
+                          "sqlite:///PATH, a file path, or postgresql://USER@HOST/DB") from None
         if self.is_sqlite:
             _sqlite_events(self.engine)
         self._ensure_schema()
