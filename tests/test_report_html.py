@@ -232,6 +232,12 @@ def test_cli_report_html_on_a_synthetic_session(tmp_path, capsys):
     assert _section(page, "sweep").count("<svg") == 1
 
     out = tmp_path / "elsewhere" / "page.html"
+    assert main(["report", str(d), "--html", "--out", str(out)]) == 2  # its directory must exist
+    assert not out.parent.exists()
+    out.parent.mkdir()
     assert main(["report", str(d), "--html", "--out", str(out)]) == 0
     assert out.read_text() == page
+    assert main(["report", str(d), "--html", "--out", str(out)]) == 2  # never over an existing file...
+    assert main(["report", str(d), "--html", "--out", str(out), "--force"]) == 0  # ...unless asked
+    assert main(["report", str(d), "--html", "--out", str(d / "report.html")]) == 0  # its own page, in place
     assert main(["report", str(d), "--out", str(out)]) == 2  # --out without --html is a usage error

@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spec_args(b)
     b.add_argument("--candidate", action="append", metavar="KEY=VALUE", help="a knob of the candidate (repeatable)")
     b.add_argument("--aa", action="store_true", help="A/A: measure stock against itself (the noise floor)")
-    b.add_argument("--out", metavar="FILE", help="result JSON (default runs/bench-<time>.json)")
+    b.add_argument("--out", metavar="FILE", help="result JSON (default runs/bench-<time>.json; never a session's file)")
+    b.add_argument("--force", action="store_true", help="replace --out if it exists")
     b.add_argument("--no-quality", action="store_true", help="skip the quality contract (result marked unscored)")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -89,12 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("resume", help="continue a session after a crash, a kill or a stop")
     r.add_argument("dir", help="session directory")
+    r.add_argument("--kb", metavar="URL", help="the session's knowledge base again (state.json keeps its URL "
+                   "without the password; default: the one it was started with, or $INFERLOOM_KB)")
+    r.add_argument("--no-kb", action="store_true", help="continue without the knowledge base")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
 
     rep = sub.add_parser("report", help="re-render report.md and session_breakdown.json from the ledger alone")
     rep.add_argument("dir", help="session directory")
     rep.add_argument("--html", action="store_true", help="also write a self-contained HTML page (charts inline)")
     rep.add_argument("--out", metavar="FILE", help="where --html writes the page (default DIR/report.html)")
+    rep.add_argument("--force", action="store_true", help="replace --out if it exists")
 
     ex = sub.add_parser("export", help="write a session's kept changes (patch series + final configuration) for review")
     ex.add_argument("dir", help="session directory")
@@ -111,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     ks.add_argument("id", help="recipe id")
     ke = kbs.add_parser("export", help="write the whole KB as JSON")
     ke.add_argument("file")
+    ke.add_argument("--force", action="store_true", help="replace FILE if it exists")
     ki = kbs.add_parser("import", help="merge a JSON export (strict rules, idempotent)")
     ki.add_argument("file")
 

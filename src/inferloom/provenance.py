@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from inferloom import __version__
+from inferloom.redact import redact_env
 
 __all__ = ["environment", "git_revision", "cpu_model", "RUN_ENV_VARS"]
 
@@ -105,5 +106,5 @@ def environment() -> dict[str, Any]:
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "gpu": _gpu(),
-        "env": {k: os.environ[k] for k in RUN_ENV_VARS if k in os.environ},
+        "env": redact_env({k: os.environ[k] for k in RUN_ENV_VARS if k in os.environ}),
     }

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from inferloom.bench import run_bench
-from inferloom.commands.common import UsageError, kv_list, progress_printer, spec_from_args
+from inferloom.commands.common import UsageError, kv_list, output_file, progress_printer, spec_from_args
 from inferloom.report.console import print_bench
+from inferloom.redact import redact
 from inferloom.session.atomic import write_json_atomic
 
 __all__ = ["run"]
@@ -20,9 +21,12 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
     candidate = kv_list(args.candidate, "--candidate")
     if not args.aa and not candidate:
         raise UsageError("bench needs --candidate KEY=VALUE (see `inferloom knobs`) or --aa for the noise floor")
-    out = Path(args.out) if args.out else Path("runs") / f"{'aa' if args.aa else 'bench'}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    if args.out:  # checked before anything runs: a bench takes minutes
+        out = output_file(args.out, "--out", force=args.force)
+    else:
+        out = Path("runs") / f"{'aa' if args.aa else 'bench'}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     progress = progress_printer(args, err)
     res = run_bench(spec, candidate, aa=args.aa, progress=progress, quality=not args.no_quality, out_hint=str(out))
-    write_json_atomic(out, res)
+    write_json_atomic(out, redact(res))
     print_bench(res, console, str(out))
     return 1 if res.get("verdict") == "failed" else 0

@@ -6,14 +6,17 @@ import argparse
 import json
 from typing import Any
 
-from inferloom.commands.common import spec_from_args
+from inferloom.commands.common import output_file, spec_from_args
 from inferloom.kb import RecipeStore, WorkloadKey, format_lookup
+from inferloom.redact import redact
 from inferloom.session.atomic import write_json_atomic
 
 __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, console: Any, err: Any) -> int:
+    if args.kb_command == "export":  # checked before the KB is opened: nothing written on a refusal
+        output_file(args.file, "kb export", force=args.force)
     with RecipeStore(args.kb) as store:
         if args.kb_command == "lookup":
             spec = spec_from_args(args)
@@ -32,7 +35,7 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
             console.print(json.dumps(store.show(args.id).to_dict(), indent=2, default=str), highlight=False, markup=False)
         elif args.kb_command == "export":
             doc = store.export_document()
-            write_json_atomic(args.file, doc)
+            write_json_atomic(args.file, redact(doc))
             console.print(f"exported {len(doc.get('recipes', []))} recipes to {args.file}", highlight=False)
         elif args.kb_command == "import":
             r = store.import_json(args.file)

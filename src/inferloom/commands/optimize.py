@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from inferloom.commands.common import print_session, progress_printer, spec_from_args
+from inferloom.commands.common import output_dir, print_session, progress_printer, spec_from_args
 from inferloom.phases.runner import start
 
 __all__ = ["run"]
@@ -15,7 +15,7 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace, console: Any, err: Any) -> int:
     spec = spec_from_args(args)
-    out = Path(args.out) if args.out else Path("runs") / f"session-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = output_dir(args.out, "--out") if args.out else Path("runs") / f"session-{time.strftime('%Y%m%d-%H%M%S')}"
     progress = progress_printer(args, err)
     progress(f"session directory: {out}; budget {args.budget_minutes:g} min, {args.max_trials} trials; "
              f"`inferloom resume {out}` continues it if interrupted")

@@ -13,6 +13,11 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, console: Any, err: Any) -> int:
-    resume(args.dir, progress=progress_printer(args, err))
+    kw: dict[str, Any] = {}
+    if args.no_kb:
+        kw["kb_url"] = None
+    elif args.kb:  # the KB URL again (state.json keeps it without its password)
+        kw["kb_url"] = args.kb
+    resume(args.dir, progress=progress_printer(args, err), **kw)
     print_session(Path(args.dir), console)
     return 0

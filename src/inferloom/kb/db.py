@@ -34,6 +34,7 @@ from sqlalchemy.pool import StaticPool
 
 from inferloom.errors import InferloomError
 from inferloom.kb.key import KEY_FIELDS
+from inferloom.redact import redact_text
 
 __all__ = [
     "SCHEMA_VERSION", "KBError", "default_kb_url", "metadata", "recipes", "ceilings", "schema_version",
@@ -140,7 +141,7 @@ class Database:
         try:
             u = make_url(self.url)
         except ArgumentError:
-            raise KBError(f"KB URL {url!r}: not a SQL URL; expected sqlite:///PATH, a file path, or "
+            raise KBError(f"KB URL {redact_text(url)!r}: not a SQL URL; expected sqlite:///PATH, a file path, or "
                           "postgresql://USER@HOST/DB (set INFERLOOM_KB or pass the KB location)") from None
         self.is_sqlite = u.get_backend_name() == "sqlite"
         self.where = u.render_as_string(hide_password=True)
@@ -166,6 +167,9 @@ class Database:
         except (NoSuchModuleError, ImportError) as exc:
             raise KBError(f"KB URL {self.where}: no driver for it ({exc}); install the database driver "
                           "(e.g. psycopg for PostgreSQL) or use a sqlite:/// URL") from None
+        except ArgumentError as exc:  # e.g. a user or password in a sqlite:// URL
+            raise KBError(f"KB URL {self.where}: not usable ({redact_text(str(exc).splitlines()[0])}); expected "
+                          "sqlite:///PATH, a file path, or postgresql://USER@HOST/DB") from None
         if self.is_sqlite:
             _sqlite_events(self.engine)
         self._ensure_schema()
@@ -182,7 +186,7 @@ class Database:
             hint = "another process held the KB too long; retry"
         else:
             hint = "check the KB location (INFERLOOM_KB) and that the database is reachable"
-        return KBError(f"KB {kind} {self.where}: {doing} failed ({msg}); {hint}")
+        return KBError(f"KB {kind} {self.where}: {doing} failed ({redact_text(msg)}); {hint}")
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -1,7 +1,10 @@
 """CLOSE: the workload strategy's final measurements (the final stack against
 stock once more, paired, quality on the held-out set: the headline number),
 the ledger's close entry, then ``session_breakdown.json`` and ``report.md``
-(pure functions of the ledger), and the session filed in the knowledge base."""
+(pure functions of the ledger), and the session filed in the knowledge base.
+A KB write that fails is an ``error`` ledger entry (``failure``:
+:data:`KB_WRITE_FAILED`: what failed, what to do) and the report is rendered
+again so that it says so."""
 
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ from inferloom.session.manifest import read_manifest
 from inferloom.session.state import Phase, SessionState, load_state
 from inferloom.session.state_models import RooflineFinal
 
-__all__ = ["close_step", "final_compare"]
+__all__ = ["close_step", "final_compare", "KB_WRITE_FAILED"]
+
+KB_WRITE_FAILED = "kb_write"  # the ``failure`` of the error entry a failed KB write at CLOSE leaves
 
 
 def close_step(ctx: SessionContext, st: SessionState) -> None:
@@ -34,7 +39,8 @@ def close_step(ctx: SessionContext, st: SessionState) -> None:
                                 "cycles": st.cycle}, key=_key("close", st.session_id))
     ctx.enter_phase(st, Phase.DONE, f"closed: {st.stop_reason}")
     write_artifacts(ctx.dir)
-    _record_recipe(ctx)
+    if _record_recipe(ctx, st) is not None:
+        write_artifacts(ctx.dir)  # the report says the recipe was not filed
 
 
 def final_compare(ctx: SessionContext, st: SessionState) -> None:
@@ -70,12 +76,13 @@ def _final_roofline(ctx: SessionContext, st: SessionState) -> None:
                                             suspect=bool((roof or {}).get("suspect") or (check or {}).get("suspect")))
 
 
-def _record_recipe(ctx: SessionContext) -> None:
+def _record_recipe(ctx: SessionContext, st: SessionState) -> int | None:
     """File the session in the knowledge base (strict: only a paired,
     quality-passing final comparison enters as a winner). A KB problem is
-    reported, never allowed to lose the session's own artifacts."""
+    recorded (an error ledger entry; its seq is returned), never allowed to
+    lose the session's own artifacts."""
     if not ctx.kb_url:
-        return
+        return None
     try:
         with RecipeStore(ctx.kb_url) as store:
             key, res = store.record_closed_session(state=load_state(ctx.dir), manifest=read_manifest(ctx.dir),
@@ -84,6 +91,12 @@ def _record_recipe(ctx: SessionContext) -> None:
                      + ("winner entered" if res.winner_entered else f"no winner ({res.reason})"))
     except KBError as exc:
         ctx.progress(f"knowledge base: not written: {exc}")
+        return ctx.ledger.append(L.ERROR, {
+            "what": "the session was not filed in the knowledge base at CLOSE", "failure": KB_WRITE_FAILED,
+            "error": str(exc), "todo": "fix the knowledge base named in the error; this session's results are complete "
+                                       "here, but the next session of this workload can't warm-start from them"},
+            key=_key("kb_write_failed", st.session_id))
+    return None
 
 
 def _decision(m: dict[str, Any]) -> dict[str, Any]:

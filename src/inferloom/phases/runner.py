@@ -1,10 +1,17 @@
 """Start or resume a session directory: the glue between the CLI and the
 coordinator. ``optimize`` writes manifest.json and the first state.json, then
-runs; ``resume`` restores the workload from manifest.json and continues."""
+runs; ``resume`` restores the workload from manifest.json and continues.
+
+``resume`` first checks that state.json and ledger.jsonl agree
+(:func:`inferloom.session.consistency.check_consistency`): it never finishes
+a session from a partial history. A KB URL is kept in state.json without its
+password; ``resume`` takes the real one again from ``kb_url`` (its ``--kb``)
+or ``$INFERLOOM_KB`` (:func:`resume_kb_url`)."""
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -12,7 +19,11 @@ from typing import Any, Callable, Mapping
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.errors import InferloomError
 from inferloom.phases.context import Agents, SessionOptions
+from inferloom.kb.db import to_url
 from inferloom.phases.coordinator import Coordinator
+from inferloom.redact import has_redacted_password, redact_url
+from inferloom.session import ledger as L
+from inferloom.session.consistency import check_consistency
 from inferloom.session.manifest import build_manifest, read_manifest, write_manifest
 from inferloom.session.state import (
     Budget,
@@ -27,7 +38,8 @@ from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import resolve_config
 from inferloom.workloads.registry import make_adapter
 
-__all__ = ["SessionExists", "default_agents", "start", "resume", "PERSISTED_OPTIONS"]
+__all__ = ["SessionExists", "KBPasswordMissing", "default_agents", "start", "resume", "resume_kb_url",
+           "PERSISTED_OPTIONS"]
 
 # how a session was asked to run (optimize's --cycles, --no-sweep, --kb / --no-kb):
 # kept in state.json so that `resume` continues it the same way
@@ -36,6 +48,10 @@ PERSISTED_OPTIONS = ("cycle_ceiling", "sweep", "kb_url")
 
 class SessionExists(InferloomError, ValueError):
     """The output directory already holds a session."""
+
+
+class KBPasswordMissing(InferloomError, ValueError):
+    """state.json keeps the KB URL without its password and it was not given again."""
 
 
 AgentsArg = Agents | Mapping[str, Any] | None
@@ -87,7 +103,10 @@ def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials
                           device=spec.resolved_device(), knobs=[k.to_dict() for k in knobs], pinned=dict(spec.pinned),
                           workload={"model": spec.model, "dtype": spec.dtype, **spec.traffic.model_dump()},
                           stock_config=stock, stack=dict(stock))
-        st.extra.run_options = RunOptions(**{k: kw[k] for k in PERSISTED_OPTIONS if k in kw})
+        given = {k: kw[k] for k in PERSISTED_OPTIONS if k in kw}
+        if given.get("kb_url"):  # no password in state.json: resume asks for it again
+            given["kb_url"] = redact_url(given["kb_url"])
+        st.extra.run_options = RunOptions(**given)
         write_manifest(d, build_manifest(spec, adapter.describe(), {
             "spec_seed": spec.seed, "bootstrap_seed": spec.protocol.bootstrap_seed, "session_id": st.session_id}))
         save_state(d, st)
@@ -103,6 +122,7 @@ def resume(directory: str | Path, *, adapter: Any = None, agents: AgentsArg = No
     d = Path(directory)
     manifest = read_manifest(d)
     st = load_state(d)
+    check_consistency(d, st, L.read_entries(d))
     spec = WorkloadSpec.model_validate(manifest["spec"])
     if st.phase == Phase.DONE:  # nothing left to run: no adapter (a session from another machine's device reports here too)
         progress(f"session {st.session_id} is already closed ({st.stop_reason}); nothing to resume")
@@ -110,6 +130,8 @@ def resume(directory: str | Path, *, adapter: Any = None, agents: AgentsArg = No
     progress(f"resuming session {st.session_id} in phase {st.phase.value}, cycle {st.cycle}, "
              f"{st.used.trials} trials and {st.used.elapsed_s / 60:.1f} min used")
     given = st.extra.run_options.model_dump() if st.extra.run_options is not None else {}
+    if given.get("kb_url") and "kb_url" not in kw:  # not given again: the stored one, with its password
+        kw["kb_url"] = resume_kb_url(d, given["kb_url"], os.environ, progress)
     kw = {**given, **kw}  # the options it was started with, unless given again
     own = adapter is None
     adapter = adapter if adapter is not None else make_adapter(spec)
@@ -118,3 +140,19 @@ def resume(directory: str | Path, *, adapter: Any = None, agents: AgentsArg = No
     finally:
         if own:
             adapter.close()
+
+
+def resume_kb_url(directory: Path, stored: str | None, environ: Mapping[str, str],
+                  progress: Callable[[str], None] = lambda _m: None) -> str | None:
+    """The KB URL a resumed session uses when none is given again: the stored one
+    when it has no redacted password; else ``$INFERLOOM_KB`` when it is the same
+    URL with its password; else :class:`KBPasswordMissing` (what to pass)."""
+    if not has_redacted_password(stored):
+        return stored
+    env = environ.get("INFERLOOM_KB")
+    if env and redact_url(to_url(env)) == stored:
+        progress(f"knowledge base: {stored} (its password taken from $INFERLOOM_KB)")
+        return to_url(env)
+    raise KBPasswordMissing(
+        f"{directory}: the session's knowledge base {stored} is kept without its password (never written to disk); "
+        f"give it again: `inferloom resume {directory} --kb URL` or set INFERLOOM_KB to it, or pass --no-kb")

@@ -84,6 +84,10 @@ def _summary(b: dict[str, Any]) -> str:
     rows.append(("Stop reason", f"{esc(b.get('stop_reason'))} {_cite(b.get('close_ledger_seq'))}"))
     rows.append(("Kept without a quality verdict", f"{esc(b.get('unscored_keep_count', 0))} "
                  f"{_cite([a.get('ledger_seq') for a in b.get('action_path', []) if a.get('quality_passed') is None] or b.get('close_ledger_seq'))}"))
+    kf = b.get("kb_write_failed")
+    if kf:
+        rows.append(("Knowledge base", f"<strong>not filed</strong>: {esc(kf.get('error'))}; {esc(kf.get('todo'))} "
+                                       f"{_cite(kf.get('ledger_seq'))}"))
     wr = b.get("warm_replay")
     if wr:
         if wr.get("chosen") is None:

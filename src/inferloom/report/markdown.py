@@ -33,6 +33,9 @@ def render_report(b: dict[str, Any]) -> str:
         lines.append("- Final stack = stock: nothing was kept.")
     lines.append(f"- Stop reason: {b.get('stop_reason')} (ledger #{b.get('close_ledger_seq')}).")
     lines.append(f"- Kept without a quality verdict (unscored): {b.get('unscored_keep_count', 0)}.")
+    kf = b.get("kb_write_failed")
+    if kf:
+        lines.append(f"- **Not filed in the knowledge base**: {kf.get('error')}; {kf.get('todo')} (ledger #{kf.get('ledger_seq')}).")
     lines += ["", "## Kept, in order", ""]
     for a in b.get("action_path", []):
         lines.append(f"- trial {a['trial']} (cycle {a['cycle']}): `{changes_text(a['changes'])}` {pct(a['ratio'])} "

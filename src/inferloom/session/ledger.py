@@ -27,6 +27,8 @@ Contract of :class:`Ledger` (the writer):
   same directory) gets :class:`LedgerError`. The kernel releases the lock when
   the process dies, so ``resume`` after ``kill -9`` just works. Not
   thread-safe. Readers that must not modify the file use :func:`read_entries`.
+* No secret reaches the file: every string of a payload goes through
+  :func:`inferloom.redact.redact` (a URL's password becomes ``***``).
 * Payloads must be JSON-serialisable with finite floats (no NaN / inf): an
   invalid payload raises :class:`LedgerError` before anything is written.
 
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from inferloom.errors import InferloomError
+from inferloom.redact import redact
 from inferloom.session.atomic import fsync_dir
 
 __all__ = [
@@ -258,7 +261,7 @@ class Ledger:
                         f"{self._kinds[seq]!r}, not {kind!r}: two different steps share a key"
                     )
                 return seq
-        payload = dict(payload or {})
+        payload = redact(dict(payload or {}))
         clash = RESERVED_FIELDS & payload.keys()
         if clash:
             raise LedgerError(

@@ -13,7 +13,11 @@ Contract:
   affect runs and are set); ``created_at`` (unix time).
 * ``env`` holds :data:`inferloom.provenance.RUN_ENV_VARS` plus any variable
   whose name starts with one of :data:`ENV_PREFIXES`, except names that look
-  like credentials (:data:`SECRET_MARKERS`), which are never recorded.
+  like credentials (:data:`SECRET_MARKERS`, :func:`inferloom.redact.is_secret_name`),
+  which are never recorded; a URL's password in any value is redacted
+  (``postgresql://user:***@host/db``).
+* :func:`write_manifest` writes the manifest through :func:`inferloom.redact.redact`:
+  no URL credential in it reaches the disk.
 * :func:`write_manifest` writes it atomically and durably (same helper as
   ``state.json``); :func:`read_manifest` returns it or raises
   :class:`ManifestError` (one line: what is wrong, what to do) for a missing,
@@ -31,6 +35,7 @@ from typing import Any, Mapping
 from inferloom import __version__
 from inferloom.errors import InferloomError
 from inferloom.provenance import RUN_ENV_VARS, environment
+from inferloom.redact import SECRET_NAME_MARKERS, is_secret_name, redact, redact_text
 from inferloom.session.atomic import remove_stale_temps, write_json_atomic
 from inferloom.spec import WorkloadSpec, spec_hash
 
@@ -53,7 +58,7 @@ ENV_PREFIXES = (
     "INFERLOOM_", "OMP_", "MKL_", "CUDA_", "PYTORCH_", "TORCH_", "TORCHINDUCTOR_",
     "TRITON_", "NCCL_", "CUBLAS_", "CUDNN_", "HIP_", "ROCR_", "HSA_",
 )
-SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "AUTH")
+SECRET_MARKERS = SECRET_NAME_MARKERS
 
 
 class ManifestError(InferloomError, RuntimeError):
@@ -61,14 +66,15 @@ class ManifestError(InferloomError, RuntimeError):
 
 
 def run_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The set environment variables that can change how runs behave (no credentials)."""
+    """The set environment variables that can change how runs behave (no credentials:
+    a secret-named variable is left out, a URL's password in a value is redacted)."""
     environ = os.environ if environ is None else environ
     out: dict[str, str] = {}
     for name in sorted(environ):
-        if any(m in name.upper() for m in SECRET_MARKERS):
+        if is_secret_name(name):
             continue
         if name in RUN_ENV_VARS or name.startswith(ENV_PREFIXES):
-            out[name] = environ[name]
+            out[name] = redact_text(environ[name])
     return out
 
 
@@ -106,7 +112,7 @@ def build_manifest(
 def write_manifest(directory: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Path:
     """Atomically write ``directory/manifest.json``; returns the path."""
     path = Path(directory) / MANIFEST_FILE
-    write_json_atomic(path, dict(manifest))
+    write_json_atomic(path, redact(dict(manifest)))
     remove_stale_temps(path)
     return path
 

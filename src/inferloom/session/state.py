@@ -20,6 +20,9 @@ Contract:
   never the reverse. ``pending_action`` names the step started but not
   finished, with the ledger idempotency key it uses, so a resumed coordinator
   re-issues the same step without duplicating ledger entries.
+* No secret reaches the file: it is written through :func:`inferloom.redact.redact`
+  (a URL's password becomes ``***``; ``run_options.kb_url`` is stored that way
+  and ``resume`` asks for the real one again).
 * Values must be JSON types with finite numbers: a NaN or inf anywhere makes
   :func:`save_state` raise ``ValueError`` and leaves ``state.json`` unchanged.
 """
@@ -37,6 +40,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from inferloom.errors import InferloomError
+from inferloom.redact import redact
 from inferloom.session.atomic import remove_stale_temps, write_json_atomic
 from inferloom.session.state_models import SessionExtra, StateModel, Trial
 
@@ -144,7 +148,7 @@ def save_state(directory: str | os.PathLike[str], state: SessionState) -> Path:
     Sets ``state.updated_at`` to now (the object is modified in place)."""
     path = Path(directory) / STATE_FILE
     state.updated_at = time.time()
-    write_json_atomic(path, state.to_dict())
+    write_json_atomic(path, redact(state.to_dict()))
     remove_stale_temps(path)
     return path
 
