@@ -31,6 +31,7 @@ CLOSE (:mod:`inferloom.phases.custom_close`): the final stack against stock
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Mapping
 
 from inferloom.patches.critic import RulePatchCritic
@@ -114,22 +115,22 @@ def bind_session(ctx: SessionContext) -> None:
     if stale:
         ctx.progress(f"custom workload: removed lock files a killed run left in the clone: {', '.join(stale)}")
     ws.fetch_from_user(src.stock)
-    _bind_protected(ctx, st, adapter)
     if not ws.has_commit(src.stack):
         _rebuild(ctx, st, ws)
-    ws.tree("stock", src.stock)
+    _bind_protected(ctx, st, adapter, ws.tree("stock", src.stock))
     adapter.default_tree = ws.tree("stack", src.stack)
     adapter.results_dir = ws.root / "results"  # outside every tree
     ctx.progress(f"custom workload: stock {src.stock[:10]}, stack {src.stack[:10]} "
                f"({len(src.kept)} kept commit(s) on branch {src.branch})")
 
 
-def _bind_protected(ctx: SessionContext, st: SessionState, adapter: SourceTrees) -> None:
-    """The protected files' checksums, from stock's commit in the user's checkout,
-    taken once (state and ledger keep them: a resume verifies the same ones)."""
+def _bind_protected(ctx: SessionContext, st: SessionState, adapter: SourceTrees, stock_tree: Path) -> None:
+    """The protected files' checksums, from stock's commit (the user's HEAD), read
+    in the fresh ``trees/stock`` before anything ran in it; taken once (state and
+    ledger keep them: a resume verifies the same ones)."""
     src = source_state(st)
     if src.protected is None:
-        prot = take_protected(ctx.spec.custom.repo, src.stock, protected_patterns(ctx.spec.custom))
+        prot = take_protected(stock_tree, src.stock, protected_patterns(ctx.spec.custom))
         prot.ledger_seq = ctx.ledger.append(PROTECTED, prot.model_dump(), key=_key("protected-files", st.session_id))
         src.protected = prot
         ctx.save(st)

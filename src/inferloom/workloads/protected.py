@@ -3,8 +3,8 @@
 The files that define how a custom workload is measured and judged (the
 entrypoint, the quality gate, the benchmark inputs, anything the spec lists in
 ``custom.patches.protected``, and any file the entrypoint command names) are
-read from stock's commit in the user's checkout when a session starts
-(:func:`take_protected`: git objects, not a work tree), recorded in
+read from stock's commit (the user's checkout's HEAD) when a session starts
+(:func:`take_protected`, in the session's fresh checkout of it), recorded in
 ``state.json`` and the ledger (kind ``protected_files``), and checked in the
 tree of every run immediately before it starts (:func:`verify_protected`, called
 first thing by :meth:`~inferloom.workloads.custom.CustomAdapter.run`). A
@@ -67,9 +67,9 @@ def protected_patterns(custom: Any) -> list[str]:
     return out
 
 
-def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
+def _git(repo: Path, *args: str) -> bytes:
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"}
-    res = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=repo, env=env, input=data,
+    res = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=repo, env=env,
                          capture_output=True, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"git {' '.join(args[:2])} failed in {repo}: "
@@ -77,33 +77,31 @@ def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
     return res.stdout
 
 
-def take_protected(repo: str | Path, commit: str, patterns: Sequence[str]) -> ProtectedFiles:
-    """The protected files of ``commit`` in ``repo`` (a checkout or a bare clone), from git's objects."""
-    repo = Path(repo)
-    listing = _git(repo, "ls-tree", "-r", "-z", "--full-tree", commit).decode("utf-8", "surrogateescape")
-    chosen: list[tuple[str, str, str]] = []
+def take_protected(tree: str | Path, commit: str, patterns: Sequence[str]) -> ProtectedFiles:
+    """The protected files of ``commit``, read from ``tree``: a clean checkout of
+    it (the session's fresh ``trees/stock``; git's listing says which paths and
+    modes, the files on disk give the bytes a run sees, after any checkout
+    filter or end-of-line conversion the repository declares)."""
+    root = Path(tree)
+    listing = _git(root, "ls-tree", "-r", "-z", "--full-tree", commit).decode("utf-8", "surrogateescape")
+    files: list[ProtectedFile] = []
     dirs: set[str] = set()
     for item in listing.split("\0"):
         if not item:
             continue
         meta, path = item.split("\t", 1)
-        mode, kind, obj = meta.split(" ")
+        mode, kind, _obj = meta.split(" ")
         hit = matching_prefix(path, patterns)
         if hit is None or kind != "blob" or mode not in _FILE_MODES:
             continue
-        chosen.append((path, mode, obj))
+        p = root / path
+        if mode == "120000":
+            digest = hashlib.sha256(os.fsencode(os.readlink(p))).hexdigest()
+        else:
+            digest = _sha256(p, os.lstat(p))
+        files.append(ProtectedFile(path=path, mode=mode, sha256=digest))
         if hit[1] != path:
             dirs.add(hit[1])
-    files = []
-    if chosen:
-        out = _git(repo, "cat-file", "--batch", data="".join(f"{o}\n" for _p, _m, o in chosen).encode())
-        pos = 0
-        for path, mode, _obj in chosen:
-            end = out.index(b"\n", pos)
-            size = int(out[pos:end].split(b" ")[2])
-            body = out[end + 1:end + 1 + size]
-            pos = end + 1 + size + 1
-            files.append(ProtectedFile(path=path, mode=mode, sha256=hashlib.sha256(body).hexdigest()))
     return ProtectedFiles(commit=commit, patterns=list(patterns), files=files, dirs=sorted(dirs))
 
 
