@@ -37,7 +37,8 @@ __all__ = ["PROTECTED_CHANGED", "matching_prefix", "protected_patterns", "take_p
 PROTECTED_CHANGED = "protected_file_changed"
 _FILE_MODES = ("100644", "100755", "120000")
 _IGNORED_DIRS = frozenset({"__pycache__"})
-# path -> (stat identity, sha256): a file whose inode, size, mtime and ctime are unchanged is not hashed again
+# path -> (stat identity, sha256) of large files (see _sha256)
+_CACHE_MIN = 1 << 20
 _CACHE: dict[str, tuple[tuple[int, ...], str]] = {}
 
 
@@ -106,9 +107,12 @@ def take_protected(tree: str | Path, commit: str, patterns: Sequence[str]) -> Pr
 
 
 def _sha256(p: Path, st: os.stat_result) -> str:
+    """sha256 of ``p``; a large file (1 MiB or more: a data set) whose inode, size,
+    mtime, ctime and mode are all unchanged since it was last hashed is not read again
+    (a write changes ctime, which no unprivileged process can set back)."""
     ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
     hit = _CACHE.get(str(p))
-    if hit is not None and hit[0] == ident:
+    if hit is not None and hit[0] == ident and st.st_size >= _CACHE_MIN:
         return hit[1]
     h = hashlib.sha256()
     with open(p, "rb") as f:
