@@ -62,7 +62,7 @@ def _patch_entries(s):
 def test_session_closes(session):
     st = session["st"]
     assert st.phase == Phase.DONE and st.pending_action is None
-    assert any("gates: parse, policy, critic, apply" in m for m in session["progress"])
+    assert any("gates: parse, policy, effect, critic, apply" in m for m in session["progress"])
 
 
 def test_report_and_progress_name_the_custom_objective_not_tokens(session):
@@ -215,7 +215,7 @@ def test_a_gateless_result_rejects_every_candidate(tmp_path):
     patches = tmp_path / "patches"
     patches.mkdir()
     shutil.copy(ROOT / "examples" / "custom" / "patches" / "01-vectorize-distances.patch", patches)
-    # passes parse, policy and the critic, but its context is not in kernel.py: refused at apply, never measured
+    # passes parse and policy, but its context is not in kernel.py: git refuses it at the effect gate, never measured
     (patches / "00-stale.patch").write_text("Hypothesis: kernel.py has a line it no longer has\n\n"
                                             "--- a/kernel.py\n+++ b/kernel.py\n@@ -1 +1 @@\n-no such line\n+x\n")
     spec_path = demo.make_demo(tmp_path / "demo", points=150, repeats=1, patches_dir=patches, min_pairs=5, max_pairs=5)
@@ -233,7 +233,7 @@ def test_a_gateless_result_rejects_every_candidate(tmp_path):
     report = (tmp_path / "s" / "report.md").read_text()
     assert "**quality_gate_missing**" in report and report.count("quality_gate_missing") >= 2
     stale = next(e for e in entries if e["kind"] == "patch" and e["id"] == "00-stale")
-    assert stale["gate"] == "apply" and stale["rule"] == "does_not_apply" and "**does_not_apply**" in report
+    assert stale["gate"] == "effect" and stale["rule"] == "does_not_apply" and "**does_not_apply**" in report
     assert not (tmp_path / "s" / "workspace" / "trees" / "candidate").exists()
     assert git("for-each-ref", "refs/heads/inferloom", cwd=repo) == ""  # nothing kept: no branch
 

@@ -170,6 +170,10 @@ class PatchPolicySpec(_Strict):
     allowlist: list[str] = Field(default_factory=list, description="glob patterns of paths a patch may touch")
     quality_gate: list[str] = Field(default_factory=list, description="files of the quality gate (never editable)")
     benchmark_inputs: list[str] = Field(default_factory=list, description="benchmark input files (never editable)")
+    protected: list[str] = Field(
+        default_factory=list, description="more files no candidate may change (patterns, like the above); with the "
+        "entrypoint, the quality gate and the benchmark inputs they are checksummed at session start and verified "
+        "before every run")
     forbidden_patterns: list[str] = Field(default_factory=list, description="regexes no added line may match")
     max_bytes: int = Field(256 * 1024, ge=1)
     max_files: int = Field(20, ge=1)

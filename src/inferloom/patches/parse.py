@@ -54,6 +54,7 @@ class FileChange:
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     renamed: bool = False
+    copied: bool = False  # a copy: ``old_path`` is its source, which the patch leaves unchanged
 
     @property
     def paths(self) -> list[str]:
@@ -62,7 +63,7 @@ class FileChange:
     def to_dict(self) -> dict[str, Any]:
         return {"old_path": self.old_path, "new_path": self.new_path, "old_mode": self.old_mode,
                 "new_mode": self.new_mode, "added_lines": len(self.added), "removed_lines": len(self.removed),
-                "renamed": self.renamed}
+                "renamed": self.renamed, "copied": self.copied}
 
 
 @dataclass
@@ -74,6 +75,11 @@ class ParsedPatch:
     @property
     def paths(self) -> list[str]:
         return sorted({p for f in self.files for p in f.paths})
+
+    @property
+    def changed_paths(self) -> list[str]:
+        """The paths the patch says it changes: every path it names except a copy's source."""
+        return sorted({p for f in self.files for p in (f.new_path, None if f.copied else f.old_path) if p is not None})
 
     @property
     def changed_lines(self) -> int:
@@ -143,6 +149,7 @@ def parse_patch(data: bytes, *, max_bytes: int = field_default(PatchPolicySpec, 
                 cur.new_mode = line.split()[-1]
             elif line.startswith(("rename from ", "copy from ")):
                 cur.old_path, cur.renamed = _path(line.split(" ", 2)[2], ""), True
+                cur.copied = line.startswith("copy from ")
             elif line.startswith(("rename to ", "copy to ")):
                 cur.new_path, cur.renamed = _path(line.split(" ", 2)[2], ""), True
             elif line.startswith("index "):

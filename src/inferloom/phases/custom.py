@@ -11,11 +11,15 @@ records it (the source of truth, with the ledger)::
 FRAMEWORK, one patch per tick while the :class:`PatchSource` has any, then
 the ordinary configuration search: each candidate goes through the gates in
 order, each refusing with a named rule that goes into the ledger (kind
-``refusal``): (a) parse (:mod:`inferloom.patches.parse`), (b) policy (:mod:`inferloom.patches.policy`), (c) the
-patch critic's sign-off (:mod:`inferloom.patches.critic`), (d) applied in ``trees/candidate``
-(rule ``does_not_apply``) and measured against the stack by
+``refusal``): (a) parse (:mod:`inferloom.patches.parse`), (b) policy (:mod:`inferloom.patches.policy`),
+(b2) effect: applied by git to a scratch index, what git changed judged again
+(:mod:`inferloom.patches.effect`), (c) the patch critic's sign-off
+(:mod:`inferloom.patches.critic`), (d) applied in ``trees/candidate`` (rule
+``does_not_apply``; the effect checked again on the staged tree) and measured against the stack by
 :func:`~inferloom.phases.trial.execute_trial` (paired, quality-gated,
-kept only by the coordinator's rules). A kept patch becomes a commit on the
+kept only by the coordinator's rules; every run first verifies the protected
+files' checksums, taken from stock at session start: a mismatch fails the
+trial with rule ``protected_file_changed``). A kept patch becomes a commit on the
 session branch (message ``inferloom KEEP <id>: <title> (+12.3% [+9.1, +15.4])``),
 published to the user's checkout as a branch; a rejected one leaves no commit,
 branch or tree behind.
@@ -27,9 +31,11 @@ CLOSE (:mod:`inferloom.phases.custom_close`): the final stack against stock
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Mapping
 
 from inferloom.patches.critic import RulePatchCritic
+from inferloom.patches.effect import check_effect, scratch_effect, staged_effect
 from inferloom.patches.parse import PatchRefusal, parse_patch
 from inferloom.patches.policy import PatchPolicy, check_policy
 from inferloom.patches.source import CommandPatchSource, DirectoryPatchSource, PatchCandidate, PatchSourceError
@@ -45,10 +51,12 @@ from inferloom.session.state import SessionState, load_state, save_state
 from inferloom.session.state_models import KeptCommit, SourceState, Trial
 from inferloom.workloads.base import AdapterError, SourceTrees
 from inferloom.workloads.custom import TREE_KEY, git
+from inferloom.workloads.protected import PROTECTED_CHANGED, protected_patterns, take_protected
 
-__all__ = ["PATCH", "bind_session", "patch_framework_step", "workspace", "source_state", "commit_message"]
+__all__ = ["PATCH", "PROTECTED", "bind_session", "patch_framework_step", "workspace", "source_state", "commit_message"]
 
 PATCH = "patch"  # ledger kind: one patch's outcome (gate reached, rule, commit)
+PROTECTED = "protected_files"  # ledger kind: the protected files' checksums, taken at session start
 
 
 def _trees(ctx: SessionContext) -> SourceTrees:
@@ -109,11 +117,27 @@ def bind_session(ctx: SessionContext) -> None:
     ws.fetch_from_user(src.stock)
     if not ws.has_commit(src.stack):
         _rebuild(ctx, st, ws)
-    ws.tree("stock", src.stock)
+    _bind_protected(ctx, st, adapter, ws.tree("stock", src.stock))
     adapter.default_tree = ws.tree("stack", src.stack)
     adapter.results_dir = ws.root / "results"  # outside every tree
     ctx.progress(f"custom workload: stock {src.stock[:10]}, stack {src.stack[:10]} "
                f"({len(src.kept)} kept commit(s) on branch {src.branch})")
+
+
+def _bind_protected(ctx: SessionContext, st: SessionState, adapter: SourceTrees, stock_tree: Path) -> None:
+    """The protected files' checksums, from stock's commit (the user's HEAD), read
+    in the fresh ``trees/stock`` before anything ran in it; taken once (state and
+    ledger keep them: a resume verifies the same ones)."""
+    src = source_state(st)
+    if src.protected is None:
+        prot = take_protected(stock_tree, src.stock, protected_patterns(ctx.spec.custom))
+        prot.ledger_seq = ctx.ledger.append(PROTECTED, prot.model_dump(), key=_key("protected-files", st.session_id))
+        src.protected = prot
+        ctx.save(st)
+        ctx.progress(f"custom workload: {len(prot.files)} protected file(s) checksummed at stock "
+                     f"({', '.join(f.path for f in prot.files[:6])}{', ...' if len(prot.files) > 6 else ''}); "
+                     "verified before every run")
+    adapter.protected = src.protected
 
 
 def _rebuild(ctx: SessionContext, st: SessionState, ws: Workspace) -> None:
@@ -230,7 +254,7 @@ def _gates(ctx: SessionContext, st: SessionState, cand: PatchCandidate, agent: s
     except UnicodeDecodeError:
         text = None
     summary = {**cand.summary(), "agent": agent}
-    ctx.progress(f"FRAMEWORK cycle {st.cycle}: patch {cand.id} ({cand.title}); gates: parse, policy, critic, apply")
+    ctx.progress(f"FRAMEWORK cycle {st.cycle}: patch {cand.id} ({cand.title}); gates: parse, policy, effect, critic, apply")
     propose(ctx, st, {"changes": {"patch": cand.id}, "config": st.stack, "predicted_gain": cand.expected_gain,
                     "source": "patch", "rationale": cand.hypothesis}, key, agent=agent, patch=summary,
             text=text if text is not None and len(text) <= 512 * 1024 else None)
@@ -240,7 +264,12 @@ def _gates(ctx: SessionContext, st: SessionState, cand: PatchCandidate, agent: s
         parsed = parse_patch(cand.data, max_bytes=pol.max_bytes, max_files=pol.max_files,
                              max_changed_lines=pol.max_changed_lines)
         gate = "policy"
-        check_policy(parsed, PatchPolicy.from_spec(ctx.spec.custom), tree=ctx.dir / "workspace" / "trees" / "stack")
+        policy = PatchPolicy.from_spec(ctx.spec.custom)
+        check_policy(parsed, policy, tree=ctx.dir / "workspace" / "trees" / "stack")
+        gate = "effect"
+        ws = workspace(ctx, st)
+        check_effect(parsed, scratch_effect(ws.repo, source_state(st).stack, cand.data, ws.root / "scratch"), policy,
+                     max_files=pol.max_files, max_changed_lines=pol.max_changed_lines)
         gate = "critic"
         critic = (ctx.agents.patch_critic_factory or RulePatchCritic)()
         evidence = {"id": cand.id, "title": cand.title, "hypothesis": cand.hypothesis, "paths": parsed.paths,
@@ -289,8 +318,14 @@ def _trial(ctx: SessionContext, st: SessionState, p: Mapping[str, Any]) -> None:
     ws = workspace(ctx, st)
     prop = ctx.ledger.find(key + ":proposal") or {}
     summary = {**(prop.get("patch") or {}), "id": p["id"], "title": p["title"], "sha256": p["sha256"]}
+    pol = ctx.spec.custom.patches
     try:
         tree = ws.apply("candidate", src.stack, p["id"], prop.get("text") or "")
+        # the tree to be measured is the tree that was judged: git's effect, checked again where it landed
+        check_effect(parse_patch((prop.get("text") or "").encode(), max_bytes=pol.max_bytes, max_files=pol.max_files,
+                                 max_changed_lines=pol.max_changed_lines), staged_effect(tree),
+                     PatchPolicy.from_spec(ctx.spec.custom), max_files=pol.max_files,
+                     max_changed_lines=pol.max_changed_lines)
     except PatchRefusal as r:
         st.pending_action = None
         _refuse_patch(ctx, st, r.rule, r.why, summary, "apply")
@@ -307,6 +342,10 @@ def _trial(ctx: SessionContext, st: SessionState, p: Mapping[str, Any]) -> None:
     meas = ctx.ledger.find(key + ":measurement") or {}
     q = meas.get("quality") or {}
     outcome = _patch_outcome(p, trial, q)
+    if meas.get("error_kind") == PROTECTED_CHANGED or PROTECTED_CHANGED in str(meas.get("error") or ""):
+        outcome["rule"] = PROTECTED_CHANGED
+        ctx.record_refusal(st, PROTECTED_CHANGED, f"patch {p['id']}: {meas.get('error')}", "coordinator",
+                           {"changes": {"patch": p["id"]}}, key + ":protected")
     if trial.kept:
         msg = commit_message(p["id"], p["title"], trial.ratio, trial.ci_low, trial.ci_high)
         sha = ws.commit("candidate", msg)
@@ -320,7 +359,7 @@ def _trial(ctx: SessionContext, st: SessionState, p: Mapping[str, Any]) -> None:
         ctx.progress(f"  patch {p['id']} kept: commit {sha[:10]} on branch {src.branch}")
     else:
         ctx.progress(f"  patch {p['id']} rejected ({trial.verdict}"
-                   + (f", {q['rule']}" if q.get("rule") else "") + "): no commit, tree removed")
+                   + (f", {outcome['rule']}" if outcome.get("rule") else "") + "): no commit, tree removed")
     ctx.ledger.append(PATCH, outcome, key=key + ":outcome")
     ws.remove("candidate")
     st.pending_action = None

@@ -47,6 +47,8 @@ __all__ = [
     "KernelProgress",
     "SweepPoint",
     "KeptCommit",
+    "ProtectedFile",
+    "ProtectedFiles",
     "SourceState",
     "RollbackDrill",
     "TrialRoofline",
@@ -203,6 +205,27 @@ class KeptCommit(StatePart):
     parent: str | None = None
 
 
+class ProtectedFile(StatePart):
+    """One protected file at stock: its path, git mode (100644, 100755, 120000) and sha256."""
+
+    path: str
+    mode: str
+    sha256: str
+
+
+class ProtectedFiles(StatePart):
+    """The files no candidate may change (entrypoint, quality gate, benchmark
+    inputs, ``custom.patches.protected``), as stock's commit holds them: taken
+    once at session start, verified in a candidate's tree before every run.
+    ``dirs``: protected directories, where no file may appear or vanish."""
+
+    commit: str
+    patterns: list[str]
+    files: list[ProtectedFile]
+    dirs: list[str]
+    ledger_seq: int | None = None
+
+
 class SourceState(StatePart):
     """A custom workload's source stack: stock's commit, the stack's (stock plus
     the kept commits), the session branch, the patches seen, the sources done."""
@@ -215,6 +238,7 @@ class SourceState(StatePart):
     stack: str
     failed_sources: list[str] | None = None
     exhausted_sources: list[str] | None = None
+    protected: ProtectedFiles | None = None  # written at session start (sessions from before: at their next bind)
 
 
 class RollbackDrill(StatePart):

@@ -354,10 +354,14 @@ class SourceTrees(Protocol):
 
     ``default_tree``: the tree a configuration without ``@tree`` runs in (the
     session sets it to its stack's tree). ``results_dir``: where entrypoints
-    write their results (the session sets it outside every tree)."""
+    write their results (the session sets it outside every tree).
+    ``protected``: the protected files' checksums
+    (:class:`~inferloom.session.state_models.ProtectedFiles`) that every run
+    verifies in its tree before it starts (the session sets them; None checks nothing)."""
 
     default_tree: Path | None
     results_dir: Path | None
+    protected: Any
 
 
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,

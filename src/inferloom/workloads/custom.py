@@ -22,6 +22,10 @@ Contract (docs/custom.md):
   runs passes only when every run's gate says ``passed: true``; a missing or
   unparseable gate, or a failed one, rejects with a named rule
   (:data:`GATE_MISSING`, :data:`GATE_UNPARSEABLE`, :data:`GATE_FAILED`).
+* Protected files (entrypoint, quality gate, benchmark inputs, the spec's
+  ``protected``) are verified against stock's checksums before every run
+  (:mod:`inferloom.workloads.protected`); a mismatch is a failed run of kind
+  ``protected_file_changed``.
 * The protocol's metric is :meth:`objective_metric`: the objective, inverted
   when lower is better, so that "higher is faster" holds for the protocol.
 """
@@ -43,7 +47,9 @@ import numpy as np
 
 from inferloom import __version__
 from inferloom.process_group import run_in_group
+from inferloom.session.state_models import ProtectedFiles
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
+from inferloom.workloads.protected import PROTECTED_CHANGED, verify_protected
 
 __all__ = ["CustomAdapter", "CustomHandle", "GATE_FAILED", "GATE_MISSING", "GATE_UNPARSEABLE", "TREE_KEY",
            "gate_of", "knobs_from_spec"]
@@ -112,6 +118,7 @@ class CustomAdapter:
         self.default_tree: Path | None = None
         self._own_dir: Path | None = None
         self.results_dir: Path | None = None  # where entrypoints write results (a session sets it; else a temp dir)
+        self.protected: ProtectedFiles | None = None  # checksums every run verifies first (a session sets them)
         self._own_results: Path | None = None
         self._ids = 0
         self._handles: dict[int, CustomHandle] = {}
@@ -181,6 +188,8 @@ class CustomAdapter:
                              wall_s=time.perf_counter() - t0, num_requests=1, error=msg,
                              extra={"kind": kind, "stderr_tail": stderr[-STDERR_TAIL:], "command": cmd})
 
+        if (changed := verify_protected(h.tree, self.protected)) is not None:  # workloads/protected.py
+            return fail(changed, PROTECTED_CHANGED)
         try:
             rc, _out, err = run_in_group(cmd, timeout=self.custom.timeout_s, cwd=h.tree, env=env, text=True)
         except OSError as exc:
