@@ -221,6 +221,8 @@ def test_a_session_that_measured_stock_and_kept_nothing_exits_0_from_relative_pa
     assert "Final stack = stock: nothing was kept." in (d / "report.md").read_text()
     manifest = json.loads((d / "manifest.json").read_text())
     assert manifest["spec"]["custom"]["repo"] == str(tmp_path / "specs" / "repo")  # resolved, absolute
+    r = cli("resume", str(d), "--quiet", cwd=tmp_path)  # resume reads the manifest's resolved spec, from anywhere
+    assert r.returncode == 0 and r.stdout.startswith("# inferloom session report\n"), r.stderr
 
 
 def test_the_custom_demo_runs_from_another_directory_with_a_relative_out_and_relative_spec_paths(tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, Mapping
@@ -342,9 +341,7 @@ def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def load_spec(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> WorkloadSpec:
-    """Read a YAML spec (optional), apply dotted-key overrides (from CLI flags), validate.
-    Relative paths in the file resolve against the file's folder, those of the
-    overrides against the current directory (:mod:`inferloom.spec_paths`)."""
+    """Read a YAML spec (optional), apply dotted-key overrides (from CLI flags), validate (paths: spec_paths)."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -360,10 +357,10 @@ def load_spec(path: str | Path | None = None, overrides: Mapping[str, Any] | Non
             loaded = {}
         if not isinstance(loaded, dict):
             raise SpecError(f"spec file '{path}': expected a mapping of keys at the top level")
-        data = resolve_spec_paths(loaded, Path(os.path.abspath(p)).parent)
+        data = resolve_spec_paths(loaded, p.absolute().parent)
     for key, value in (overrides or {}).items():
         if value is not None:
-            _set_dotted(data, key, resolve_override(key, value, os.getcwd()))
+            _set_dotted(data, key, resolve_override(key, value, Path.cwd()))
     try:
         return WorkloadSpec.model_validate(data)
     except ValidationError as err:
