@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from inferloom.errors import InferloomError
 from inferloom.models.presets import PRESETS
+from inferloom.spec_paths import resolve_override, resolve_spec_paths
 
 __all__ = [
     "SpecError", "objective_label", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec",
@@ -344,7 +345,7 @@ def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def load_spec(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> WorkloadSpec:
-    """Read a YAML spec (optional), apply dotted-key overrides (from CLI flags), validate."""
+    """Read a YAML spec (optional), apply dotted-key overrides (from CLI flags), validate (paths: spec_paths)."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -360,10 +361,10 @@ def load_spec(path: str | Path | None = None, overrides: Mapping[str, Any] | Non
             loaded = {}
         if not isinstance(loaded, dict):
             raise SpecError(f"spec file '{path}': expected a mapping of keys at the top level")
-        data = loaded
+        data = resolve_spec_paths(loaded, p.absolute().parent)
     for key, value in (overrides or {}).items():
         if value is not None:
-            _set_dotted(data, key, value)
+            _set_dotted(data, key, resolve_override(key, value, Path.cwd()))
     try:
         return WorkloadSpec.model_validate(data)
     except ValidationError as err:

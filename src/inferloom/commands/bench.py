@@ -9,6 +9,7 @@ from typing import Any
 
 from inferloom.bench import run_bench
 from inferloom.commands.common import UsageError, kv_list, output_file, progress_printer, spec_from_args
+from inferloom.preflight import check_runnable
 from inferloom.report.console import print_bench
 from inferloom.redact import redact
 from inferloom.session.atomic import write_json_atomic
@@ -25,6 +26,7 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
         out = output_file(args.out, "--out", force=args.force)
     else:
         out = Path("runs") / f"{'aa' if args.aa else 'bench'}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    check_runnable(spec)  # a configuration that can't work: exit 2, before anything runs
     progress = progress_printer(args, err)
     res = run_bench(spec, candidate, aa=args.aa, progress=progress, quality=not args.no_quality, out_hint=str(out))
     write_json_atomic(out, redact(res))

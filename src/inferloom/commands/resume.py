@@ -8,6 +8,8 @@ from typing import Any
 
 from inferloom.commands.common import print_session, progress_printer
 from inferloom.phases.runner import resume
+from inferloom.report.breakdown import stock_never_ran
+from inferloom.session.ledger import read_entries
 
 __all__ = ["run"]
 
@@ -20,4 +22,4 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
         kw["kb_url"] = args.kb
     resume(args.dir, progress=progress_printer(args, err), **kw)
     print_session(Path(args.dir), console)
-    return 0
+    return 1 if stock_never_ran(read_entries(args.dir)) else 0  # exit 1: stock never ran (the report says why)

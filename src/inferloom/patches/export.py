@@ -32,9 +32,9 @@ class ExportError(InferloomError, ValueError):
 
 
 def export_session(session_dir: str | Path, out: str | Path | None = None) -> dict[str, Any]:
-    d = Path(session_dir)
+    d = Path(session_dir).absolute()
     st = load_state(d)
-    out_dir = Path(out) if out else d / "export"
+    out_dir = Path(out).absolute() if out else d / "export"
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ExportError(f"{out_dir} is not empty; choose another --out (an export never overwrites)")
     b = breakdown_from_ledger(L.read_entries(d))

@@ -36,8 +36,9 @@ DOES_NOT_APPLY = "does_not_apply"
 
 class Workspace:
     def __init__(self, root: str | Path, user_repo: str | Path, *, date: int = 0) -> None:
-        self.root = Path(root)
-        self.user_repo = Path(user_repo)
+        # absolute: git runs with cwd= the clone or a tree, where a relative path would name another place
+        self.root = Path(root).absolute()
+        self.user_repo = Path(user_repo).absolute() if str(user_repo) else Path(user_repo)
         self.repo = self.root / "repo.git"
         self.date = int(date)
 
@@ -141,6 +142,7 @@ class Workspace:
         return self.head(name)
 
     def format_patches(self, base: str, head: str, out: Path) -> list[Path]:
+        out = Path(out).absolute()
         out.mkdir(parents=True, exist_ok=True)
         res = git("format-patch", "-o", str(out), f"{base}..{head}", cwd=self.repo,
                   env=self._env())

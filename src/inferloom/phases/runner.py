@@ -21,6 +21,7 @@ from inferloom.errors import InferloomError
 from inferloom.phases.context import Agents, SessionOptions
 from inferloom.kb.db import to_url
 from inferloom.phases.coordinator import Coordinator
+from inferloom.preflight import check_runnable
 from inferloom.redact import has_redacted_password, redact_url
 from inferloom.session import ledger as L
 from inferloom.session.consistency import check_consistency
@@ -85,14 +86,20 @@ def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials
           **kw: Any) -> SessionState:
     """Start a session in ``directory`` and run it to the end (``agents``: an
     :class:`Agents` or a mapping of its fields; ``kw``: :class:`SessionOptions`
-    fields, ``adapter_factory``, ``clock``)."""
-    d = Path(directory)
+    fields, ``adapter_factory``, ``clock``). A relative ``directory`` is made
+    absolute once, here (git worktrees of a custom workload are made from
+    inside the clone); without an ``adapter``, a configuration that can't work
+    is refused (:func:`~inferloom.preflight.check_runnable`) before ``directory``
+    is created."""
+    d = Path(directory).absolute()
     if (d / "state.json").exists() or (d / "ledger.jsonl").exists():
         raise SessionExists(f"{d} already holds a session; continue it with `inferloom resume {d}` or choose another --out")
     if not (budget_minutes > 0 and math.isfinite(budget_minutes)):
         raise ValueError(f"--budget-minutes: got {budget_minutes}, expected a positive number")
     if max_trials < 1:
         raise ValueError(f"--max-trials: got {max_trials}, expected an integer >= 1")
+    if adapter is None:
+        check_runnable(spec)
     d.mkdir(parents=True, exist_ok=True)
     own = adapter is None
     adapter = adapter if adapter is not None else make_adapter(spec)
@@ -118,8 +125,9 @@ def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials
 
 def resume(directory: str | Path, *, adapter: Any = None, agents: AgentsArg = None,
            progress: Callable[[str], None] = lambda _m: None, **kw: Any) -> SessionState:
-    """Continue the session in ``directory`` with the options it was started with (unless given again)."""
-    d = Path(directory)
+    """Continue the session in ``directory`` with the options it was started with (unless given again);
+    without an ``adapter``, the manifest's spec is checked first (:func:`~inferloom.preflight.check_runnable`)."""
+    d = Path(directory).absolute()
     manifest = read_manifest(d)
     st = load_state(d)
     check_consistency(d, st, L.read_entries(d))
@@ -134,6 +142,8 @@ def resume(directory: str | Path, *, adapter: Any = None, agents: AgentsArg = No
         kw["kb_url"] = resume_kb_url(d, given["kb_url"], os.environ, progress)
     kw = {**given, **kw}  # the options it was started with, unless given again
     own = adapter is None
+    if own:
+        check_runnable(spec)
     adapter = adapter if adapter is not None else make_adapter(spec)
     try:
         return _run(d, spec, adapter, agents, progress, **kw)

@@ -10,7 +10,7 @@ from typing import Any
 from inferloom.session import ledger as L
 from inferloom.measure.metrics import median_objective
 
-__all__ = ["BREAKDOWN_SCHEMA_VERSION", "breakdown_from_ledger", "patch_breakdown"]
+__all__ = ["BREAKDOWN_SCHEMA_VERSION", "breakdown_from_ledger", "patch_breakdown", "stock_never_ran"]
 
 BREAKDOWN_SCHEMA_VERSION = 1
 
@@ -99,7 +99,32 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     if kb_fail is not None:  # only then: an older breakdown keeps exactly its keys
         out["kb_write_failed"] = {"error": kb_fail.get("error"), "todo": kb_fail.get("todo"), "ledger_seq": kb_fail["seq"]}
     out.update(patch_breakdown(entries))  # source patches and the rollback drill (custom workloads)
+    never = stock_never_ran(entries)
+    if never is not None:  # only then: a session that measured stock has the breakdown it always had
+        out["stock_never_ran"] = never
     return out
+
+
+def stock_never_ran(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """None when the ledger holds a stock measurement (``measure_stock`` with
+    its paired runs); else why stock never ran: the failed stock measurement's
+    error, the session's stop reason, and the ledger entry that says so."""
+    stocks = [e for e in entries if e["kind"] == L.MEASUREMENT and e.get("action") == "measure_stock"]
+    if any(m.get("protocol") and m.get("verdict") != "failed" for m in stocks):
+        return None
+    failed = stocks[-1] if stocks else None
+    close = next((e for e in reversed(entries) if e["kind"] == L.CLOSE), None)
+    error = f"{failed.get('error_kind') or 'error'}: {str(failed.get('error'))[:300]}" if failed else None
+    stop = close.get("stop_reason") if close else None
+    if stop:
+        why = stop if not error or (failed and str(failed.get("error"))[:80] in stop) else f"{error}; then {stop}"
+    elif error:
+        why = f"the stock measurement failed ({error})"
+    else:
+        why = "the session stopped before PRELUDE measured stock (no stock measurement in the ledger)"
+    seq = (close or failed or {}).get("seq")
+    return {"why": why, "measurement_error": error, "stop_reason": stop,
+            "measurement_seq": failed["seq"] if failed else None, "ledger_seq": seq}
 
 
 def _unit(entries: list[dict[str, Any]]) -> str | None:

@@ -90,7 +90,7 @@ def render_html(b: dict[str, Any], *, manifest: dict[str, Any] | None = None, ti
     """The whole page, from a breakdown dict. ``manifest`` (optional) names
     the workload in the page header (model, framework, device, traffic)."""
     spec = (manifest or {}).get("spec") or {}
-    head = title or "inferloom session report"
+    head = title or ("inferloom session report: stock never ran" if b.get("stock_never_ran") else "inferloom session report")
     sub = ""
     if spec:
         t = spec.get("traffic") or {}

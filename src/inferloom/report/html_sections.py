@@ -65,6 +65,10 @@ def _summary(b: dict[str, Any]) -> str:
                    f"{_cite(f['ledger_seq'])} {qtag}</div></div>")
         if f.get("quality_failed"):
             out.append(f"<p>Quality checks failed: {esc(', '.join(map(str, f['quality_failed'])))} {_cite(f['ledger_seq'])}</p>")
+    elif b.get("stock_never_ran"):
+        nv = b["stock_never_ran"]
+        out.append(f'<div class="headline"><div>Stock never ran: nothing was measured (the session exits 1)</div>'
+                   f'<div class="big bad">no baseline</div><div>{esc(nv.get("why"))} {_cite(nv.get("ledger_seq"))}</div></div>')
     else:
         out.append(f'<div class="headline"><div>Final stack vs stock</div><div class="big">{ratio_x(f.get("ratio", 1.0))}</div>'
                    f"<div>{esc(f.get('note') or 'nothing was kept: the final stack is stock')} "

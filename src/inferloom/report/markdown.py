@@ -8,12 +8,13 @@ from typing import Any
 
 from inferloom.report.fmt import changes_text, pct
 
-__all__ = ["render_report", "patch_report_lines"]
+__all__ = ["render_report", "patch_report_lines", "stock_never_ran_title"]
 
 
 def render_report(b: dict[str, Any]) -> str:
     """``report.md`` from a breakdown (:func:`inferloom.report.breakdown.breakdown_from_ledger`)."""
-    lines = ["# inferloom session report", ""]
+    never = b.get("stock_never_ran")
+    lines = [stock_never_ran_title(never) if never else "# inferloom session report", ""]
     s, f = b.get("stock") or {}, b.get("final") or {}
     unit = b.get("objective_label") or "output tok/s"
     if s:
@@ -29,6 +30,9 @@ def render_report(b: dict[str, Any]) -> str:
                      f"{f['n_pairs']} pairs, protocol {f['protocol_verdict']}, held-out quality "
                      f"{'pass' if f['quality_passed'] else 'FAIL' if f['quality_passed'] is False else 'not evaluated'} "
                      f"({f['objective_median']:,.1f} vs {f['stock_median_same_run']:,.1f} {unit}; ledger #{f['ledger_seq']}).")
+    elif never:
+        lines.append("- Nothing was measured against stock: no baseline, no A/A noise floor, nothing kept "
+                     f"(the session exits 1; ledger #{never.get('ledger_seq')}).")
     else:
         lines.append("- Final stack = stock: nothing was kept.")
     lines.append(f"- Stop reason: {b.get('stop_reason')} (ledger #{b.get('close_ledger_seq')}).")
@@ -92,6 +96,11 @@ def render_report(b: dict[str, Any]) -> str:
         lines.append(f"- trial {p['trial']} `{changes_text(p['changes'])}`: predicted {'n/a' if pg is None else f'{pg * 100:+.0f}%'}, "
                      f"measured {pct(p['measured_ratio'])} (ledger #{p['ledger_seq']})")
     return "\n".join(lines) + "\n"
+
+
+def stock_never_ran_title(never: dict[str, Any]) -> str:
+    """The first line of the report of a session that never measured stock: that, and why."""
+    return f"# inferloom session report: stock never ran: {never.get('why')} (ledger #{never.get('ledger_seq')})"
 
 
 def patch_report_lines(b: dict[str, Any]) -> list[str]:
