@@ -172,6 +172,36 @@ def test_a_patched_entrypoint_cannot_open_a_network_socket(hostile, listener, mo
     assert _nothing_connected(listener)
 
 
+def _in_sandbox(script, cwd):
+    sandbox, _rec = resolve("bwrap", patches=True)
+    return subprocess.run(sandbox.wrap(["sh", "-c", script], cwd=cwd, writable=[cwd]), capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_root_outside_is_powerless_inside(outside):
+    # as root, bubblewrap keeps every capability unless told otherwise: then a remount makes / writable again
+    target = outside / "user-file.txt"
+    target.write_text("mine")
+    work = outside / "work"  # its tree: the one writable place
+    work.mkdir()
+    res = _in_sandbox(f"mount -o remount,bind,rw / ; echo escaped > {target}; "
+                      "echo 60 > /proc/sys/vm/swappiness; grep CapEff /proc/self/status", cwd=str(work))
+    assert target.read_text() == "mine"
+    assert "CapEff:\t0000000000000000" in res.stdout, res.stdout
+    assert "Read-only file system" in res.stderr and "swappiness" in res.stderr, res.stderr
+
+
+def test_credentials_under_home_and_host_sockets_are_hidden(outside, monkeypatch):
+    home = outside / "home"
+    monkeypatch.setenv("HOME", str(home))
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY")
+    (home / ".netrc").write_text("machine example.com password hunter2")
+    (home / "project").mkdir()
+    res = _in_sandbox("ls -A $HOME/.ssh; cat $HOME/.netrc; ls -A /run; echo done", cwd=str(home / "project"))
+    assert res.returncode == 0 and res.stdout.strip() == "done", (res.stdout, res.stderr)
+
+
 # -- the Specialist command -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("attempt", ["write_checkout", "write_home", "connect"])
