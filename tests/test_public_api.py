@@ -16,6 +16,8 @@ API = {
                        "objective_label", "spec_hash", "CustomKnob", "CustomSpec", "PatchPolicySpec",
                        "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY"},
     "inferloom.errors": {"InferloomError", "EXIT_BAD_INPUT", "EXIT_RUN_FAILED"},
+    "inferloom.sandbox": {"ENV_BINARY", "MODES", "SECRET_PATHS", "Sandbox", "SandboxUnavailable", "bwrap_binary",
+                          "probe", "resolve", "start_failure"},
     "inferloom.bench": {"SCHEMA_VERSION", "run_bench", "run_seed_base", "write_json_atomic", "overall_verdict"},
 }
 

@@ -36,11 +36,12 @@ def _agents():
     return {"orchestrator": RuleOrchestrator(seed=0), "critic_factory": RuleCritic, "robustness": RuleRobustness()}
 
 
-def _spec(tmp_path, command):
+def _spec(tmp_path, command, **custom):
     path = load_make_demo().make_demo(tmp_path / "demo", points=150, repeats=1, min_pairs=5, max_pairs=7)
     raw = yaml.safe_load(path.read_text())
     del raw["custom"]["patches"]["dir"]
     raw["custom"]["patches"]["command"] = command
+    raw["custom"].update(custom)
     path.write_text(yaml.safe_dump(raw))
     return load_spec(path)
 
@@ -68,8 +69,10 @@ def test_a_specialist_command_proposes_patches_through_the_same_gates(tmp_path):
     log = tmp_path / "specialist.jsonl"
     script = tmp_path / "specialist.py"
     script.write_text(SPECIALIST)
+    # sandbox none: this Specialist logs what it saw to a file outside its directory, which the sandbox forbids
+    # (tests/test_sandbox.py runs a sandboxed Specialist whose patch is kept)
     spec = _spec(tmp_path, [sys.executable, str(script), str(log), str(PATCHES / "01-vectorize-distances.patch"),
-                            str(PATCHES / "02-approximate-search.patch")])
+                            str(PATCHES / "02-approximate-search.patch")], sandbox="none")
     d = tmp_path / "session"
     st = start(d, spec, budget_minutes=10, max_trials=4, agents=_agents(), kb_url=None, sweep=False)
     assert st.phase == Phase.DONE

@@ -168,6 +168,9 @@ class PatchPolicySpec(_Strict):
         None, min_length=1, description="a Specialist: a command that proposes one patch per call (JSON state on "
         "stdin, a unified diff or nothing on stdout; docs/custom.md)")
     command_timeout_s: float = Field(300.0, gt=0, description="a Specialist call past this fails")
+    command_network: bool = Field(
+        False, description="let the Specialist command use the host's network (e.g. to reach a remote model); its "
+        "filesystem stays read-only (docs/security.md)")
     allowlist: list[str] = Field(default_factory=list, description="glob patterns of paths a patch may touch")
     quality_gate: list[str] = Field(default_factory=list, description="files of the quality gate (never editable)")
     benchmark_inputs: list[str] = Field(default_factory=list, description="benchmark input files (never editable)")
@@ -215,6 +218,10 @@ class CustomSpec(_Strict):
     timeout_s: float = Field(120.0, gt=0)
     knobs: list[CustomKnob] = Field(default_factory=list)
     patches: PatchPolicySpec = PatchPolicySpec()
+    sandbox: Literal["bwrap", "none"] = Field(
+        "bwrap", description="bwrap: the entrypoint and the Specialist command run under bubblewrap (read-only "
+        "root, no network); a spec with patches is refused where it can't run. none: the explicit opt-out, "
+        "recorded in the manifest and the report (docs/security.md)")
 
     @field_validator("repo")
     @classmethod

@@ -28,6 +28,7 @@ import yaml
 
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 from inferloom.process_group import run_in_group
+from inferloom.sandbox import Sandbox, start_failure
 
 __all__ = ["PatchCandidate", "PatchSource", "DirectoryPatchSource", "CommandPatchSource", "PatchSourceError",
            "read_metadata"]
@@ -161,14 +162,20 @@ class CommandPatchSource:
     checkout with those applied in order). A non-zero exit, a timeout or a
     command that can't start raises :class:`PatchSourceError` (output that is
     not a diff is refused by the parse gate, like any patch). Candidate ids
-    are ``specialist-01``, ``specialist-02``, ... in call order."""
+    are ``specialist-01``, ``specialist-02``, ... in call order. With a
+    ``sandbox`` (a session always passes one unless the spec opts out) the
+    command runs in it: writable only its temporary directory and a private
+    ``/tmp``, no network unless ``network`` (:mod:`inferloom.sandbox`)."""
 
     name = "specialist-command"
     TAIL = 2000
 
-    def __init__(self, command: list[str], timeout_s: float = 300.0) -> None:
+    def __init__(self, command: list[str], timeout_s: float = 300.0, *, sandbox: Sandbox | None = None,
+                 network: bool = False) -> None:
         self.command = list(command)
         self.timeout_s = float(timeout_s)
+        self.sandbox = sandbox
+        self.network = network
 
     def next_patch(self, state: Mapping[str, Any]) -> PatchCandidate | None:
         seen = [str(i) for i in state.get("patches_seen") or []]
@@ -177,8 +184,10 @@ class CommandPatchSource:
             n += 1
         pid = f"specialist-{n:02d}"
         with tempfile.TemporaryDirectory(prefix="inferloom-specialist-") as tmp:
+            cmd = self.command if self.sandbox is None else self.sandbox.wrap(self.command, cwd=tmp, writable=[tmp],
+                                                                              network=self.network)
             try:  # its own process group: a timeout or an interruption kills everything it started
-                rc, out, err = run_in_group(self.command, timeout=self.timeout_s, cwd=tmp,
+                rc, out, err = run_in_group(cmd, timeout=self.timeout_s, cwd=tmp,
                                             input=json.dumps(dict(state), default=str).encode(),
                                             env={**os.environ, "INFERLOOM_PATCH_ID": pid})
             except OSError as exc:
@@ -186,6 +195,8 @@ class CommandPatchSource:
         if rc is None:
             raise PatchSourceError(f"specialist command {self.command[0]!r} ran past {self.timeout_s:g} s "
                                    "(custom.patches.command_timeout_s); killed")
+        if (bwrap_says := start_failure(self.sandbox, rc, err)) is not None:
+            raise PatchSourceError(f"specialist command {self.command!r} could not start: {bwrap_says}")
         if rc != 0:
             tail = err.decode("utf-8", "replace")[-self.TAIL:].strip()
             raise PatchSourceError(f"specialist command exited with {rc}: {tail or '(no stderr)'}")

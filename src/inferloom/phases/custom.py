@@ -45,6 +45,7 @@ from inferloom.phases.common import step_key as _key
 from inferloom.phases.context import SessionContext
 from inferloom.phases.framework import framework_step
 from inferloom.phases.trial import begin, execute_trial, propose
+from inferloom.sandbox import resolve as resolve_sandbox
 from inferloom.session import ledger as L
 from inferloom.session.manifest import read_manifest
 from inferloom.session.state import SessionState, load_state, save_state
@@ -53,10 +54,12 @@ from inferloom.workloads.base import AdapterError, SourceTrees
 from inferloom.workloads.custom import TREE_KEY, git
 from inferloom.workloads.protected import PROTECTED_CHANGED, protected_patterns, take_protected
 
-__all__ = ["PATCH", "PROTECTED", "bind_session", "patch_framework_step", "workspace", "source_state", "commit_message"]
+__all__ = ["PATCH", "PROTECTED", "SANDBOX", "bind_session", "patch_framework_step", "workspace", "source_state",
+           "commit_message"]
 
 PATCH = "patch"  # ledger kind: one patch's outcome (gate reached, rule, commit)
 PROTECTED = "protected_files"  # ledger kind: the protected files' checksums, taken at session start
+SANDBOX = "sandbox"  # ledger kind: whether the session's commands run sandboxed, and why not (inferloom.sandbox)
 
 
 def _trees(ctx: SessionContext) -> SourceTrees:
@@ -110,6 +113,7 @@ def bind_session(ctx: SessionContext) -> None:
     if ctx.kb_url:
         ctx.options = replace(ctx.options, kb_url=None)
         ctx.progress("custom workload: knowledge base off (its recipes key on models; a custom workload is your code)")
+    _record_sandbox(ctx, st)
     ws.ensure_clone()
     stale = ws.clear_stale_locks()
     if stale:
@@ -158,6 +162,15 @@ def _rebuild(ctx: SessionContext, st: SessionState, ws: Workspace) -> None:
     ws.publish(src.branch, sha)
 
 
+def _record_sandbox(ctx: SessionContext, st: SessionState) -> None:
+    """The sandbox the session's commands run in, in the ledger (the report shows
+    it); refuses (exit 2) when patches would run and bubblewrap can't."""
+    cu = ctx.spec.custom
+    _sb, rec = resolve_sandbox(cu.sandbox, patches=bool(_sources(ctx)), network=cu.patches.command_network)
+    ctx.ledger.append(SANDBOX, rec, key=_key("sandbox", st.session_id, rec["mode"], rec.get("patches")))
+    ctx.progress(f"custom workload: sandbox {rec['mode']}" + (f" ({rec['reason']})" if rec.get("reason") else ""))
+
+
 def _sources(ctx: SessionContext) -> list[Any]:
     """The patch sources, in the order they are asked: the one given to the
     coordinator, else the directory's files, then the Specialist command."""
@@ -167,7 +180,9 @@ def _sources(ctx: SessionContext) -> list[Any]:
     pol = ctx.spec.custom.patches
     out: list[Any] = [DirectoryPatchSource(pol.dir)] if pol.dir else []
     if pol.command:
-        out.append(CommandPatchSource(pol.command, pol.command_timeout_s))
+        sandbox, _rec = resolve_sandbox(ctx.spec.custom.sandbox, patches=True, network=pol.command_network)
+        out.append(CommandPatchSource(pol.command, pol.command_timeout_s, sandbox=sandbox,
+                                      network=pol.command_network))
     return out
 
 

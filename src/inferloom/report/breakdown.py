@@ -142,12 +142,17 @@ def patch_breakdown(entries: list[dict[str, Any]]) -> dict[str, Any]:
     patches and the rollback drill; empty for other sessions."""
     patches = [e for e in entries if e["kind"] == "patch"]
     drill = next((e for e in reversed(entries) if e["kind"] == "rollback_drill"), None)
-    if not patches and drill is None:
+    boxes = [e for e in entries if e["kind"] == "sandbox"]
+    if not patches and drill is None and not boxes:
         return {}
     out: dict[str, Any] = {"objective_unit": _unit(entries), "patches": [
         {k: e.get(k) for k in ("id", "title", "gate", "outcome", "rule", "why", "kept", "commit", "ratio", "ci_low",
                                "ci_high", "quality_failed", "measurement_seq")} | {"ledger_seq": e["seq"]}
         for e in patches]}
+    if boxes:  # the weakest one the session ran under (a resume may run elsewhere)
+        box = next((e for e in boxes if e.get("mode") == "none"), boxes[-1])
+        out["sandbox"] = {k: box.get(k) for k in ("mode", "reason", "patches", "version", "isolation",
+                                                  "specialist_network")} | {"ledger_seq": box["seq"]}
     if drill is not None:
         out["rollback_drill"] = {k: drill.get(k) for k in ("passed", "why", "reverted", "tree_identical", "ratio",
                                                            "ci_low", "ci_high", "n_pairs", "tolerance", "band",

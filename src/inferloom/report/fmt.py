@@ -12,7 +12,7 @@ import html
 import math
 from typing import Any, Mapping
 
-__all__ = ["esc", "num", "pct", "pct_safe", "pct_2dp", "ratio_x", "number", "si", "changes_text"]
+__all__ = ["esc", "num", "pct", "pct_safe", "pct_2dp", "ratio_x", "number", "si", "changes_text", "sandbox_text"]
 
 
 def esc(x: Any) -> str:
@@ -71,3 +71,13 @@ def si(x: float, unit: str = "", digits: int = 3) -> str:
 def changes_text(changes: Mapping[str, Any]) -> str:
     """Knob changes as 'k=v, k2=v2' (empty for no change)."""
     return ", ".join(f"{k}={v}" for k, v in changes.items())
+
+
+def sandbox_text(sb: Mapping[str, Any]) -> tuple[str, str]:
+    """(headline, detail) of a custom session's sandbox record (ledger kind
+    ``sandbox``): the headline is what a reader must not miss."""
+    if sb.get("mode") == "bwrap":
+        net = "; the Specialist command shares the host's network" if sb.get("specialist_network") else ""
+        return "Sandbox: bubblewrap", f"{sb.get('version') or ''}: {sb.get('isolation') or ''}{net}".strip(": ")
+    head = "Patches ran without a sandbox" if sb.get("patches") else "Commands ran without a sandbox"
+    return head, str(sb.get("reason") or "")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from inferloom.report.fmt import changes_text, esc, num, number, pct_safe, ratio_x, si
+from inferloom.report.fmt import changes_text, esc, num, number, pct_safe, ratio_x, sandbox_text, si
 from inferloom.report.svg import FINAL_COLOR, STOCK_COLOR, action_path_chart, profile_chart, roofline_chart, sweep_chart
 
 __all__ = ["section_bodies"]
@@ -174,6 +174,9 @@ def _patches(b: dict[str, Any]) -> str | None:
     if b.get("objective_unit") is not None:
         out.append(f'<p class="note">Objective unit (from the entrypoint\'s results): '
                    f"{esc(b['objective_unit'] or '(none given)')}</p>")
+    if b.get("sandbox"):
+        head, detail = sandbox_text(b["sandbox"])
+        out.append(f"<p><strong>{esc(head)}</strong>: {esc(detail)} {_cite(b['sandbox'].get('ledger_seq'))}</p>")
     rows = []
     for p in b.get("patches") or []:
         if p.get("kept"):

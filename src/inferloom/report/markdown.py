@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferloom.report.fmt import changes_text, pct
+from inferloom.report.fmt import changes_text, pct, sandbox_text
 
 __all__ = ["render_report", "patch_report_lines", "stock_never_ran_title"]
 
@@ -110,6 +110,9 @@ def patch_report_lines(b: dict[str, Any]) -> list[str]:
     lines = ["", "## Source patches (custom workload)", ""]
     if b.get("objective_unit") is not None:
         lines.append(f"- Objective unit (from the entrypoint's results): {b['objective_unit'] or '(none given)'}.")
+    if b.get("sandbox"):
+        head, detail = sandbox_text(b["sandbox"])
+        lines.append(f"- **{head}**: {detail} (ledger #{b['sandbox']['ledger_seq']}).")
     for p in b.get("patches", []):
         if p.get("kept"):
             lines.append(f"- `{p['id']}` ({p['title']}): **kept** as commit {str(p.get('commit'))[:10]}, "

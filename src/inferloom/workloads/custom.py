@@ -28,6 +28,10 @@ Contract (docs/custom.md):
   ``protected_file_changed``.
 * The protocol's metric is :meth:`objective_metric`: the objective, inverted
   when lower is better, so that "higher is faster" holds for the protocol.
+* Every run is sandboxed (:mod:`inferloom.sandbox`, spec ``custom.sandbox``):
+  writable only its tree and the result's directory, no network. The
+  adapter refuses to exist (exit 2) when the spec has patches and bubblewrap
+  can't run, unless the spec opts out; :meth:`describe` records which.
 """
 
 from __future__ import annotations
@@ -47,12 +51,13 @@ import numpy as np
 
 from inferloom import __version__
 from inferloom.process_group import run_in_group
+from inferloom.sandbox import Sandbox, resolve, start_failure
 from inferloom.session.state_models import ProtectedFiles
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
 from inferloom.workloads.protected import PROTECTED_CHANGED, verify_protected
 
 __all__ = ["CustomAdapter", "CustomHandle", "GATE_FAILED", "GATE_MISSING", "GATE_UNPARSEABLE", "TREE_KEY",
-           "gate_of", "knobs_from_spec"]
+           "gate_of", "has_patches", "knobs_from_spec"]
 
 TREE_KEY = "@tree"  # reserved configuration key: the source tree a configuration runs in
 GATE_MISSING = "quality_gate_missing"
@@ -70,6 +75,11 @@ def knobs_from_spec(custom: Any) -> list[Knob]:
     for kn in out:
         kn.validate(kn.default)  # a bad stock value is a spec error, said now
     return out
+
+
+def has_patches(custom: Any) -> bool:
+    """Whether the spec lets patches run (a patch directory or a Specialist command)."""
+    return bool(custom.patches.dir or custom.patches.command)
 
 
 def git(*args: str, cwd: str | Path | None = None, check: bool = True, env: Mapping[str, str] | None = None,
@@ -122,6 +132,9 @@ class CustomAdapter:
         self._own_results: Path | None = None
         self._ids = 0
         self._handles: dict[int, CustomHandle] = {}
+        self.sandbox: Sandbox | None
+        self.sandbox, self.sandbox_record = resolve(self.custom.sandbox, patches=has_patches(self.custom),
+                                                    network=self.custom.patches.command_network)
 
     # -- description --------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -129,7 +142,8 @@ class CustomAdapter:
                 "versions": {"inferloom": __version__},
                 "source": {"repo": str(self.repo), "head": self.head},
                 "entrypoint": list(self.custom.entrypoint), "objective": self.custom.objective,
-                "higher_is_better": self.custom.higher_is_better, "timeout_s": self.custom.timeout_s}
+                "higher_is_better": self.custom.higher_is_better, "timeout_s": self.custom.timeout_s,
+                "sandbox": dict(self.sandbox_record)}
 
     def knob_space(self) -> list[Knob]:
         return list(self._knobs)
@@ -168,6 +182,8 @@ class CustomAdapter:
                     cmd += [k.arg] if v else []
                 else:
                     cmd += [k.arg, text]
+        if self.sandbox is not None:  # writable: the tree and the result's directory (outside the tree)
+            cmd = self.sandbox.wrap(cmd, cwd=h.tree, writable=[h.tree, result.parent])
         return cmd, env
 
     # -- timed runs ---------------------------------------------------------
@@ -196,6 +212,8 @@ class CustomAdapter:
             return fail(f"entrypoint could not start: {exc}", "crash")
         if rc is None:
             return fail(f"entrypoint timed out after {self.custom.timeout_s:g} s", "timeout", err or "")
+        if (bwrap_says := start_failure(self.sandbox, rc, err)) is not None:
+            return fail(f"entrypoint could not start: {bwrap_says}", "crash", err or "")
         wall = time.perf_counter() - t0
         if rc != 0:
             how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
