@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 from inferloom import __version__
 from inferloom.errors import EXIT_BAD_INPUT, InferloomError
+from inferloom.session.shape import SHAPE_ERRORS, damaged_session
 
 __all__ = ["main", "build_parser", "COMMANDS", "number_in"]
 
@@ -34,6 +35,10 @@ COMMANDS: dict[str, str] = {
     "knobs": "inferloom.commands.knobs",
     "validate": "inferloom.commands.validate",
 }
+
+#: commands whose input is a session directory (``args.dir``): a payload of the wrong shape in one of
+#: its files is bad input (exit 2, one line), see :mod:`inferloom.session.shape`
+SESSION_COMMANDS = frozenset({"resume", "report", "export"})
 
 # CLI flag -> dotted spec key. Values stay strings; the spec validates them.
 SPEC_FLAGS: dict[str, str] = {
@@ -178,6 +183,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InferloomError as exc:
         print(_error_line(args.command, exc), file=sys.stderr)
         return exc.exit_code
+    except SHAPE_ERRORS as exc:
+        if args.command not in SESSION_COMMANDS:
+            raise
+        bad = damaged_session(args.dir, exc)
+        print(_error_line(args.command, bad), file=sys.stderr)
+        return bad.exit_code
     except KeyboardInterrupt:
         print("inferloom: interrupted; nothing was written for the unfinished measurement", file=sys.stderr)
         return 130

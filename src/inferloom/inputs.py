@@ -59,7 +59,7 @@ def decode_utf8(data: bytes, max_bytes: int | None = MAX_INPUT_BYTES) -> str:
                          f"{exc.reason}; save it as UTF-8") from None
 
 
-def _int(text: str) -> int:
+def _int64(text: str) -> int:
     digits = text.lstrip("+-")
     if len(digits) > MAX_INT_DIGITS:
         raise InputError(f"an integer of {len(digits)} digits; expected at most {MAX_INT_DIGITS} digits")
@@ -92,16 +92,24 @@ def _float(text: str) -> float:
     return v
 
 
-def load_json(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
-    """Parse JSON with the limits of this module (bytes must be UTF-8); InputError if it is unusable."""
+def load_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, int64: bool = True) -> Any:
+    """Parse JSON with the limits of this module (bytes must be UTF-8); InputError if it is unusable.
+
+    ``int64``: integers must fit in a signed 64-bit integer (files another
+    program wrote, e.g. a KB export); False accepts any integer Python can
+    read (inferloom's own session files, whose writer never refused one)."""
     if isinstance(text, bytes):
         text = decode_utf8(text, max_bytes=None)
     try:
-        value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_no_constant)
+        value = json.loads(text, parse_int=_int64 if int64 else int, parse_float=_float, parse_constant=_no_constant)
+    except ValueError as exc:  # JSONDecodeError is one; int() past Python's digit limit is another
+        if isinstance(exc, json.JSONDecodeError):
+            raise InputError(f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"a number that can't be read ({str(exc).split(':')[0]}); expected a smaller number") from None
     except RecursionError:
         raise InputError(f"nested more than {max_depth} levels deep; expected a flatter document") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     return check_depth(value, max_depth)
 
 

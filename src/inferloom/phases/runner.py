@@ -13,7 +13,7 @@ from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.errors import InferloomError
 from inferloom.phases.context import Agents, SessionOptions
 from inferloom.phases.coordinator import Coordinator
-from inferloom.session.manifest import build_manifest, read_manifest, write_manifest
+from inferloom.session.manifest import build_manifest, manifest_spec, read_manifest, write_manifest
 from inferloom.session.state import (
     Budget,
     Phase,
@@ -23,7 +23,6 @@ from inferloom.session.state import (
     save_state,
 )
 from inferloom.session.state_models import RunOptions
-from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import resolve_config
 from inferloom.workloads.registry import make_adapter
 
@@ -103,7 +102,7 @@ def resume(directory: str | Path, *, adapter: Any = None, agents: AgentsArg = No
     d = Path(directory)
     manifest = read_manifest(d)
     st = load_state(d)
-    spec = WorkloadSpec.model_validate(manifest["spec"])
+    spec = manifest_spec(d, manifest)
     if st.phase == Phase.DONE:  # nothing left to run: no adapter (a session from another machine's device reports here too)
         progress(f"session {st.session_id} is already closed ({st.stop_reason}); nothing to resume")
         return st
