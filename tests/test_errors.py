@@ -23,6 +23,7 @@ H200_SESSION = Path(__file__).resolve().parent.parent / "docs/results/h200-sessi
 EXIT_CODES = {
     "UsageError": 2, "SpecError": 2, "ConfigError": 2, "PromptError": 2, "SessionExists": 2,
     "StateError": 2, "ManifestError": 2, "LedgerError": 2, "KBError": 2, "ExportError": 2,
+    "InputError": 2, "SessionDataError": 2,
     "AdapterError": 1, "LaunchError": 1, "PatchSourceError": 1,
 }
 # Control flow, always caught where raised (their docstrings say why): not InferloomErrors.

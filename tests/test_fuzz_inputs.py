@@ -42,7 +42,15 @@ BASE_SPEC = {"model": "llama-tiny", "framework": "synthetic", "device": "cpu", "
              "quality": {"eval_prompts": 4, "heldout_prompts": 4, "prompt_len": 8, "continuation_len": 8},
              "protocol": {"min_pairs": 3, "max_pairs": 3, "bootstrap_resamples": 199, "min_gain": 0.01},
              "serving": {"startup_timeout_s": 300}, "pinned": {}}
-RUNS: list[int] = []  # one count per fuzz case run (the report's total)
+RUNS: list[int] = []
+#: INFERLOOM_FUZZ_SCALE=10 runs ten times the examples (a deeper local run; CI keeps 1)
+SCALE = float(os.environ.get("INFERLOOM_FUZZ_SCALE", "1"))
+
+
+def _n(examples: int) -> int:
+    return max(1, int(examples * SCALE))
+
+  # one count per fuzz case run (the report's total)
 
 
 class Outcome:
@@ -221,7 +229,7 @@ def spec_bytes(draw) -> bytes:
     return bytes(raw)
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=_n(150))
 @given(data=spec_bytes(), command=st.sampled_from(["validate", "validate", "knobs"]))
 def test_fuzzed_specs_are_exit_0_or_2_never_a_traceback(data, command, fresh):
     scratch = fresh()
@@ -241,7 +249,7 @@ FLAGS = {"optimize": COMMON_FLAGS + ["--budget-minutes", "--max-trials", "--cycl
          "kb lookup": COMMON_FLAGS + ["--min-confidence"]}
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=_n(150))
 @given(command=st.sampled_from(sorted(FLAGS)), data=st.data())
 def test_fuzzed_flags_are_exit_0_or_2_never_a_traceback(command, data, world, fresh):
     scratch = fresh()
@@ -305,7 +313,7 @@ def _damaged_copy(world: Path, which: str, scratch: Path, data) -> Path:
     return d
 
 
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=_n(120))
 @given(command=st.sampled_from(["report", "report --html", "export", "resume"]), data=st.data())
 def test_fuzzed_closed_sessions_are_exit_0_or_2_never_a_traceback(command, data, world, fresh):
     scratch = fresh()
@@ -318,7 +326,7 @@ def test_fuzzed_closed_sessions_are_exit_0_or_2_never_a_traceback(command, data,
     run_cli(argv + (["--quiet"] if command == "resume" else []), scratch, may_write=outputs)
 
 
-@settings(FUZZ, max_examples=12)
+@settings(FUZZ, max_examples=_n(12))
 @given(data=st.data())
 def test_fuzzed_interrupted_sessions_resume_or_refuse_never_a_traceback(data, world, fresh):
     scratch = fresh()
@@ -327,7 +335,7 @@ def test_fuzzed_interrupted_sessions_resume_or_refuse_never_a_traceback(data, wo
 
 
 # ---------------------------------------------------------------- KB files
-@settings(FUZZ, max_examples=60)
+@settings(FUZZ, max_examples=_n(60))
 @given(data=st.data())
 def test_fuzzed_kb_exports_import_or_refuse_never_a_traceback(data, world, fresh):
     scratch = fresh()
@@ -350,7 +358,7 @@ def test_fuzzed_kb_exports_import_or_refuse_never_a_traceback(data, world, fresh
     run_cli(["kb", "--kb", str(kb), "list"], scratch, may_write=(kb,))
 
 
-@settings(FUZZ, max_examples=30)
+@settings(FUZZ, max_examples=_n(30))
 @given(rid=st.one_of(st.integers().map(str), st.sampled_from(["9" * 5000, str(2**63), str(2**64), "-1", "0", "1e3",
                                                               "abc", "", "1.5"])), garbage=st.booleans())
 def test_fuzzed_kb_show_ids_and_damaged_kb_files(rid, garbage, world, fresh):

@@ -172,7 +172,7 @@ def load_state(directory: str | os.PathLike[str]) -> SessionState:
         data = load_json(raw, int64=False)
     except InputError as exc:
         raise StateError(
-            f"{path}: {exc}; it is only ever replaced atomically, so it was "
+            f"{path}: not valid JSON ({exc}); it is only ever replaced atomically, so it was "
             "edited or the disk is damaged; restore it from a backup or start a new session"
         ) from None
     if not isinstance(data, dict):
