@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
 from typing import Any, Callable, Sequence
 
 from inferloom import __version__
 from inferloom.errors import EXIT_BAD_INPUT, InferloomError
+from inferloom.session.shape import SHAPE_ERRORS, damaged_session
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+__all__ = ["main", "build_parser", "COMMANDS", "number_in"]
 
 # command -> the module that runs it (``run(args, console, err) -> exit code``), imported when it runs
 COMMANDS: dict[str, str] = {
@@ -33,6 +35,10 @@ COMMANDS: dict[str, str] = {
     "knobs": "inferloom.commands.knobs",
     "validate": "inferloom.commands.validate",
 }
+
+#: commands whose input is a session directory (``args.dir``): a payload of the wrong shape in one of
+#: its files is bad input (exit 2, one line), see :mod:`inferloom.session.shape`
+SESSION_COMMANDS = frozenset({"resume", "report", "export"})
 
 # CLI flag -> dotted spec key. Values stay strings; the spec validates them.
 SPEC_FLAGS: dict[str, str] = {
@@ -55,6 +61,32 @@ SPEC_FLAGS: dict[str, str] = {
 }
 
 
+def number_in(kind: type, lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], Any]:
+    """An argparse ``type=``: a finite ``kind`` (int or float) in [lo, hi] (``lo_open``: (lo, hi]).
+    Anything else is a one-line usage error (exit 2) naming the range."""
+    word = "an integer" if kind is int else "a number"
+    what = f"{word} {'over' if lo_open else 'from'} {lo:g} {'and at most' if lo_open else 'to'} {hi:g}"
+
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected {what}") from None
+        if not math.isfinite(v) or v < lo or v > hi or (lo_open and v == lo):
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected {what}")
+        return v
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``inferloom CMD: error: MSG; see --help``), exit 2."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+
+
 def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="?", help="workload spec (YAML); flags below override its fields")
     g = p.add_argument_group("workload fields (same names as the spec)")
@@ -64,9 +96,9 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inferloom", description="Autonomous, vendor-neutral inference optimizer.")
+    parser = _Parser(prog="inferloom", description="Autonomous, vendor-neutral inference optimizer.")
     parser.add_argument("--version", action="version", version=f"inferloom {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     b = sub.add_parser("bench", help="measure stock vs a candidate (or A/A) through the protocol and quality contract")
     _add_spec_args(b)
@@ -79,9 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     o = sub.add_parser("optimize", help="run an optimization session (PRELUDE -> FRAMEWORK -> ... -> CLOSE)")
     _add_spec_args(o)
-    o.add_argument("--budget-minutes", type=float, default=30.0, metavar="N", help="wall-clock budget (default 30)")
-    o.add_argument("--max-trials", type=int, default=20, metavar="N", help="candidate trials at most (default 20)")
-    o.add_argument("--cycles", type=int, default=3, metavar="N", help="cycle ceiling (default 3)")
+    o.add_argument("--budget-minutes", type=number_in(float, 0, 10080, lo_open=True), default=30.0, metavar="N",
+                   help="wall-clock budget (default 30; over 0, at most 10080: a week)")
+    o.add_argument("--max-trials", type=number_in(int, 1, 10_000), default=20, metavar="N",
+                   help="candidate trials at most (default 20; 1 to 10000)")
+    o.add_argument("--cycles", type=number_in(int, 1, 100), default=3, metavar="N", help="cycle ceiling (default 3; 1 to 100)")
     o.add_argument("--no-sweep", action="store_true", help="skip the SWEEP phase")
     o.add_argument("--kb", metavar="URL", help="knowledge base (default $INFERLOOM_KB or ~/.cache/inferloom/kb.sqlite)")
     o.add_argument("--no-kb", action="store_true", help="no warm replay and no recipe filed at CLOSE")
@@ -110,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     kbs = kb.add_subparsers(dest="kb_command", required=True)
     kl = kbs.add_parser("lookup", help="show each lookup tier tried for a workload spec and what it found")
     _add_spec_args(kl)
-    kl.add_argument("--min-confidence", type=float, default=0.0)
+    kl.add_argument("--min-confidence", type=number_in(float, 0.0, 1.0), default=0.0,
+                    help="lookup results below this confidence are not chosen (0 to 1)")
     kbs.add_parser("list", help="every recipe, a line each")
     ks = kbs.add_parser("show", help="one recipe in full (JSON)")
     ks.add_argument("id", help="recipe id")
@@ -154,6 +189,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InferloomError as exc:
         print(_error_line(args.command, exc), file=sys.stderr)
         return exc.exit_code
+    except SHAPE_ERRORS as exc:
+        if args.command not in SESSION_COMMANDS:
+            raise
+        bad = damaged_session(args.dir, exc)
+        print(_error_line(args.command, bad), file=sys.stderr)
+        return bad.exit_code
     except KeyboardInterrupt:
         print("inferloom: interrupted; nothing was written for the unfinished measurement", file=sys.stderr)
         return 130

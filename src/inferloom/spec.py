@@ -13,11 +13,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, Mapping
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from inferloom.errors import InferloomError
+from inferloom.inputs import InputError, load_yaml
 from inferloom.models.presets import PRESETS
+from inferloom.spec_custom import CustomKnob, CustomSpec, PatchPolicySpec
+from inferloom.spec_fields import _n, _Strict, check_bounds, field_default
 from inferloom.spec_paths import resolve_override, resolve_spec_paths
 
 __all__ = [
@@ -31,30 +33,6 @@ class SpecError(InferloomError, ValueError):
     """A bad spec: the message is one line naming the key and what was expected."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def field_default(model: type[BaseModel], name: str) -> Any:
-    """The default ``model`` declares for field ``name``. Settings objects built
-    from the spec (the protocol's, the quality contract's, the gates') take their
-    defaults from here, never from a second literal."""
-    return model.model_fields[name].get_default(call_default_factory=True)
-
-
-def check_bounds(model: type[BaseModel], values: Mapping[str, Any], section: str) -> None:
-    """Check ``values`` (some of ``model``'s fields) against the bounds ``model``
-    declares; a ValueError of one line (``SECTION KEY: what, got VALUE``) if one fails."""
-    try:
-        model.model_validate(values)
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        loc = ".".join(str(x) for x in e["loc"])
-        where = f"{section} {loc}" if loc else section
-        got = "" if isinstance(e.get("input"), (dict, list)) else f", got {e.get('input')!r}"
-        raise ValueError(f"{where}: {e['msg'].removeprefix('Value error, ')}{got}") from None
-
-
 #: Requests per timed run when ``traffic.num_prompts`` is unset, as a multiple of
 #: ``traffic.concurrency``, per framework: ONE rule (:attr:`WorkloadSpec.requests_per_run`),
 #: used by every adapter and by the spec's description. vLLM uses 5: every vLLM
@@ -65,11 +43,11 @@ REQUESTS_PER_CONCURRENCY: Mapping[str, int] = MappingProxyType(
 
 
 class Traffic(_Strict):
-    concurrency: int = Field(8, ge=1, description="requests in flight (one batch)")
-    input_len: int = Field(128, ge=1, description="prompt tokens per request")
-    output_len: int = Field(64, ge=1, description="output tokens per request (EOS disabled)")
-    num_prompts: int | None = Field(
-        None, ge=1, description="requests per timed run (default, per framework: "
+    concurrency: int = _n(8, 1, 4096, "requests in flight (one batch)")
+    input_len: int = _n(128, 1, 131072, "prompt tokens per request")
+    output_len: int = _n(64, 1, 32768, "output tokens per request (EOS disabled)")
+    num_prompts: int | None = _n(
+        None, 1, 100_000, "requests per timed run (default, per framework: "
         + ", ".join(f"{fw} {k} x concurrency" for fw, k in REQUESTS_PER_CONCURRENCY.items()) + ")"
     )
     prompts: str = Field(
@@ -90,10 +68,10 @@ class Traffic(_Strict):
 class QualitySpec(_Strict):
     """The quality contract. Defaults are justified in docs/quality.md."""
 
-    eval_prompts: int = Field(8, ge=1)
-    heldout_prompts: int = Field(8, ge=1)
-    prompt_len: int = Field(32, ge=1)
-    continuation_len: int = Field(32, ge=1)
+    eval_prompts: int = _n(8, 1, 1024, "prompts of the eval set")
+    heldout_prompts: int = _n(8, 1, 1024, "prompts of the held-out set")
+    prompt_len: int = _n(32, 1, 8192, "tokens per quality prompt")
+    continuation_len: int = _n(32, 1, 4096, "greedy tokens compared per quality prompt")
     prompts_file: str | None = Field(None, description="JSONL texts; default random token ids")
     min_top1_agreement: float = Field(0.98, ge=0.0, le=1.0)
     max_mean_kl: float = Field(0.01, ge=0.0)
@@ -111,12 +89,12 @@ class QualitySpec(_Strict):
 class ProtocolSpec(_Strict):
     min_gain: float = Field(0.01, ge=0.0, lt=1.0, description="minimum relative gain to keep")
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
-    min_pairs: int = Field(5, ge=3)
-    max_pairs: int = Field(15, ge=3)
-    pair_step: int = Field(2, ge=1)
-    warmup_runs: int = Field(1, ge=1)
-    bootstrap_resamples: int = Field(4999, ge=199)
-    bootstrap_seed: int = 12345
+    min_pairs: int = _n(5, 3, 200, "interleaved pairs before the first decision")
+    max_pairs: int = _n(15, 3, 200, "interleaved pairs at most (then inconclusive)")
+    pair_step: int = _n(2, 1, 100, "pairs added between decisions")
+    warmup_runs: int = _n(1, 1, 100, "untimed runs per configuration first")
+    bootstrap_resamples: int = _n(4999, 199, 100_000, "bootstrap resamples of the interval")
+    bootstrap_seed: int = _n(12345, 0, 2**32 - 1, "seed of the bootstrap")
 
     @model_validator(mode="after")
     def _pairs(self) -> "ProtocolSpec":
@@ -131,105 +109,11 @@ class KernelSpec(_Strict):
         "auto", description="KERNEL phase backend: auto (catalog on CUDA, torch on CPU, none for the synthetic "
         "adapter), none (skip the phase), torch (torch's fused ops), catalog (inferloom's Triton kernels, CUDA)")
     min_share: float = Field(0.02, ge=0.0, le=1.0, description="a category below this share of the profiled run is not targeted")
-    min_speedup: float = Field(1.05, ge=1.0, description="microbenchmark speed-up a kernel must reach over the op it replaces")
+    min_speedup: float = _n(1.05, 1.0, 100.0, "microbenchmark speed-up a kernel must reach over the op it replaces")
     budget_share: float = Field(
         0.35, ge=0.0, lt=1.0, description="share of the session's budget (wall-clock minutes and trials) kept for "
         "the KERNEL phase when a kernel backend applies: FRAMEWORK ends once the rest is used (0: FRAMEWORK may use "
         "it all)")
-
-
-class CustomKnob(_Strict):
-    """One setting the user's code reads: an environment variable or an argument."""
-
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-    kind: Literal["choice", "int", "bool"] = "choice"
-    default: Any = Field(description="the stock value")
-    choices: list[Any] | None = None
-    low: int | None = None
-    high: int | None = None
-    env: str | None = Field(None, description="passed as this environment variable")
-    arg: str | None = Field(None, description="passed as this argument (e.g. --block VALUE)")
-    description: str = "a setting the workload reads"
-    changes_numerics: bool = False
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, v: str | None) -> str | None:
-        if v is not None and (not v.replace("_", "a").isalnum() or v.startswith("INFERLOOM_")):
-            raise ValueError("expected an environment variable name (letters, digits, _), not INFERLOOM_*")
-        return v
-
-
-class PatchPolicySpec(_Strict):
-    """What a source patch may touch (docs/custom.md). Paths are relative to the checkout."""
-
-    dir: str | None = Field(None, description="a directory of .patch / .diff files (the candidates)")
-    command: list[str] | None = Field(
-        None, min_length=1, description="a Specialist: a command that proposes one patch per call (JSON state on "
-        "stdin, a unified diff or nothing on stdout; docs/custom.md)")
-    command_timeout_s: float = Field(300.0, gt=0, description="a Specialist call past this fails")
-    command_network: bool = Field(
-        False, description="let the Specialist command use the host's network (e.g. to reach a remote model); its "
-        "filesystem stays read-only (docs/security.md)")
-    allowlist: list[str] = Field(default_factory=list, description="glob patterns of paths a patch may touch")
-    quality_gate: list[str] = Field(default_factory=list, description="files of the quality gate (never editable)")
-    benchmark_inputs: list[str] = Field(default_factory=list, description="benchmark input files (never editable)")
-    protected: list[str] = Field(
-        default_factory=list, description="more files no candidate may change (patterns, like the above); with the "
-        "entrypoint, the quality gate and the benchmark inputs they are checksummed at session start and verified "
-        "before every run")
-    forbidden_patterns: list[str] = Field(default_factory=list, description="regexes no added line may match")
-    max_bytes: int = Field(256 * 1024, ge=1)
-    max_files: int = Field(20, ge=1)
-    max_changed_lines: int = Field(2000, ge=1)
-
-    @field_validator("dir")
-    @classmethod
-    def _dir(cls, v: str | None) -> str | None:
-        if v is not None:
-            p = Path(v).expanduser()
-            if not p.is_dir():
-                raise ValueError(f"{v} is not a directory; expected a directory of .patch / .diff files")
-            return str(p.resolve())
-        return v
-
-    @field_validator("forbidden_patterns")
-    @classmethod
-    def _patterns(cls, v: list[str]) -> list[str]:
-        import re
-
-        for pat in v:
-            try:
-                re.compile(pat)
-            except re.error as exc:
-                raise ValueError(f"pattern {pat!r} is not a valid regular expression ({exc})") from None
-        return v
-
-
-class CustomSpec(_Strict):
-    """A user-supplied workload (``framework: custom``): a git checkout and an
-    entrypoint that writes one JSON result per run (docs/custom.md)."""
-
-    repo: str = Field(description="a git checkout of the user's code (never modified)")
-    entrypoint: list[str] = Field(min_length=1, description="the command, run in a copy of the checkout")
-    entrypoint_files: list[str] = Field(default_factory=list, description="files of the entrypoint (never editable)")
-    objective: str = Field("objective", description="the objective's name, for the report")
-    higher_is_better: bool = True
-    timeout_s: float = Field(120.0, gt=0)
-    knobs: list[CustomKnob] = Field(default_factory=list)
-    patches: PatchPolicySpec = PatchPolicySpec()
-    sandbox: Literal["bwrap", "none"] = Field(
-        "bwrap", description="bwrap: the entrypoint and the Specialist command run under bubblewrap (read-only "
-        "root, no network); a spec with patches is refused where it can't run. none: the explicit opt-out, "
-        "recorded in the manifest and the report (docs/security.md)")
-
-    @field_validator("repo")
-    @classmethod
-    def _repo(cls, v: str) -> str:
-        p = Path(v).expanduser()
-        if not (p / ".git").exists():
-            raise ValueError(f"{v} is not a git checkout (no .git); expected the path of a git working tree")
-        return str(p.resolve())
 
 
 class ServingSpec(_Strict):
@@ -240,17 +124,17 @@ class ServingSpec(_Strict):
     module: str = Field("vllm.entrypoints.openai.api_server", description="server module run with python -m")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the server process")
     extra_args: list[str] = Field(default_factory=list, description="extra server arguments, every candidate")
-    startup_timeout_s: float = Field(300.0, gt=0)
-    request_timeout_s: float = Field(300.0, gt=0)
-    max_model_len: int | None = Field(None, ge=16)
+    startup_timeout_s: float = _n(300.0, 0, 86400, "seconds for the server to become ready", gt=True)
+    request_timeout_s: float = _n(300.0, 0, 86400, "seconds for one request", gt=True)
+    max_model_len: int | None = _n(None, 16, 1 << 20, "the server's context length")
     arrival: Literal["concurrency", "poisson"] = "concurrency"
-    request_rate: float | None = Field(None, gt=0, description="req/s for poisson arrivals")
-    warmup_requests: int | None = Field(None, ge=0, description="untimed requests first (default concurrency)")
+    request_rate: float | None = _n(None, 0, 1e6, "req/s for poisson arrivals", gt=True)
+    warmup_requests: int | None = _n(None, 0, 100_000, "untimed requests first (default concurrency)")
     prefix: Literal["fresh", "shared"] = Field("fresh", description="fresh prompts per run, or a declared shared prefix")
-    shared_prefix_len: int = Field(0, ge=0)
-    slo_ttft_ms: float | None = Field(None, gt=0)
-    slo_tpot_ms: float | None = Field(None, gt=0)
-    slo_e2el_ms: float | None = Field(None, gt=0)
+    shared_prefix_len: int = _n(0, 0, 131072, "tokens of the declared shared prefix")
+    slo_ttft_ms: float | None = _n(None, 0, 3.6e6, "time-to-first-token SLO, ms", gt=True)
+    slo_tpot_ms: float | None = _n(None, 0, 3.6e6, "time-per-output-token SLO, ms", gt=True)
+    slo_e2el_ms: float | None = _n(None, 0, 3.6e6, "end-to-end latency SLO, ms", gt=True)
 
 
 class WorkloadSpec(_Strict):
@@ -258,7 +142,7 @@ class WorkloadSpec(_Strict):
     framework: Literal["transformers", "synthetic", "custom", "vllm"] = "transformers"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    seed: int = 0
+    seed: int = _n(0, 0, 2**31 - 1, "seed of prompts, searches and adapters")
     objective: Literal["output_tokens_per_s", "goodput"] = "output_tokens_per_s"
     traffic: Traffic = Traffic()
     quality: QualitySpec = QualitySpec()
@@ -359,11 +243,11 @@ def load_spec(path: str | Path | None = None, overrides: Mapping[str, Any] | Non
         if not p.is_file():
             raise SpecError(f"spec file '{path}': not found; expected a YAML workload spec")
         try:
-            loaded = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark else ""
-            raise SpecError(f"spec file '{path}': not valid YAML{where}") from None
+            loaded = load_yaml(p.read_bytes())
+        except InputError as exc:
+            raise SpecError(f"spec file '{path}': {exc}") from None
+        except OSError as exc:
+            raise SpecError(f"spec file '{path}': cannot be read ({exc.strerror}); check its permissions") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

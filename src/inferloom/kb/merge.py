@@ -20,12 +20,12 @@ newer measurement only. Importing the same document twice changes nothing.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from inferloom.inputs import InputError, load_json
 from inferloom.kb import recipe as R
 from inferloom.kb.db import SCHEMA_VERSION, KBError
 from inferloom.kb.key import WorkloadKey
@@ -73,13 +73,13 @@ def parse_document(path: str | Path) -> tuple[list[R.Recipe], list[Any]]:
     """Read and validate an export; :class:`KBError` (one line, names the file) if unusable."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = load_json(p.read_bytes())
     except FileNotFoundError:
         raise KBError(f"KB export {p}: not found; expected a file written by `inferloom kb export`") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise KBError(f"KB export {p}: cannot be read ({exc.__class__.__name__}); check its permissions") from None
-    except json.JSONDecodeError as exc:
-        raise KBError(f"KB export {p}: not valid JSON (line {exc.lineno}); export it again") from None
+    except InputError as exc:
+        raise KBError(f"KB export {p}: {exc}; export it again") from None
     if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
         raise KBError(f"KB export {p}: not an inferloom KB export (format != '{EXPORT_FORMAT}')")
     version = doc.get("schema_version")

@@ -243,6 +243,8 @@ class RecipeStore:
         else:
             try:
                 rid = int(key_or_id)
+                if not 1 <= rid <= 2**63 - 1:  # SQLite's integer range
+                    raise ValueError(rid)
             except (TypeError, ValueError):
                 raise KBError(f"KB {self.db.where}: {key_or_id!r} is not a recipe id; expected an integer id "
                               "(see `inferloom kb list`) or a workload key") from None

@@ -25,7 +25,7 @@ from inferloom.preflight import check_runnable
 from inferloom.redact import has_redacted_password, redact_url
 from inferloom.session import ledger as L
 from inferloom.session.consistency import check_consistency
-from inferloom.session.manifest import build_manifest, read_manifest, write_manifest
+from inferloom.session.manifest import build_manifest, manifest_spec, read_manifest, write_manifest
 from inferloom.session.state import (
     Budget,
     Phase,
@@ -35,7 +35,6 @@ from inferloom.session.state import (
     save_state,
 )
 from inferloom.session.state_models import RunOptions
-from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import resolve_config
 from inferloom.workloads.registry import make_adapter
 
@@ -131,7 +130,7 @@ def resume(directory: str | Path, *, adapter: Any = None, agents: AgentsArg = No
     manifest = read_manifest(d)
     st = load_state(d)
     check_consistency(d, st, L.read_entries(d))
-    spec = WorkloadSpec.model_validate(manifest["spec"])
+    spec = manifest_spec(d, manifest)
     if st.phase == Phase.DONE:  # nothing left to run: no adapter (a session from another machine's device reports here too)
         progress(f"session {st.session_id} is already closed ({st.stop_reason}); nothing to resume")
         return st

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from inferloom.errors import InferloomError
+from inferloom.inputs import InputError, load_json
 from inferloom.redact import redact
 from inferloom.session.atomic import fsync_dir
 
@@ -90,8 +91,8 @@ class LedgerError(InferloomError, RuntimeError):
 def _parse_line(line: bytes) -> dict[str, Any] | None:
     """The entry on one line (without its newline), or None if it is not a JSON object."""
     try:
-        obj = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        obj = load_json(line, int64=False)
+    except InputError:  # not UTF-8 or JSON, nested too deep, a number Python can't read
         return None
     return obj if isinstance(obj, dict) else None
 

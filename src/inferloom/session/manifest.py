@@ -26,7 +26,6 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -34,10 +33,11 @@ from typing import Any, Mapping
 
 from inferloom import __version__
 from inferloom.errors import InferloomError
+from inferloom.inputs import InputError, load_json
 from inferloom.provenance import RUN_ENV_VARS, environment
 from inferloom.redact import SECRET_NAME_MARKERS, is_secret_name, redact, redact_text
 from inferloom.session.atomic import remove_stale_temps, write_json_atomic
-from inferloom.spec import WorkloadSpec, spec_hash
+from inferloom.spec import WorkloadSpec, check_bounds, spec_hash
 
 __all__ = [
     "MANIFEST_SCHEMA_VERSION",
@@ -49,6 +49,7 @@ __all__ = [
     "build_manifest",
     "write_manifest",
     "read_manifest",
+    "manifest_spec",
 ]
 
 MANIFEST_SCHEMA_VERSION = 1
@@ -126,10 +127,11 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
             "started); start one with `inferloom optimize SPEC --out DIR`"
         )
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = load_json(path.read_bytes(), int64=False)
+    except (OSError, InputError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise ManifestError(
-            f"{path}: unreadable or not valid JSON ({exc.__class__.__name__}); it is only "
+            f"{path}: unreadable ({why}); it is only "
             "written atomically, so it was edited or the disk is damaged; restore it"
         ) from None
     if not isinstance(data, dict):
@@ -143,3 +145,17 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
             f"up to {MANIFEST_SCHEMA_VERSION}); upgrade inferloom to read this session"
         )
     return data
+
+
+def manifest_spec(directory: str | os.PathLike[str], manifest: Mapping[str, Any]) -> WorkloadSpec:
+    """The session's spec, validated from ``manifest`` (read from ``directory``); :class:`ManifestError` if
+    it is missing or no longer valid (one line: the key, what was expected)."""
+    path = Path(directory) / MANIFEST_FILE
+    spec = manifest.get("spec")
+    if not isinstance(spec, dict):
+        raise ManifestError(f"{path}: 'spec' missing or not an object; it was edited: restore it")
+    try:
+        check_bounds(WorkloadSpec, spec, "spec")
+    except ValueError as exc:
+        raise ManifestError(f"{path}: the session's spec is not valid ({exc}); restore it") from None
+    return WorkloadSpec.model_validate(spec)

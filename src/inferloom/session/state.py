@@ -29,7 +29,6 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
@@ -40,6 +39,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from inferloom.errors import InferloomError
+from inferloom.inputs import InputError, load_json
 from inferloom.redact import redact
 from inferloom.session.atomic import remove_stale_temps, write_json_atomic
 from inferloom.session.state_models import SessionExtra, StateModel, Trial
@@ -173,11 +173,10 @@ def load_state(directory: str | os.PathLike[str]) -> SessionState:
     except OSError as exc:
         raise StateError(f"{path}: cannot be read ({exc.strerror}); check its permissions") from None
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+        data = load_json(raw, int64=False)
+    except InputError as exc:
         raise StateError(
-            f"{path}: not valid JSON{where}; it is only ever replaced atomically, so it was "
+            f"{path}: not valid JSON ({exc}); it is only ever replaced atomically, so it was "
             "edited or the disk is damaged; restore it from a backup or start a new session"
         ) from None
     if not isinstance(data, dict):
