@@ -409,3 +409,20 @@ def test_the_opt_out_runs_and_is_recorded_in_the_manifest_and_the_report(tmp_pat
     assert f"ledger #{entry['seq']}" in report
     assert _cli("report", str(d), "--html").returncode == 0
     assert "Patches ran without a sandbox" in (d / "report.html").read_text()
+
+
+def test_a_program_under_a_hidden_directory_still_starts(tmp_path):
+    """The sandbox's private /tmp hides the host's: a program (or a virtualenv) that lives under /tmp is
+    bound back read-only, so it starts, and it still can't write there (a CI clone under /tmp ran no
+    sandboxed command before this)."""
+    sb, _ = resolve("bwrap", patches=True)
+    tool = tmp_path / "tools" / "probe.sh"  # tmp_path lies under /tmp
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho started\ntouch \"$(dirname \"$0\")/written\" 2>/dev/null || echo read-only\n")
+    tool.chmod(0o755)
+    assert str(tool).startswith("/tmp/")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    res = subprocess.run(sb.wrap([str(tool)], cwd=tree, writable=[tree]), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["started", "read-only"] and not (tool.parent / "written").exists()

@@ -35,6 +35,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -93,6 +94,8 @@ class Sandbox:
         if not network and Path("/run").is_dir() and not Path("/run").is_symlink():
             args += ["--tmpfs", "/run"]
         args += _hide_secrets()
+        for p in _needed_under_hidden(cmd):  # e.g. a virtualenv under /tmp: visible again, read-only
+            args += ["--ro-bind", p, p]
         for w in writable:
             p = os.path.realpath(w)
             args += ["--bind", p, p]
@@ -105,6 +108,33 @@ class Sandbox:
                 "isolation": "root read-only; writable: the run's tree, its result directory, a private /tmp; "
                              "no network; own PID namespace; no capabilities; dies with inferloom",
                 "specialist_network": network}
+
+
+#: Host directories the sandbox replaces with empty private ones.
+HIDDEN = ("/tmp", "/var/tmp", "/run")
+
+
+def _needed_under_hidden(cmd: Sequence[str]) -> list[str]:
+    """Host paths the command needs to start that lie under a directory the
+    sandbox hides (:data:`HIDDEN`): this Python's prefixes (a virtualenv
+    created under /tmp), the program ``cmd[0]`` names (through ``PATH``), the
+    ``PYTHONPATH`` entries and any existing absolute path in ``cmd``. Bound
+    back read-only: hiding them would only break the command."""
+    found: list[str] = []
+    prog = shutil.which(cmd[0]) if cmd else None
+    cands = [sys.prefix, sys.base_prefix, sys.exec_prefix, *(os.environ.get("PYTHONPATH") or "").split(os.pathsep)]
+    if prog:
+        cands += [os.path.dirname(os.path.abspath(prog)), os.path.dirname(os.path.realpath(prog))]
+    cands += [a for a in cmd if os.path.isabs(a)]
+    for c in cands:
+        if not c or not os.path.exists(c):
+            continue
+        p = os.path.realpath(c)
+        if os.path.isfile(p):
+            p = os.path.dirname(p)
+        if any(p == h or p.startswith(h + "/") for h in HIDDEN) and p not in HIDDEN and p not in found:
+            found.append(p)
+    return sorted(found)
 
 
 def _hide_secrets() -> list[str]:
