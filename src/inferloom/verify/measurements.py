@@ -88,6 +88,8 @@ def check_measurement(f: Findings, m: Mapping[str, Any], group: str) -> None:
     dec = decision_of(m)
     st = proto["settings"]
     pairs = list(proto.get("pairs") or [])
+    if proto.get("verdict") == "failed" and isinstance(dec.get("n_pairs"), int):
+        pairs = pairs[:dec["n_pairs"]]  # a run failed after the last look: that look saw only these pairs
     for i, p in enumerate(pairs):
         va, vb = float(p["value_a"]), float(p["value_b"])
         if not (va > 0 and vb > 0 and math.isfinite(va) and math.isfinite(vb)):
@@ -100,7 +102,7 @@ def check_measurement(f: Findings, m: Mapping[str, Any], group: str) -> None:
     f.add(group, "decision.n_pairs", dec.get("n_pairs"), len(pairs), seq, dec.get("n_pairs") == len(pairs))
     if len(pairs) < 2 or dec.get("n_pairs") != len(pairs):
         return
-    final = len(pairs) == int(st["max_pairs"])
+    final = bool(dec.get("final")) if proto.get("verdict") == "failed" else len(pairs) == int(st["max_pairs"])
     f.add(group, "decision.final", dec.get("final"), final, seq, dec.get("final") == final)
     a = [float(p["value_a"]) for p in pairs]
     b = [float(p["value_b"]) for p in pairs]
