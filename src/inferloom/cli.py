@@ -34,11 +34,12 @@ COMMANDS: dict[str, str] = {
     "kb": "inferloom.commands.kb",
     "knobs": "inferloom.commands.knobs",
     "validate": "inferloom.commands.validate",
+    "verify": "inferloom.commands.verify",
 }
 
 #: commands whose input is a session directory (``args.dir``): a payload of the wrong shape in one of
 #: its files is bad input (exit 2, one line), see :mod:`inferloom.session.shape`
-SESSION_COMMANDS = frozenset({"resume", "report", "export"})
+SESSION_COMMANDS = frozenset({"resume", "report", "export", "verify"})
 
 # CLI flag -> dotted spec key. Values stay strings; the spec validates them.
 SPEC_FLAGS: dict[str, str] = {
@@ -160,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="validate a spec and print it resolved")
     _add_spec_args(v)
+
+    ver = sub.add_parser("verify", help="re-derive every headline number of a session from its raw ledger "
+                         "records (exit 1 on a mismatch)")
+    ver.add_argument("dir", help="session directory")
     return parser
 
 

@@ -1,0 +1,9 @@
+"""``inferloom verify``: an independent re-derivation of a session's headline numbers from its ledger.
+
+Shares nothing with the computing path (:mod:`inferloom.measure`, :mod:`inferloom.report`,
+:mod:`inferloom.phases`) but the ledger reader; see :mod:`inferloom.verify.session`."""
+
+from inferloom.verify.record import Check, Findings, VerifyError
+from inferloom.verify.session import load_session, verify_session
+
+__all__ = ["Check", "Findings", "VerifyError", "load_session", "verify_session"]
