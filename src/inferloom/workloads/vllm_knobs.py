@@ -74,7 +74,7 @@ def vllm_knobs(concurrency: int, kv_space_gib: int = 1) -> list[Knob]:
         Knob("async_scheduling", "bool", False, "--async-scheduling: overlap scheduling with execution",
              applies_to=ALL),
         Knob("attention_backend", "choice", "default",
-             "--attention-backend (vLLM >= 0.11; older servers read the VLLM_ATTENTION_BACKEND variable): "
+             "--attention-backend (a server whose --help lacks it gets the VLLM_ATTENTION_BACKEND variable): "
              "CPU_ATTN on cpu, the others on GPUs; a backend the platform lacks fails at launch (missing_kernel)",
              choices=("default", "CPU_ATTN", "FLEX_ATTENTION", "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "ROCM_ATTN"),
              applies_to=ALL, changes_numerics=True),
