@@ -125,7 +125,8 @@ def probe_server_flags(python: str, module: str, version: str, env: Mapping[str,
                        timeout_s: float = HELP_TIMEOUT_S) -> ServerFlags:
     """The server's flags from ``python -m module --help=all`` (else ``--help``),
     cached per ``(python, module, version)``; never raises."""
-    key = (os.path.abspath(python) if os.sep in python else python, module, version)
+    python = os.path.abspath(python) if os.sep in python else python  # it runs from /, as the import check does
+    key = (python, module, version)
     if key in _CACHE:
         return _CACHE[key]
     run_env = dict(os.environ if env is None else env)
