@@ -17,10 +17,13 @@ def test_stock_passes_no_flag_and_each_knob_declares_platforms():
     names = {k.name for k in knobs}
     assert {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "prefix_caching", "dtype", "kv_cache_dtype",
             "block_size", "kv_cache_space_gib", "gpu_memory_utilization", "enforce_eager", "optimization_level",
-            "ngram_speculative_tokens", "async_scheduling", "attention_backend"} <= names
+            "ngram_speculative_tokens", "async_scheduling", "attention_backend", "quantization",
+            "max_cudagraph_capture_size", "performance_mode"} <= names
     by = {k.name: k for k in knobs}
     assert by["kv_cache_space_gib"].applies_to == {"cpu"} and "cpu" not in by["gpu_memory_utilization"].applies_to
     assert by["dtype"].changes_numerics and not by["prefix_caching"].changes_numerics
+    for gpu_only in ("quantization", "max_cudagraph_capture_size", "performance_mode"):
+        assert by[gpu_only].applies_to == {"cuda", "rocm"} and by[gpu_only].changes_numerics
 
 
 def test_knob_values_become_flags_traced_to_their_knob():

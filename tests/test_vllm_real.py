@@ -98,8 +98,15 @@ def test_a_flag_the_server_rejects_is_learned_from_the_launch_error(model_dir, t
     from inferloom.workloads.base import AdapterError
     from inferloom.workloads.vllm_adapter import VLLMAdapter
 
+    from inferloom.workloads.vllm_flags import ServerFlags
+
     spec = load_spec(None, spec_overrides(require_vllm(), model_dir))
     a = VLLMAdapter(spec, tmp_path)
+    # with its --help read, 0.32's knob space has no num_scheduler_steps at all (test_vllm_flags.py);
+    # a server whose help can't be read teaches the same at its first launch
+    assert "num_scheduler_steps" not in {k.name for k in a.knob_space()}
+    a = VLLMAdapter(spec, tmp_path)
+    a.server_flags = lambda: ServerFlags(None, "unavailable", "?", error="as if --help could not be read")
     with pytest.raises(AdapterError) as ei:
         a.prepare({"num_scheduler_steps": 4})
     assert ei.value.kind == "unsupported_flag", str(ei.value)
@@ -145,11 +152,11 @@ def test_optimize_session_survives_a_server_killed_mid_measurement(model_dir, tm
             return super().run(handle, seed)
 
     monkeypatch.setattr(VA, "from_spec", KillingAdapter)
-    knobs = VA.vllm_knobs(4)
+    spec = {k: v for k, v in spec_overrides(require_vllm(), model_dir).items() if k != "pinned"}
+    knobs = VA.VLLMAdapter(load_spec(None, spec)).knob_space()  # the installed server's (its --help)
     # every knob pinned but max_num_seqs: the one trial changes it, deterministically
     pinned = {k.name: k.default for k in knobs if k.name != "max_num_seqs"}
     pinned["enforce_eager"] = True
-    spec = {k: v for k, v in spec_overrides(require_vllm(), model_dir).items() if k != "pinned"}
     doc: dict = {"pinned": pinned, "protocol": {"min_pairs": 3, "max_pairs": 3, "bootstrap_resamples": 999}}
     for k, v in spec.items():
         cur = doc

@@ -91,3 +91,12 @@ def print_knobs(adapter_desc: dict[str, Any], knobs: list[Any], console: Console
         t.add_row(k.name, str(k.default), k.domain_text(), ",".join(sorted(k.applies_to)),
                   "yes" if k.changes_numerics else "no", k.description)
     console.print(t)
+    flags = adapter_desc.get("server_flags")
+    if isinstance(flags, dict):  # a server adapter: its knobs are those the installed server has
+        if flags.get("flags") is None:
+            console.print(f"server flags unknown ({flags.get('error')}): the static knob table above")
+        else:
+            console.print(f"{flags.get('count')} server flags read from `{flags.get('source')}` "
+                          f"({flags.get('server_version')})")
+        for name, why in {**(flags.get("dropped_knobs") or {}), **(flags.get("knob_notes") or {})}.items():
+            console.print(f"  knob {name}: {why}", markup=False)

@@ -14,6 +14,11 @@
   records the CPU seconds the *other* live servers burnt meanwhile
   (``extra['idle_servers_cpu_s']``), so a noisy neighbour is data, not a guess
   (measured: docs/loadgen.md).
+* The knob space is the installed server's: its flags are read once from
+  its own ``--help`` (``vllm_flags``; per python, module and server version)
+  and a knob whose flag it lacks is dropped, with why (``describe()``'s
+  ``server_flags``, a progress line); when the help can't be read, the static
+  table stands and says so.
 * A flag the installed server rejects is learned from the launch error and
   never launched again (``rejected_flags``; the coordinator persists it in
   the session state and refuses proposals that use it).
@@ -44,6 +49,7 @@ from inferloom.loadgen.metrics import SLO, summarize
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
 from inferloom.workloads.prompts import random_prompts
 from inferloom.workloads.server_process import LaunchError, ServerProcess, free_port, group_cpu_seconds
+from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_server_flags
 from inferloom.workloads.vllm_knobs import vllm_knobs
 from inferloom.workloads.vllm_launch import (
     SERVED_NAME,
@@ -73,10 +79,11 @@ class VLLMAdapter:
     name = "vllm"
 
     def __init__(self, spec: Any, log_dir: str | Path | None = None,
-                 progress: Callable[[str], None] = lambda _m: None) -> None:
+                 progress: Callable[[str], None] | None = None) -> None:
         self.spec = spec
         self.device = spec.resolved_device() if spec.device != "auto" else "cpu"
-        self.progress = progress
+        self.progress: Callable[[str], None] = progress or (lambda _m: None)
+        self._told: bool | None = None if progress is None else False  # None: no one to tell yet
         self._log_dir = Path(log_dir) if log_dir else None
         self._handles: dict[str, VLLMHandle] = {}
         self._counter = itertools.count(1)
@@ -85,7 +92,11 @@ class VLLMAdapter:
         self._info: dict[str, Any] | None = None
         self.rejected_flags: dict[str, dict[str, Any]] = {}  # flag -> {knob, value, error}
         kv = int(spec.serving.env.get("VLLM_CPU_KVCACHE_SPACE", 1))
-        self._knobs = vllm_knobs(spec.traffic.concurrency, kv)
+        self._static = vllm_knobs(spec.traffic.concurrency, kv)
+        self._space: list[Knob] | None = None  # the static table cut to the server's flags, on first use
+        self._flags: ServerFlags | None = None
+        self._dropped: dict[str, str] = {}  # knob -> why the installed server can't take it
+        self._notes: dict[str, str] = {}
 
     # ------------------------------------------------------------ plumbing
     def set_log_dir(self, path: str | Path, progress: Callable[[str], None] | None = None) -> None:
@@ -93,6 +104,8 @@ class VLLMAdapter:
         self._log_dir = Path(path)
         if progress is not None:
             self.progress = progress
+            self._told = bool(self._told)
+            self._tell_flags()
 
     def restore_rejected_flags(self, learned: Mapping[str, Mapping[str, Any]]) -> None:
         for flag, info in learned.items():
@@ -118,19 +131,63 @@ class VLLMAdapter:
         return self._vocab
 
     # --------------------------------------------------------------- knobs
+    def server_flags(self) -> ServerFlags:
+        """The installed server's flags (read once; see ``vllm_flags``)."""
+        if self._flags is None:
+            s = self.spec.serving
+            self._flags = probe_server_flags(s.python, s.module, self._distribution(), {**os.environ, **s.env})
+        return self._flags
+
+    @property
+    def _knobs(self) -> list[Knob]:
+        if self._space is None:
+            self._space, self._dropped, self._notes = filter_knobs(self._static, self.server_flags())
+            self._tell_flags()
+        return self._space
+
+    def _tell_flags(self) -> None:
+        """One progress line for the probe and one per dropped knob, once, when someone listens."""
+        if self._told is not False or self._space is None:
+            return
+        self._told = True
+        f = self.server_flags()
+        if f.flags is None:
+            self.progress(f"vLLM server flags unknown ({f.error}); the static knob table stands, and a flag "
+                          "the server rejects is learned at launch")
+            return
+        self.progress(f"vLLM server flags: {len(f.flags)} from `{f.source}` ({f.version}); "
+                      f"{len(self._space)} knobs kept, {len(self._dropped)} dropped")
+        for name, why in {**self._dropped, **self._notes}.items():
+            self.progress(f"knob {name}: {why}")
+
     def knob_space(self) -> list[Knob]:
         return list(self._knobs)
+
+    def _without_dropped(self, values: Mapping[str, Any], what: str) -> dict[str, Any]:
+        """``values`` less the knobs the installed server can't take, where they
+        are at their default (a session started before, a ``stack`` that lists
+        every knob); a dropped knob set off its default is refused."""
+        out = dict(values)
+        static = {k.name: k for k in self._static}
+        for name in set(out) & set(self._dropped):
+            if out[name] != static[name].default and str(out[name]) != str(static[name].default):
+                raise AdapterError(f"{what} knob '{name}'={out[name]!r}: {self._dropped[name]}; not launched",
+                                   kind="unsupported_flag")
+            del out[name]
+        return out
 
     def _check(self, cfg: Mapping[str, Any]) -> None:
         check_launchable(cfg, self._knobs, self.device, self.rejected_flags)
 
     def launch_argv(self, cfg: Mapping[str, Any], port: int) -> tuple[list[str], dict[str, str], dict[str, Any]]:
         """The server's ``(argv, env, origin)`` for ``cfg`` on ``port`` (see ``vllm_launch``)."""
-        return launch_command(self.spec, self.model_dir(), cfg, port)
+        return launch_command(self.spec, self.model_dir(), cfg, port, self.server_flags().flags)
 
     # ------------------------------------------------------------- prepare
     def prepare(self, config: Mapping[str, Any]) -> VLLMHandle:
-        cfg = resolve_config(self._knobs, config, self.spec.pinned)
+        knobs = self._knobs
+        cfg = resolve_config(knobs, self._without_dropped(config, "candidate"),
+                             self._without_dropped(self.spec.pinned, "pinned"))
         self._check(cfg)
         cid = config_key(cfg)
         hid = f"{next(self._counter):02d}-{hashlib.sha1(cid.encode()).hexdigest()[:8]}"
@@ -274,21 +331,30 @@ class VLLMAdapter:
                 opts.append({"attention_backend": "default"})
             if stock.get("dtype") != "float32":
                 opts.append({"dtype": "float32"})
+        defaults = {x.name: x.default for x in self._knobs}
         if kind == "unsupported_flag":
             for info in self.rejected_flags.values():
                 k = info.get("knob")
-                if k:
-                    opts.append({k: next(x.default for x in self._knobs if x.name == k)})
-        return opts
+                if k in defaults:
+                    opts.append({k: defaults[k]})
+        return [o for o in opts if set(o) <= set(defaults)]  # never a knob the installed server lacks
 
     # ------------------------------------------------------------ describe
-    def describe(self) -> dict[str, Any]:
+    def _distribution(self) -> str:
         if self._info is None:
             self._info = {"server_distribution": server_distribution(self.spec.serving.python)}
+        return str(self._info["server_distribution"])
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance, with ``server_flags``: the flags the installed server
+        lists, where they were read, and each knob dropped or adjusted for it."""
+        self._distribution()
+        self._knobs  # noqa: B018 - reads the server's flags once
+        flags = {**self.server_flags().to_dict(), "dropped_knobs": dict(self._dropped), "knob_notes": dict(self._notes)}
         return {"framework": "vllm", "adapter": self.name, "server_python": self.spec.serving.python,
                 "server_module": self.spec.serving.module, **self._info, "model": self.spec.model,
                 "device": self.device, "python_version": platform.python_version(), "cpu_count": os.cpu_count(),
-                "dtype": self.spec.dtype}
+                "dtype": self.spec.dtype, "server_flags": flags}
 
     # ------------------------------------------------------------- release
     def release(self, handle: VLLMHandle) -> None:

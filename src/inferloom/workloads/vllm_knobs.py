@@ -1,25 +1,38 @@
 """The vLLM server knob space: each knob, where it applies, whether it can
 change numerics, and how it becomes a command-line flag or an environment
 variable. A value equal to the knob's ``default`` passes nothing: the stock
-server runs with the server's own defaults."""
+server runs with the server's own defaults.
+
+This is the static table: ``vllm_flags.filter_knobs`` cuts it down to the
+flags the installed server lists in its ``--help`` (the knobs below whose flag
+a given vLLM lacks, e.g. ``--num-scheduler-steps`` on V1 servers or
+``--performance-mode`` on older ones, are dropped there, each with why)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from inferloom.workloads.base import Knob
 
-__all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM"]
+__all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES"]
 
 CPU = frozenset({"cpu"})
 CUDA_ROCM = frozenset({"cuda", "rocm"})
 ALL = frozenset({"cpu", "cuda", "rocm"})
 _TRI = ("default", "on", "off")
 
+#: knob -> the environment variable that sets it when the server lacks its flag
+ENV_FALLBACK = {"attention_backend": "VLLM_ATTENTION_BACKEND"}
+#: choice knob -> its flag, whose argument is the knob's value as is (narrowed
+#: to the ``{...}`` choices the server's help lists, where it lists them)
+VERBATIM_CHOICES = {"dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype", "performance_mode": "--performance-mode"}
+
 
 def vllm_knobs(concurrency: int, kv_space_gib: int = 1) -> list[Knob]:
+    """Every knob inferloom knows for vLLM (the static table), for ``concurrency``."""
     hi = max(256, 4 * concurrency)
+    graphs = ("default", *sorted({str(concurrency), "128", "256", "512"}, key=int))
     return [
         Knob("max_num_seqs", "int", 0, "--max-num-seqs: sequences per engine step (0 = server default)",
              low=0, high=hi, applies_to=ALL, changes_numerics=True),
@@ -31,6 +44,9 @@ def vllm_knobs(concurrency: int, kv_space_gib: int = 1) -> list[Knob]:
              choices=_TRI, applies_to=ALL),
         Knob("dtype", "choice", "auto", "--dtype of weights and activations (auto = the checkpoint's)",
              choices=("auto", "bfloat16", "float16", "float32"), applies_to=ALL, changes_numerics=True),
+        Knob("quantization", "choice", "default",
+             "--quantization fp8: weights quantized to fp8 at load time (default = the checkpoint's own)",
+             choices=("default", "fp8"), applies_to=CUDA_ROCM, changes_numerics=True),
         Knob("kv_cache_dtype", "choice", "auto", "--kv-cache-dtype",
              choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"), applies_to=ALL, changes_numerics=True),
         Knob("block_size", "int", 0, "--block-size of the paged KV cache (0 = server default)",
@@ -43,13 +59,22 @@ def vllm_knobs(concurrency: int, kv_space_gib: int = 1) -> list[Knob]:
              applies_to=ALL, changes_numerics=True),
         Knob("optimization_level", "choice", "default", "--optimization-level (0 = no compilation ... 3)",
              choices=("default", "0", "1", "2", "3"), applies_to=ALL, changes_numerics=True),
+        Knob("max_cudagraph_capture_size", "choice", "default",
+             "--max-cudagraph-capture-size: largest batch captured as a CUDA graph (capture sizes 1, 2, 4, 8, "
+             "16, ... up to it; larger batches run without graphs)",
+             choices=graphs, applies_to=CUDA_ROCM, changes_numerics=True),
+        Knob("performance_mode", "choice", "default",
+             "--performance-mode: balanced, interactivity (small batches) or throughput (larger CUDA graphs, "
+             "more aggressive batching, throughput-oriented kernels)",
+             choices=("default", "balanced", "interactivity", "throughput"), applies_to=CUDA_ROCM,
+             changes_numerics=True),
         Knob("ngram_speculative_tokens", "int", 0,
              "n-gram (prompt lookup) speculative decoding: draft tokens per step, 0 = off",
              low=0, high=8, applies_to=ALL, changes_numerics=True),
         Knob("async_scheduling", "bool", False, "--async-scheduling: overlap scheduling with execution",
              applies_to=ALL),
         Knob("attention_backend", "choice", "default",
-             "--attention-backend (vLLM >= 0.11; older servers read the VLLM_ATTENTION_BACKEND variable): "
+             "--attention-backend (a server whose --help lacks it gets the VLLM_ATTENTION_BACKEND variable): "
              "CPU_ATTN on cpu, the others on GPUs; a backend the platform lacks fails at launch (missing_kernel)",
              choices=("default", "CPU_ATTN", "FLEX_ATTENTION", "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "ROCM_ATTN"),
              applies_to=ALL, changes_numerics=True),
@@ -60,9 +85,12 @@ def vllm_knobs(concurrency: int, kv_space_gib: int = 1) -> list[Knob]:
     ]
 
 
-def to_launch(cfg: Mapping[str, Any]) -> tuple[list[str], dict[str, str], dict[str, tuple[str, Any]]]:
+def to_launch(cfg: Mapping[str, Any], server_flags: Collection[str] | None = None,
+              ) -> tuple[list[str], dict[str, str], dict[str, tuple[str, Any]]]:
     """(arguments, environment, origin): ``origin`` maps each flag or variable
-    to the (knob, value) it came from, so a rejected flag is traced to its knob."""
+    to the (knob, value) it came from, so a rejected flag is traced to its knob.
+    ``server_flags``: the installed server's flags where known; a knob in
+    :data:`ENV_FALLBACK` whose flag it lacks is set through its variable."""
     args: list[str] = []
     env: dict[str, str] = {}
     origin: dict[str, tuple[str, Any]] = {}
@@ -84,6 +112,10 @@ def to_launch(cfg: Mapping[str, Any]) -> tuple[list[str], dict[str, str], dict[s
     for knob, name in (("dtype", "--dtype"), ("kv_cache_dtype", "--kv-cache-dtype")):
         if cfg.get(knob, "auto") != "auto":
             flag(name, knob, str(cfg[knob]))
+    for knob, name in (("quantization", "--quantization"), ("max_cudagraph_capture_size", "--max-cudagraph-capture-size"),
+                       ("performance_mode", "--performance-mode")):
+        if cfg.get(knob, "default") != "default":
+            flag(name, knob, str(cfg[knob]))
     if cfg.get("gpu_memory_utilization", "default") != "default":
         flag("--gpu-memory-utilization", "gpu_memory_utilization", str(cfg["gpu_memory_utilization"]))
     if cfg.get("enforce_eager"):
@@ -102,5 +134,9 @@ def to_launch(cfg: Mapping[str, Any]) -> tuple[list[str], dict[str, str], dict[s
         env["VLLM_CPU_KVCACHE_SPACE"] = str(int(cfg["kv_cache_space_gib"]))
         origin["VLLM_CPU_KVCACHE_SPACE"] = ("kv_cache_space_gib", cfg["kv_cache_space_gib"])
     if cfg.get("attention_backend", "default") != "default":
-        flag("--attention-backend", "attention_backend", str(cfg["attention_backend"]))
+        if server_flags is None or "--attention-backend" in server_flags:
+            flag("--attention-backend", "attention_backend", str(cfg["attention_backend"]))
+        else:
+            env["VLLM_ATTENTION_BACKEND"] = str(cfg["attention_backend"])
+            origin["VLLM_ATTENTION_BACKEND"] = ("attention_backend", cfg["attention_backend"])
     return args, env, origin

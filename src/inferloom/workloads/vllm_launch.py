@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from inferloom.models.preset_dir import save_preset
 from inferloom.models.presets import PRESETS
@@ -68,11 +68,12 @@ def max_model_len(spec: Any) -> int:
     return int(-(-need // 64) * 64)
 
 
-def launch_command(spec: Any, model_dir: str, cfg: Mapping[str, Any],
-                   port: int) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-    """``(argv, env, origin)`` of the server for configuration ``cfg`` on ``port``."""
+def launch_command(spec: Any, model_dir: str, cfg: Mapping[str, Any], port: int,
+                   server_flags: Collection[str] | None = None) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """``(argv, env, origin)`` of the server for configuration ``cfg`` on
+    ``port``; ``server_flags``: the installed server's flags, where known."""
     s = spec.serving
-    args, env_k, origin = to_launch(cfg)
+    args, env_k, origin = to_launch(cfg, server_flags)
     argv = [s.python, "-m", s.module, "--model", model_dir, "--served-model-name", SERVED_NAME,
             "--host", "127.0.0.1", "--port", str(port), "--seed", str(spec.seed),
             "--max-model-len", str(max_model_len(spec)), "--max-logprobs", str(TOP_K),
