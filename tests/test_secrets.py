@@ -95,12 +95,8 @@ def _agents():
     return {"orchestrator": RuleOrchestrator(seed=0), "critic_factory": RuleCritic, "robustness": RuleRobustness()}
 
 
-def test_resume_takes_the_kb_password_from_the_environment(tmp_path, capsys, monkeypatch):
-    """state.json keeps the KB URL without its password: resume refuses without
-    it (one line, exit 2), then continues with $INFERLOOM_KB's."""
-    monkeypatch.delenv("INFERLOOM_KB", raising=False)
-    secret = "pw-resume-Mv55"
-    kb = _pg_url(secret)
+def _interrupted_session(d, kb_url):
+    """A synthetic session with knowledge base ``kb_url``, killed at its 30th run (mid-session)."""
     spec = load_spec(None, {"model": "llama-tiny", "framework": "synthetic", "device": "cpu", "seed": 3})
 
     class Dies(SyntheticAdapter):
@@ -112,9 +108,18 @@ def test_resume_takes_the_kb_password_from_the_environment(tmp_path, capsys, mon
                 raise _Killed()
             return super().run(handle, seed)
 
-    d = tmp_path / "s"
     with pytest.raises(_Killed):
-        start(d, spec, budget_minutes=5, max_trials=3, adapter=Dies(), agents=_agents(), kb_url=kb, sweep=False)
+        start(d, spec, budget_minutes=5, max_trials=3, adapter=Dies(), agents=_agents(), kb_url=kb_url, sweep=False)
+    return d
+
+
+def test_resume_takes_the_kb_password_from_the_environment(tmp_path, capsys, monkeypatch):
+    """state.json keeps the KB URL without its password: resume refuses without
+    it (one line, exit 2), then continues with $INFERLOOM_KB's."""
+    monkeypatch.delenv("INFERLOOM_KB", raising=False)
+    secret = "pw-resume-Mv55"
+    kb = _pg_url(secret)
+    d = _interrupted_session(tmp_path / "s", kb)
     assert load_state(d).extra.run_options.kb_url == redact_text(kb)
     with pytest.raises(KBPasswordMissing):
         resume(d, adapter=SyntheticAdapter(), agents=_agents())
@@ -131,21 +136,7 @@ def test_resume_takes_the_kb_password_from_the_environment(tmp_path, capsys, mon
 
 def test_resume_kb_flag_gives_the_url_again(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("INFERLOOM_KB", raising=False)
-    spec = load_spec(None, {"model": "llama-tiny", "framework": "synthetic", "device": "cpu", "seed": 3})
-
-    class Dies(SyntheticAdapter):
-        runs = 0
-
-        def run(self, handle, seed):
-            Dies.runs += 1
-            if Dies.runs == 30:
-                raise _Killed()
-            return super().run(handle, seed)
-
-    d = tmp_path / "s"
-    with pytest.raises(_Killed):
-        start(d, spec, budget_minutes=5, max_trials=3, adapter=Dies(), agents=_agents(), kb_url=_pg_url("pw-Ae40"),
-              sweep=False)
+    d = _interrupted_session(tmp_path / "s", _pg_url("pw-Ae40"))
     kb = str(tmp_path / "kb.sqlite")  # given again on the command line: used as given
     assert main(["resume", str(d), "--quiet", "--kb", kb]) == 0
     export, printed = _export(tmp_path, capsys, kb)

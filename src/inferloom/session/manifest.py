@@ -13,7 +13,7 @@ Contract:
   affect runs and are set); ``created_at`` (unix time).
 * ``env`` holds :data:`inferloom.provenance.RUN_ENV_VARS` plus any variable
   whose name starts with one of :data:`ENV_PREFIXES`, except names that look
-  like credentials (:data:`SECRET_MARKERS`, :func:`inferloom.redact.is_secret_name`),
+  like credentials (:data:`inferloom.redact.SECRET_NAME_MARKERS`, :func:`inferloom.redact.is_secret_name`),
   which are never recorded; a URL's password in any value is redacted
   (``postgresql://user:***@host/db``).
 * :func:`write_manifest` writes the manifest through :func:`inferloom.redact.redact`:
@@ -35,7 +35,7 @@ from inferloom import __version__
 from inferloom.errors import InferloomError
 from inferloom.inputs import InputError, load_json
 from inferloom.provenance import RUN_ENV_VARS, environment
-from inferloom.redact import SECRET_NAME_MARKERS, is_secret_name, redact, redact_text
+from inferloom.redact import is_secret_name, redact, redact_text
 from inferloom.session.atomic import remove_stale_temps, write_json_atomic
 from inferloom.spec import WorkloadSpec, check_bounds, spec_hash
 
@@ -43,7 +43,6 @@ __all__ = [
     "MANIFEST_SCHEMA_VERSION",
     "MANIFEST_FILE",
     "ENV_PREFIXES",
-    "SECRET_MARKERS",
     "ManifestError",
     "run_env",
     "build_manifest",
@@ -59,7 +58,6 @@ ENV_PREFIXES = (
     "INFERLOOM_", "OMP_", "MKL_", "CUDA_", "PYTORCH_", "TORCH_", "TORCHINDUCTOR_",
     "TRITON_", "NCCL_", "CUBLAS_", "CUDNN_", "HIP_", "ROCR_", "HSA_",
 )
-SECRET_MARKERS = SECRET_NAME_MARKERS
 
 
 class ManifestError(InferloomError, RuntimeError):
