@@ -27,6 +27,7 @@ from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.patches.effect import check_effect, scratch_effect, staged_effect
 from inferloom.patches.parse import parse_patch
 from inferloom.patches.policy import PatchPolicy
+from inferloom.measure.clock_check import GAIN_NOT_SEEN
 from inferloom.patches.source import DirectoryPatchSource
 from inferloom.patches.worktree import Workspace
 from inferloom.phases.context import Agents, SessionOptions
@@ -42,6 +43,7 @@ DATA = ROOT / "tests" / "data"
 CORPUS = DATA / "hostile_patches"
 CONTROL = "z99-control"
 BYPASS = "x01-bypass-tamper"
+FORGED = "c01-forged-timer"
 OUTSIDE = [Path("/etc/passwd"), Path("/etc/group"), Path("/etc/hosts")]
 
 
@@ -134,8 +136,8 @@ def test_every_hostile_patch_is_refused_with_its_rule_and_none_is_kept(session):
 def test_only_patches_that_passed_every_gate_were_measured(session):
     measured = {e.get("changes", {}).get("patch") for e in session["entries"] if e["kind"] == L.MEASUREMENT} - {None}
     want = expected_rules()
-    assert measured == {pid for pid, rule in want.items() if rule in ("kept", PROTECTED_CHANGED)}
-    for pid in measured - {CONTROL}:
+    assert measured == {pid for pid, rule in want.items() if rule in ("kept", PROTECTED_CHANGED, GAIN_NOT_SEEN)}
+    for pid in measured - {CONTROL, FORGED}:
         e = session["patches"][pid]
         assert e["gate"] == "measure" and e["outcome"] == "failed" and e["rule"] == PROTECTED_CHANGED
         meas = next(x for x in session["entries"] if x["seq"] == e["measurement_seq"])
@@ -295,3 +297,16 @@ def test_checksums_are_of_the_checked_out_bytes(tmp_path):
     assert (stock / "data" / "points.txt").read_bytes() == b"1 2 3\r\n"
     prot = take_protected(stock, head, protected_patterns(make_spec(repo, patches=None).custom))
     assert verify_protected(stock, prot) is None and verify_protected(ws.tree("stack", head), prot) is None
+
+
+def test_a_forged_timer_is_caught_by_inferloom_s_clock(session):
+    """The protocol and the quality gate both say keep (the objective is x1000s, the output exact): the run's
+    wall time, measured outside the patched process, shows no saving; the control's real saving passes."""
+    e = session["patches"][FORGED]
+    assert e["outcome"] == GAIN_NOT_SEEN and not e["kept"] and e["ratio"] > 100
+    assert e["clock"]["rule"] == GAIN_NOT_SEEN and e["clock"]["bound_s"] < 0
+    assert e["clock"]["claimed_saving_s"] > 0.15 and abs(e["clock"]["observed_saving_s"]) < 0.1
+    meas = next(x for x in session["entries"] if x["seq"] == e["measurement_seq"])
+    assert meas["verdict"] == "keep" and meas["quality"]["passed"] is True
+    c = session["patches"][CONTROL]["clock"]
+    assert c["rule"] is None and c["observed_saving_s"] > 0.1 and c["claimed_saving_s"] > 0.1

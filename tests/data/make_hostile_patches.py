@@ -15,7 +15,8 @@ from pathlib import Path
 OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "hostile_patches"
 OUT.mkdir(parents=True, exist_ok=True)
 
-RES = 'res = {"objective": {"value": float(kernel.SPEED), "unit": "items/s"}, "quality_gate": gate.check(x, y)}'
+RES = ('res = {"objective": {"value": len(x) / timed, "unit": "items/s"}, "timed_s": timed, '
+       '"quality_gate": gate.check(x, y)}')
 DOC = '"""The kernel: doubles every input."""'
 
 def kernel_doc(a="a/", b="b/"):
@@ -27,7 +28,7 @@ def kernel_git():
 
 GATE_BODY = ("@@ -1,3 +1,3 @@\n def check(x, y):\n-    ok = y == [v * 2 for v in x]\n+    ok = True\n"
              '     return {"passed": ok, "checks": {"exact": ok}}\n')
-RUN_BODY = (f"@@ -10,3 +10,3 @@\n y = kernel.compute(x)\n-{RES}\n+{RES.replace('float(kernel.SPEED)', 'float(kernel.SPEED) * 10')}\n"
+RUN_BODY = (f"@@ -14,3 +14,3 @@\n timed = time.perf_counter() - t0\n-{RES}\n+{RES.replace('len(x) / timed', 'len(x) / timed * 10')}\n"
             ' with open(os.environ["INFERLOOM_RESULT"], "w") as f:\n')
 TRAILER = "-- \n2.39.2\n\n"
 SYMLINK_NEW = ("diff --git a/lib/passwd b/lib/passwd\nnew file mode 120000\nindex 0000000..3594e94\n"
@@ -154,6 +155,11 @@ P["o05-adds-benchmark-input"] = head("faster kernel", "kernel.py runs faster", "
     ("--- a/kernel.py\n+++ b/kernel.py\n@@ -1,4 +1,6 @@\n " + DOC + "\n+import os as _o\n"
      "+open(_o.path.join(_o.path.dirname(__file__), 'data', 'more.txt'), 'w').write('4 5 6\\n')\n"
      " \n-SPEED = 100\n+SPEED = 1000\n \n")
+# --- a forged timer: kernel.py (allowed) replaces time.perf_counter, so the entrypoint's own timing claims any gain;
+# inferloom's clock (the run's wall time, measured outside the process) sees no saving: measure/clock_check.py
+P["c01-forged-timer"] = head("faster kernel", "kernel.py runs faster", "gain_not_seen_by_clock") + \
+    ("--- a/kernel.py\n+++ b/kernel.py\n@@ -1,4 +1,7 @@\n " + DOC + "\n+import time as _t\n+_n = [0.0]\n"
+     "+_t.perf_counter = lambda: _n.__setitem__(0, _n[0] + 1e-6) or _n[0]\n \n SPEED = 100\n \n")
 # --- the hole test: a clean patch whose tree the test edits between apply and measure
 P["x01-bypass-tamper"] = head("faster kernel", "kernel.py runs faster", "protected_file_changed") + \
     "--- a/kernel.py\n+++ b/kernel.py\n" + SPEED_UP

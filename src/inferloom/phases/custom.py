@@ -44,6 +44,7 @@ from inferloom.phases.common import jsonable as _jsonable
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.context import SessionContext
 from inferloom.phases.framework import framework_step
+from inferloom.phases.custom_clock import clock_guard
 from inferloom.phases.trial import begin, execute_trial, propose
 from inferloom.sandbox import resolve as resolve_sandbox
 from inferloom.session import ledger as L
@@ -348,7 +349,8 @@ def _trial(ctx: SessionContext, st: SessionState, p: Mapping[str, Any]) -> None:
         return
     proposal = {"action": "try_config", "changes": {"patch": p["id"]}, "config": {**st.stack, TREE_KEY: str(tree)},
                 "predicted_gain": p.get("expected_gain"), "source": "patch", "rationale": p.get("hypothesis")}
-    trial = execute_trial(ctx, st, proposal, key, agent=p.get("agent"))
+    clock: dict[str, Any] = {}
+    trial = execute_trial(ctx, st, proposal, key, agent=p.get("agent"), guard=clock_guard(ctx, key, p["id"], clock))
     # the tree is not part of any configuration the state keeps
     st.stack = {k: v for k, v in st.stack.items() if k != TREE_KEY}
     trial.config = {k: v for k, v in trial.config.items() if k != TREE_KEY}
@@ -357,6 +359,10 @@ def _trial(ctx: SessionContext, st: SessionState, p: Mapping[str, Any]) -> None:
     meas = ctx.ledger.find(key + ":measurement") or {}
     q = meas.get("quality") or {}
     outcome = _patch_outcome(p, trial, q)
+    if clock:
+        outcome["clock"] = clock
+        if clock.get("rule") and trial.verdict == clock["rule"]:
+            outcome["rule"] = clock["rule"]
     if meas.get("error_kind") == PROTECTED_CHANGED or PROTECTED_CHANGED in str(meas.get("error") or ""):
         outcome["rule"] = PROTECTED_CHANGED
         ctx.record_refusal(st, PROTECTED_CHANGED, f"patch {p['id']}: {meas.get('error')}", "coordinator",

@@ -232,10 +232,13 @@ class CustomAdapter:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             return fail(f"result has no positive finite objective.value (got {value!r})", "bad_result", err or "")
         rule, gate = gate_of(data)
+        timed = data.get("timed_s")  # the seconds the objective measured: checked against inferloom's clock
+        timed = float(timed) if isinstance(timed, (int, float)) and not isinstance(timed, bool) \
+            and math.isfinite(timed) and timed > 0 else None
         return RunRecord(config_id=h.config_id, seed=seed, success=True, started_at=started, wall_s=wall,
                          num_requests=1, output_tokens=1, expected_output_tokens=1,
                          extra={"objective": {"value": float(value), "unit": str(obj.get("unit", ""))},
-                                "quality_gate": gate, "gate_rule": rule, "tree": h.tree.name,
+                                "quality_gate": gate, "gate_rule": rule, "tree": h.tree.name, "timed_s": timed,
                                 "stderr_tail": (err or "")[-STDERR_TAIL:]})
 
     def objective_metric(self, rec: RunRecord) -> float:
