@@ -305,8 +305,8 @@ def test_a_forged_timer_is_caught_by_inferloom_s_clock(session):
     e = session["patches"][FORGED]
     assert e["outcome"] == GAIN_NOT_SEEN and not e["kept"] and e["ratio"] > 100
     assert e["clock"]["rule"] == GAIN_NOT_SEEN and e["clock"]["bound_s"] < 0
-    assert e["clock"]["claimed_saving_s"] > 0.15 and abs(e["clock"]["observed_saving_s"]) < 0.1
+    assert e["clock"]["claimed_saving_s"] > 0.3 and abs(e["clock"]["observed_saving_s"]) < 0.15
     meas = next(x for x in session["entries"] if x["seq"] == e["measurement_seq"])
     assert meas["verdict"] == "keep" and meas["quality"]["passed"] is True
     c = session["patches"][CONTROL]["clock"]
-    assert c["rule"] is None and c["observed_saving_s"] > 0.1 and c["claimed_saving_s"] > 0.1
+    assert c["rule"] is None and c["observed_saving_s"] > 0.2 and c["claimed_saving_s"] > 0.2
