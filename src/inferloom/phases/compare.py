@@ -129,6 +129,8 @@ def compare(
     t0 = time.perf_counter()
     out: dict[str, Any] = {"base_config": dict(base_cfg), "candidate_config": dict(cand_cfg), "seed_base": seed_base}
     handles: list[Any] = []
+    if isinstance(adapter, ServerReuse):  # the servers kept alive: these two are the ones to keep
+        adapter.expect_servers([dict(base_cfg), dict(cand_cfg)])
     try:
         timings: dict[str, Any] = {}
         try:

@@ -175,7 +175,7 @@ class SessionContext:
         if not isinstance(a, ServerReuse):
             return []
         return [self.ledger.append(L.SERVER_START, jsonable(ev), key=step_key("server_start", ev.get("started_at"),
-                                                                              ev.get("handle"), ev.get("key")))
+                                                                              ev.get("handle"), ev.get("config")))
                 for ev in a.take_server_starts()]
 
     # ------------------------------------------------------------- refusals

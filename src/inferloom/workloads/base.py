@@ -372,12 +372,16 @@ class ServerReuse(Protocol):
 
     ``reuse_servers(on, max_live)``: from then on a released handle stays alive
     and the next ``prepare`` of its configuration gets it back (at most
-    ``max_live`` alive; one that died starts again). ``take_server_starts()``:
+    ``max_live`` alive; one that died starts again). ``expect_servers(configs)``:
+    the configurations the coming comparison needs (kept alive in preference
+    to the others). ``take_server_starts()``:
     the starts since the last call (``startup_s``, ``reason``, ...), for the
     ledger. ``stop_idle()``: stop what is not lent out. Without it, every
     ``prepare`` builds anew and ``release`` frees at once."""
 
     def reuse_servers(self, on: bool = True, max_live: int = 2) -> None: ...
+
+    def expect_servers(self, configs: Sequence[Mapping[str, Any]]) -> None: ...
 
     def take_server_starts(self) -> list[dict[str, Any]]: ...
 

@@ -22,8 +22,10 @@ configuration that is not alive yet starts:
 * Every start, failed ones too, is an event (``take_starts()`` drains them)
   with its wall seconds (``startup_s``) and what ``start`` says about it.
 
-Eviction order: an idle second instance of a key that has an earlier one
-alive (the A/A's stock-2) first, then the least recently used.
+Eviction order: an idle handle whose key the coming comparison does not
+need (``want(keys)``: the session says which two it will compare) first,
+then an idle second instance of a key that has an earlier one alive (the
+A/A's stock-2), then the least recently used.
 """
 
 from __future__ import annotations
@@ -60,7 +62,12 @@ class HandlePool(Generic[H]):
         self._tick = itertools.count()
         self._died: dict[str, str] = {}  # key -> the handle that died (for the restart's reason)
         self._starts: list[dict[str, Any]] = []
+        self._wanted: set[str] = set()
         self.reuses = 0
+
+    def want(self, keys: Any) -> None:
+        """The keys the coming comparison needs: kept alive in preference to others."""
+        self._wanted = set(keys)
 
     # ------------------------------------------------------------------ views
     def live(self) -> list[H]:
@@ -88,7 +95,7 @@ class HandlePool(Generic[H]):
         evicted = self._make_room()
         dead = self._died.pop(key, None)
         reason = f"restart: server {dead} of this configuration had died" if dead else "new"
-        event: dict[str, Any] = {"key": key, "reason": reason, "evicted": evicted, "started_at": time.time()}
+        event: dict[str, Any] = {"config": key, "reason": reason, "evicted": evicted, "started_at": time.time()}
         t0 = time.perf_counter()
         try:
             handle, info = start(reason)
@@ -147,7 +154,7 @@ class HandlePool(Generic[H]):
             first = {}
             for e in sorted(self._entries, key=lambda e: e.order):
                 first.setdefault(e.key, e)
-            victim = min(idle, key=lambda e: (first[e.key] is e, e.last_used))
+            victim = min(idle, key=lambda e: (e.key in self._wanted, first[e.key] is e, e.last_used))
             evicted.append(self._name(victim.handle))
             self._drop(victim)
         return evicted

@@ -50,7 +50,7 @@ import platform
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.loadgen.client import run_load
 from inferloom.loadgen.metrics import SLO, summarize
@@ -197,6 +197,17 @@ class VLLMAdapter:
         """From now on a released server stays alive for the next ``prepare`` of
         its configuration (at most ``max_live`` alive); off: stopped at release."""
         self._pool.keep, self._pool.max_live = on, max(1, max_live)
+
+    def expect_servers(self, configs: Sequence[Mapping[str, Any]]) -> None:
+        """The configurations the coming comparison needs: their servers are stopped last."""
+        keys = []
+        for c in configs:
+            try:
+                keys.append(config_key(resolve_config(self._knobs, self._without_dropped(c, "candidate"),
+                                                      self._without_dropped(self.spec.pinned, "pinned"))))
+            except (AdapterError, ValueError):
+                continue  # prepare says why
+        self._pool.want(keys)
 
     def take_server_starts(self) -> list[dict[str, Any]]:
         """The server starts since the last call (for the session's ledger)."""
