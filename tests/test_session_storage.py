@@ -312,7 +312,7 @@ def test_ledger_failed_write_is_rolled_back(tmp_path, monkeypatch):
 def test_kind_constants():
     assert set(KINDS) == {
         "measurement", "proposal", "verdict", "refusal", "phase",
-        "agent_io", "enablement_rung", "error", "close",
+        "agent_io", "enablement_rung", "error", "close", "server_start",
     }
 
 

@@ -13,7 +13,8 @@ def test_stock_passes_no_flag_and_each_knob_declares_platforms():
     knobs = vllm_knobs(8)
     stock = resolve_config(knobs, {})
     args, env, _ = to_launch(stock)
-    assert args == [] and env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    assert args == [] and env == {}  # kv_cache_space_gib 0: the derived share is added at launch (memory_args)
+    assert to_launch({**stock, "kv_cache_space_gib": 3})[1] == {"VLLM_CPU_KVCACHE_SPACE": "3"}
     names = {k.name for k in knobs}
     assert {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "prefix_caching", "dtype", "kv_cache_dtype",
             "block_size", "kv_cache_space_gib", "gpu_memory_utilization", "enforce_eager", "optimization_level",

@@ -176,5 +176,22 @@ def test_optimize_session_survives_a_server_killed_mid_measurement(model_dir, tm
     meas = [e for e in L.read_entries(out) if e["kind"] == L.MEASUREMENT and e.get("action") == "try_config"][0]
     assert "crash" in meas["error"] and "server died" in meas["error"]
     assert state["stack"] == state["stock_config"]
-    assert (out / "report.md").is_file() and len(list((out / "servers").glob("*.log"))) >= 4
+    # reuse: stock and its A/A instance in PRELUDE (which also gave the quality references), then only the
+    # candidate: one start per trial, each in the ledger with its startup time and its derived CPU KV share
+    starts = [e for e in L.read_entries(out) if e["kind"] == L.SERVER_START]
+    assert len(starts) == 3 == len(list((out / "servers").glob("*.log"))), [s.get("reason") for s in starts]
+    assert starts[0]["config"] == starts[1]["config"] != starts[2]["config"]
+    assert all(s["reason"] == "new" and s["startup_s"] >= s["server_startup_s"] > 0 for s in starts)
+    kv = starts[0]["memory_share"]["kv_cache_space_gib"]
+    assert kv >= 1 and starts[0]["memory_share"]["source"] == "/proc/meminfo"
+    assert all(s["memory_env"] == {"VLLM_CPU_KVCACHE_SPACE": str(kv)} for s in starts)  # equal KV on every server
+    assert all(s["memory"]["VLLM_CPU_KVCACHE_SPACE"] == f"derived: {kv}" for s in starts)
+    assert all(s["compile_cache"]["warm"] is None for s in starts)  # --enforce-eager: nothing compiled
+    b = json.loads((out / "session_breakdown.json").read_text())
+    assert b["servers"]["starts"] == 3 and b["time_s"]["server_startup"] == pytest.approx(
+        sum(s["startup_s"] for s in starts))
+    from inferloom.verify.session import verify_session
+
+    assert not verify_session(out).mismatches
+    assert (out / "report.md").is_file()
     assert started and not any(group_alive(pg) for pg in started)  # no server left behind

@@ -15,7 +15,7 @@ from inferloom.measure.roofline import amdahl_check
 from inferloom.measure.metrics import median_objective
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
-from inferloom.phases.compare import compare, stock_references
+from inferloom.phases.compare import compare, reference_sets, stock_references
 from inferloom.phases.context import SessionContext
 from inferloom.phases.roofline import ROOFLINE, roofline_for
 from inferloom.session import ledger as L
@@ -49,7 +49,8 @@ def final_compare(ctx: SessionContext, st: SessionState) -> None:
     if st.stack == st.stock_config:
         return
     key = _key("final_compare", st.session_id, sorted(st.stack.items()))
-    refs = stock_references(ctx.adapter, ctx.spec, st.stock_config, ("heldout",), ctx.refs, ctx.progress)
+    refs = stock_references(ctx.adapter, ctx.spec, st.stock_config, reference_sets(ctx.adapter, ("heldout",)), ctx.refs,
+                            ctx.progress)
     ctx.progress("CLOSE: final stack against stock (paired, quality on the held-out set)")
     ctx.measured(key, L.MEASUREMENT, lambda: {
         "action": "final_compare", **compare(

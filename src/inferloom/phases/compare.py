@@ -19,9 +19,10 @@ from inferloom.measure import protocol as proto
 from inferloom.measure import quality as Q
 from inferloom.measure.metrics import get_metric, output_tokens_per_s
 from inferloom.spec import objective_label
-from inferloom.workloads.base import AdapterError, OwnObjective, OwnQualityGate, RunRecord
+from inferloom.workloads.base import AdapterError, OwnObjective, OwnQualityGate, RunRecord, ServerReuse
 
-__all__ = ["QUALITY_PROBE_FAILED", "References", "compare", "stock_references", "warmup", "compile_overhead", "timed_pairs"]
+__all__ = ["QUALITY_PROBE_FAILED", "References", "compare", "reference_sets", "stock_references", "warmup",
+           "compile_overhead", "timed_pairs"]
 
 Progress = Callable[[str], None]
 
@@ -37,6 +38,14 @@ class References:
 
     def __init__(self) -> None:
         self.sets: dict[str, Q.Reference] = {}
+
+
+def reference_sets(adapter: Any, needed: Sequence[str]) -> tuple[str, ...]:
+    """The reference sets to capture when ``needed`` are: with a server kept
+    alive for reuse (``ServerReuse``), both sets at once, while stock's server
+    is alive (stock's outputs only; no candidate is judged on the held-out set
+    before CLOSE), so no stock server has to start again for them later."""
+    return ("eval", "heldout") if isinstance(adapter, ServerReuse) else tuple(needed)
 
 
 def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], names: Sequence[str],
@@ -120,6 +129,8 @@ def compare(
     t0 = time.perf_counter()
     out: dict[str, Any] = {"base_config": dict(base_cfg), "candidate_config": dict(cand_cfg), "seed_base": seed_base}
     handles: list[Any] = []
+    if isinstance(adapter, ServerReuse):  # the servers kept alive: these two are the ones to keep
+        adapter.expect_servers([dict(base_cfg), dict(cand_cfg)])
     try:
         timings: dict[str, Any] = {}
         try:

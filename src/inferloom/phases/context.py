@@ -6,7 +6,7 @@ the protocol settings, stock's quality references, the ledger, the agents,
 the run options, the clock, the session directory) and the few things a step
 does besides measuring, as public methods: persist the state (:meth:`save`),
 move to another phase (:meth:`enter_phase`), measure once across a resume
-(:meth:`measured`), refuse an agent's output (:meth:`refuse`,
+(:meth:`measured`), record the servers an adapter started (:meth:`record_server_starts`), refuse an agent's output (:meth:`refuse`,
 :meth:`record_refusal`), and read the budget (:meth:`time_left_s`,
 :meth:`budget_reason`).
 
@@ -28,7 +28,7 @@ from inferloom.phases.common import jsonable, step_key
 from inferloom.phases.compare import References
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState, save_state
-from inferloom.workloads.base import Knob, WorkloadAdapter
+from inferloom.workloads.base import Knob, ServerReuse, WorkloadAdapter
 
 __all__ = ["Agents", "SessionOptions", "SessionContext", "WorkloadStrategy", "Step", "Progress"]
 
@@ -160,9 +160,23 @@ class SessionContext:
         if found is not None:
             self.progress("resume: reusing the measurement already in the ledger")
             return found, found["seq"]
-        res = fn()
+        try:
+            res = fn()
+        finally:
+            self.record_server_starts()  # before the measurement: the ledger in the order things happened
         seq = self.ledger.append(kind, res, key=key)
         return res, seq
+
+    def record_server_starts(self, adapter: Any = None) -> list[int]:
+        """One ledger entry (:data:`~inferloom.session.ledger.SERVER_START`) per
+        server ``adapter`` (default: the session's) started since the last call;
+        their ``startup_s`` is its own category of the time breakdown."""
+        a = self.adapter if adapter is None else adapter
+        if not isinstance(a, ServerReuse):
+            return []
+        return [self.ledger.append(L.SERVER_START, jsonable(ev), key=step_key("server_start", ev.get("started_at"),
+                                                                              ev.get("handle"), ev.get("config")))
+                for ev in a.take_server_starts()]
 
     # ------------------------------------------------------------- refusals
     def record_refusal(self, st: SessionState, rule: str, why: str, agent: str, output: Any, key: str) -> None:

@@ -36,7 +36,7 @@ from inferloom.phases.strategy import strategy_for
 from inferloom.phases.sweep import sweep_step
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState, load_state
-from inferloom.workloads.base import RejectedFlags, ServerLogs, WorkloadAdapter
+from inferloom.workloads.base import RejectedFlags, ServerLogs, ServerReuse, WorkloadAdapter
 
 __all__ = ["Coordinator", "STEPS"]
 
@@ -79,9 +79,18 @@ class Coordinator:
             ledger.append(L.ERROR, {"what": "recovered a torn last ledger line after a crash",
                                     "dropped_bytes": len(ledger.torn_bytes)})
         self.ctx.strategy.bind(self.ctx)
+        if isinstance(adapter, ServerReuse):  # one start per configuration while it lives; a pair at most
+            adapter.reuse_servers(True, max_live=2)
 
     def close(self) -> None:
-        self.ctx.close()
+        """End of the session (or an interrupt): the servers kept for reuse are
+        stopped, their starts recorded, the ledger closed."""
+        try:
+            if isinstance(self.ctx.adapter, ServerReuse):
+                self.ctx.adapter.stop_idle()
+                self.ctx.record_server_starts()
+        finally:
+            self.ctx.close()
 
     def run(self) -> SessionState:
         ctx = self.ctx
@@ -100,7 +109,10 @@ class Coordinator:
                 ctx.save(st)
                 continue
             _sync_rejected_flags(ctx, st, restore=True)
-            STEPS[st.phase](ctx, st)
+            try:
+                STEPS[st.phase](ctx, st)
+            finally:
+                ctx.record_server_starts()
             _sync_rejected_flags(ctx, st, restore=False)
             ctx.save(st)
 

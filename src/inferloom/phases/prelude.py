@@ -24,7 +24,7 @@ from inferloom.phases.common import jsonable as _jsonable
 from inferloom.measure.metrics import median_objective
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
-from inferloom.phases.compare import compare
+from inferloom.phases.compare import compare, reference_sets, stock_references
 from inferloom.phases.context import SessionContext
 from inferloom.phases.roofline import PROFILE, ROOFLINE, kept_roofline, roofline_for
 from inferloom.phases.trial import execute_trial, run_trial
@@ -40,7 +40,7 @@ from inferloom.session.state_models import (
     WarmReplay,
 )
 from inferloom.spec import objective_label
-from inferloom.workloads.base import ConfigError, config_key, resolve_config
+from inferloom.workloads.base import ConfigError, ServerReuse, config_key, resolve_config
 
 __all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP"]
 
@@ -86,6 +86,12 @@ def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
         st.measured_config_keys.append(config_key(st.stock_config))
     ctx.progress(f"PRELUDE: stock {stock:,.1f} {objective_label(ctx.spec)}; A/A ratio {res['noise']['ratio']:.4f} "
                f"[{res['noise']['ci_low']:.4f}, {res['noise']['ci_high']:.4f}]")
+    if isinstance(ctx.adapter, ServerReuse):  # stock's PRELUDE server is alive: it is the quality reference
+        try:
+            stock_references(ctx.adapter, ctx.spec, st.stock_config, reference_sets(ctx.adapter, ()), ctx.refs,
+                             ctx.progress)
+        except Exception as exc:  # noqa: BLE001 - the first trial captures them (and fails, saying why)
+            ctx.progress(f"PRELUDE: stock's quality references not captured yet: {type(exc).__name__}: {exc}")
 
 
 def replay_step(ctx: SessionContext, st: SessionState) -> None:

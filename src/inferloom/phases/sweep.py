@@ -15,7 +15,7 @@ from inferloom.phases.context import SessionContext
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState
 from inferloom.session.state_models import SweepPoint
-from inferloom.workloads.base import ConfigError, ServerLogs, resolve_config
+from inferloom.workloads.base import ConfigError, ServerLogs, ServerReuse, resolve_config
 
 __all__ = ["grid", "sweep_step", "HEADROOM_WORTH_A_CYCLE"]
 
@@ -55,6 +55,8 @@ def sweep_step(ctx: SessionContext, st: SessionState) -> None:
     adapter = ctx.adapter_factory(spec2)
     if adapter is not ctx.adapter and isinstance(adapter, ServerLogs):  # server logs stay in the session
         adapter.set_log_dir(ctx.dir / "servers" / f"sweep-c{conc}-i{inl}", progress=ctx.progress)
+    if adapter is not ctx.adapter and isinstance(ctx.adapter, ServerReuse):
+        ctx.adapter.stop_idle()  # the device is this point's servers' now (its memory share is read with none alive)
     ctx.progress(f"SWEEP cycle {st.cycle}: concurrency {conc}, input {inl} ({len(done) + 1}/{len(points)})")
     key = _key("sweep", st.session_id, st.cycle, conc, inl)
     # Stock and the stack at this operating point: stock's defaults there (e.g.
@@ -79,6 +81,7 @@ def sweep_step(ctx: SessionContext, st: SessionState) -> None:
     finally:
         if adapter is not ctx.adapter:
             adapter.close()
+            ctx.record_server_starts(adapter)
     d = (res.get("protocol") or {}).get("decision") or {}
     done.append(SweepPoint(point=[conc, inl], ratio=d.get("ratio"), ci_low=d.get("ci_low"), ci_high=d.get("ci_high"),
                            verdict=res.get("verdict"), ledger_seq=seq))

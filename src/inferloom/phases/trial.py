@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from inferloom.phases.common import jsonable, seed_base
-from inferloom.phases.compare import compare, stock_references
+from inferloom.phases.compare import compare, reference_sets, stock_references
 from inferloom.phases.context import SessionContext
 from inferloom.phases.roofline import kept_roofline
 from inferloom.session import ledger as L
@@ -87,7 +87,8 @@ def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, 
     ctx.progress(f"FRAMEWORK cycle {st.cycle}, trial {n}/{st.budget.trials}: "
                  f"{', '.join(f'{k}={v}' for k, v in changes.items())}  "
                  f"(best so far x{_best(st):.3f} vs stock; {max(0.0, left) / 60:.1f} min left)")
-    refs = stock_references(ctx.adapter, ctx.spec, st.stock_config, ("eval",), ctx.refs, ctx.progress)
+    refs = stock_references(ctx.adapter, ctx.spec, st.stock_config, reference_sets(ctx.adapter, ("eval",)), ctx.refs,
+                            ctx.progress)
     res, mseq = ctx.measured(key + ":measurement", L.MEASUREMENT, lambda: {
         "action": "try_config", "trial": n, "cycle": st.cycle, "changes": changes, **compare(
             ctx.adapter, ctx.spec, base, cand, settings=ctx.settings, seed_base=seed_base(ctx.spec.seed, n), refs=refs,

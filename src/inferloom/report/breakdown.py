@@ -10,9 +10,13 @@ from typing import Any
 from inferloom.session import ledger as L
 from inferloom.measure.metrics import median_objective
 
-__all__ = ["BREAKDOWN_SCHEMA_VERSION", "breakdown_from_ledger", "patch_breakdown", "stock_never_ran"]
+__all__ = ["BREAKDOWN_SCHEMA_VERSION", "TIME_CATEGORIES", "breakdown_from_ledger", "patch_breakdown",
+           "server_starts", "stock_never_ran"]
 
 BREAKDOWN_SCHEMA_VERSION = 1
+#: "where the time went", in report order (``server_startup`` only when the ledger has server starts)
+TIME_CATEGORIES = ("total", "benchmark_runs", "compilation", "warmup_excluding_compilation", "quality_probes",
+                   "server_startup", "harness")
 
 
 def _decision(m: dict[str, Any]) -> dict[str, Any]:
@@ -61,9 +65,14 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     warm = sum((m.get("timings") or {}).get("warmup_s", 0.0) for m in meas)
     quality = sum((m.get("quality") or {}).get("seconds", 0.0) for m in meas)
     total = close["elapsed_s"] if close else (entries[-1]["ts"] - entries[0]["ts"] if entries else 0.0)
+    servers = server_starts(entries)
+    startup = servers["startup_s"] if servers else 0.0
     out["time_s"] = {"total": total, "benchmark_runs": bench, "compilation": comp,
                      "warmup_excluding_compilation": max(0.0, warm - comp), "quality_probes": quality,
-                     "harness": max(0.0, total - bench - warm - quality)}
+                     **({"server_startup": startup} if servers else {}),
+                     "harness": max(0.0, total - bench - warm - quality - startup)}
+    if servers:  # only then: a session without servers keeps exactly its keys
+        out["servers"] = servers
     out["stop_reason"] = close["stop_reason"] if close else None
     out["final_config"] = close["final_config"] if close else None
     out["stock_config"] = close["stock_config"] if close else None
@@ -103,6 +112,23 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     if never is not None:  # only then: a session that measured stock has the breakdown it always had
         out["stock_never_ran"] = never
     return out
+
+
+def server_starts(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The server starts (``server_start`` entries): how many, the restarts and
+    failed ones, whether the compile cache was warm, the seconds they took
+    (summed in ledger order), each one citing its entry; None without any."""
+    starts = [e for e in entries if e["kind"] == L.SERVER_START]
+    if not starts:
+        return None
+    warm = [((e.get("compile_cache") or {}).get("warm")) for e in starts]
+    return {"starts": len(starts), "restarts": sum(1 for e in starts if str(e.get("reason", "")).startswith("restart")),
+            "failed": sum(1 for e in starts if e.get("failed")), "startup_s": sum(float(e.get("startup_s") or 0.0)
+                                                                               for e in starts),
+            "compile_cache_warm": warm.count(True), "compile_cache_cold": warm.count(False),
+            "list": [{"handle": e.get("handle"), "reason": e.get("reason"), "startup_s": e.get("startup_s"),
+                      "compile_cache_warm": w, "failed": bool(e.get("failed")), "ledger_seq": e["seq"]}
+                     for e, w in zip(starts, warm)]}
 
 
 def stock_never_ran(entries: list[dict[str, Any]]) -> dict[str, Any] | None:

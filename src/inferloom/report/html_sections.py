@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+from inferloom.report.breakdown import TIME_CATEGORIES
 from inferloom.report.fmt import changes_text, esc, num, number, pct_safe, ratio_x, sandbox_text, si
 from inferloom.report.svg import FINAL_COLOR, STOCK_COLOR, action_path_chart, profile_chart, roofline_chart, sweep_chart
 
@@ -346,12 +347,15 @@ def _time(b: dict[str, Any]) -> str:
         return _absent("No timing in the breakdown.")
     total = num(t.get("total")) or 0.0
     rows = []
-    for k in ("total", "benchmark_runs", "compilation", "warmup_excluding_compilation", "quality_probes", "harness"):
+    for k in (k for k in TIME_CATEGORIES if k in t or k != "server_startup"):
         v = num(t.get(k)) or 0.0
         rows.append([esc(k.replace("_", " ")), f"{v:.1f}", f"{v / total * 100:.0f}%" if total > 0 and k != "total" else ""])
+    sv = b.get("servers") or {}
+    servers = (f"<p>{sv['starts']} server starts ({sv['restarts']} restarts, {sv['failed']} failed; compile cache warm "
+               f"{sv['compile_cache_warm']}, cold {sv['compile_cache_cold']}), one ledger entry each.</p>") if sv else ""
     return (f"<p>Total from the close entry {_cite(b.get('close_ledger_seq'))}; the parts are sums over the measurement "
-            "entries' timings, the harness is the rest.</p>"
-            + _table([("", False), ("seconds", True), ("share", True)], rows))
+            "entries' timings (server start-up: over the server start entries), the harness is the rest.</p>"
+            + _table([("", False), ("seconds", True), ("share", True)], rows) + servers)
 
 
 def _predicted(b: dict[str, Any]) -> str:

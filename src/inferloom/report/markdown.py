@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferloom.report.breakdown import TIME_CATEGORIES
 from inferloom.report.fmt import changes_text, pct, sandbox_text
 
 __all__ = ["render_report", "patch_report_lines", "stock_never_ran_title"]
@@ -88,8 +89,14 @@ def render_report(b: dict[str, Any]) -> str:
     lines += patch_report_lines(b)
     t = b.get("time_s", {})
     lines += ["", "## Where the time went", ""]
-    for k in ("total", "benchmark_runs", "compilation", "warmup_excluding_compilation", "quality_probes", "harness"):
+    for k in (k for k in TIME_CATEGORIES if k in t or k != "server_startup"):
         lines.append(f"- {k.replace('_', ' ')}: {t.get(k, 0.0):.1f} s")
+    sv = b.get("servers")
+    if sv:
+        lines.append(f"- servers started: {sv['starts']} ({sv['restarts']} restarts, {sv['failed']} failed; compile "
+                     f"cache warm {sv['compile_cache_warm']}, cold {sv['compile_cache_cold']}; ledger "
+                     + ", ".join(f"#{s['ledger_seq']}" for s in sv["list"][:12]) + ("..." if len(sv["list"]) > 12 else "")
+                     + ")")
     lines += ["", "## Predicted vs measured", ""]
     for p in b.get("predicted_vs_measured", []):
         pg = p["predicted_gain"]

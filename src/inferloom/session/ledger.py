@@ -63,6 +63,7 @@ __all__ = [
     "ENABLEMENT_RUNG",
     "ERROR",
     "CLOSE",
+    "SERVER_START",
     "KINDS",
     "RESERVED_FIELDS",
 ]
@@ -79,7 +80,8 @@ AGENT_IO = "agent_io"  # an agent's input and output
 ENABLEMENT_RUNG = "enablement_rung"  # one recovery rung tried in ENABLEMENT
 ERROR = "error"  # a failure the session recorded and went on from
 CLOSE = "close"  # the session closed, with its stop reason
-KINDS = (MEASUREMENT, PROPOSAL, VERDICT, REFUSAL, PHASE, AGENT_IO, ENABLEMENT_RUNG, ERROR, CLOSE)
+SERVER_START = "server_start"  # a server started (startup seconds, why, compile cache warm or not)
+KINDS = (MEASUREMENT, PROPOSAL, VERDICT, REFUSAL, PHASE, AGENT_IO, ENABLEMENT_RUNG, ERROR, CLOSE, SERVER_START)
 
 RESERVED_FIELDS = frozenset({"seq", "ts", "kind", "key"})
 

@@ -167,9 +167,18 @@ def _time(f: Findings, entries: list[dict[str, Any]], bd: Mapping[str, Any]) -> 
     quality = math.fsum((e.get("quality") or {}).get("seconds", 0.0) for e in meas)
     close = next((e for e in entries if e["kind"] == "close"), None)
     total = close["elapsed_s"] if close else entries[-1]["ts"] - entries[0]["ts"]
+    starts = [e for e in entries if e["kind"] == "server_start"]
+    startup = math.fsum(float(e.get("startup_s") or 0.0) for e in starts)
     want = {"total": total, "benchmark_runs": bench, "compilation": comp,
             "warmup_excluding_compilation": max(0.0, warm - comp), "quality_probes": quality,
-            "harness": max(0.0, total - bench - warm - quality)}
+            **({"server_startup": startup} if starts else {}),
+            "harness": max(0.0, total - bench - warm - quality - startup)}
+    extra = sorted(set(bd.get("time_s") or {}) - set(want))
+    if extra:  # a category the ledger can't back (e.g. server_startup without a server start entry)
+        f.add("time breakdown", "time_s categories", extra, [], close["seq"] if close else None, False)
+    if starts:
+        _same(f, "time breakdown", "servers.starts", (bd.get("servers") or {}).get("starts"), len(starts),
+              starts[-1]["seq"])
     got = bd.get("time_s") or {}
     seq = close["seq"] if close else None
     for k, v in want.items():  # sums in another order: 1e-9 relative, 1e-9 s absolute

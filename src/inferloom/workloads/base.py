@@ -26,7 +26,8 @@ Adapters never decide keep / revert: only ``inferloom.measure.protocol`` does.
 Optional hooks: an adapter may also offer any of the small Protocols below
 (:class:`ServerLogs`, :class:`RejectedFlags`, :class:`RecoveryOptions`,
 :class:`DeclaredProfile`, :class:`OwnQualityGate`, :class:`OwnObjective`,
-:class:`GreedyLogprobs`, :class:`ApproximateScores`, :class:`SourceTrees`).
+:class:`GreedyLogprobs`, :class:`ApproximateScores`, :class:`SourceTrees`,
+:class:`ServerReuse`).
 Callers test for one with ``isinstance(adapter, Hook)``; an adapter without it
 gets the generic behaviour each one's docstring names.
 """
@@ -56,6 +57,7 @@ __all__ = [
     "GreedyLogprobs",
     "ApproximateScores",
     "SourceTrees",
+    "ServerReuse",
     "OPTIONAL_HOOKS",
 ]
 
@@ -364,5 +366,27 @@ class SourceTrees(Protocol):
     protected: Any
 
 
+@runtime_checkable
+class ServerReuse(Protocol):
+    """An adapter whose configurations are servers that may outlive a comparison.
+
+    ``reuse_servers(on, max_live)``: from then on a released handle stays alive
+    and the next ``prepare`` of its configuration gets it back (at most
+    ``max_live`` alive; one that died starts again). ``expect_servers(configs)``:
+    the configurations the coming comparison needs (kept alive in preference
+    to the others). ``take_server_starts()``:
+    the starts since the last call (``startup_s``, ``reason``, ...), for the
+    ledger. ``stop_idle()``: stop what is not lent out. Without it, every
+    ``prepare`` builds anew and ``release`` frees at once."""
+
+    def reuse_servers(self, on: bool = True, max_live: int = 2) -> None: ...
+
+    def expect_servers(self, configs: Sequence[Mapping[str, Any]]) -> None: ...
+
+    def take_server_starts(self) -> list[dict[str, Any]]: ...
+
+    def stop_idle(self) -> list[str]: ...
+
+
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
-                                    OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees)
+                                    OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ServerReuse)

@@ -23,7 +23,8 @@ from typing import Callable, Mapping, Sequence
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 from inferloom.process_group import kill_group
 
-__all__ = ["LaunchError", "ServerProcess", "classify_failure", "free_port", "group_alive", "group_cpu_seconds"]
+__all__ = ["LaunchError", "ServerProcess", "classify_failure", "free_port", "group_alive", "group_cpu_seconds",
+           "servers_cpu_seconds", "wait_quiet"]
 
 _LIVE: dict[int, "ServerProcess"] = {}
 
@@ -250,3 +251,27 @@ def build_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, st
 
 def command(python: str, module_argv: Sequence[str]) -> list[str]:
     return [python, *module_argv]
+
+
+def servers_cpu_seconds(servers: Sequence["ServerProcess"]) -> float:
+    """CPU seconds the live ``servers``' process groups have used."""
+    return sum(group_cpu_seconds(s.pgid) for s in servers if s.alive() and s.pgid is not None)
+
+
+def wait_quiet(servers: Sequence["ServerProcess"], window_s: float = 0.25, max_cpu_frac: float = 0.05,
+               limit_s: float = 10.0) -> dict[str, object]:
+    """Wait until ``servers`` (the idle neighbours of a server under load) use
+    under ``max_cpu_frac`` of one core (their OpenMP threads spin for a while
+    after serving: measured, docs/loadgen.md), at most ``limit_s``. Returns
+    what was waited and seen."""
+    t0 = time.perf_counter()
+    last = None
+    if not any(s.alive() for s in servers):
+        return {"waited_s": 0.0, "others_cpu_frac": None}
+    while time.perf_counter() - t0 < limit_s:
+        c0 = servers_cpu_seconds(servers)
+        time.sleep(window_s)
+        last = (servers_cpu_seconds(servers) - c0) / window_s
+        if last <= max_cpu_frac:
+            break
+    return {"waited_s": time.perf_counter() - t0, "others_cpu_frac": last}

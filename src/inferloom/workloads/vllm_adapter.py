@@ -2,10 +2,19 @@
 
 * The server runs from its own Python environment (``serving.python``, e.g.
   ``.venv-vllm/bin/python``): inferloom's environment need not contain vLLM.
-* ``prepare(config)`` starts a fresh server for that configuration (its own
+* ``prepare(config)`` starts a server for that configuration (its own
   process group, a free port) and waits for ``/health``; ``release`` stops the
   group and verifies nothing is left. Each server's log is kept in the log
   directory (the session's ``servers/`` folder) under the candidate's id.
+* Reuse (``reuse_servers``, which a session turns on): a released server stays
+  alive and the next ``prepare`` of the same configuration gets it back, at
+  most two alive (``handle_pool``); one that died is started again. Every
+  start is recorded (``take_server_starts``: startup seconds, a restart's
+  reason, whether vLLM's compile cache was warm, the memory settings).
+* Memory: each server gets its share of the device's free memory, so both
+  servers of a pair fit with equal KV capacity (``memory_share``; read once,
+  before this adapter starts anything); a spec value or the candidate's own
+  knob wins (``vllm_launch.memory_args``).
 * ``run(handle, seed)`` drives it with the streaming load generator
   (``inferloom.loadgen``) on fresh prompts drawn from ``seed``; the
   RunRecord's ``extra['serving']`` holds the result (vLLM bench field names).
@@ -40,39 +49,28 @@ import os
 import platform
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.loadgen.client import run_load
 from inferloom.loadgen.metrics import SLO, summarize
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
+from inferloom.workloads.handle_pool import HandlePool
 from inferloom.workloads.prompts import random_prompts
-from inferloom.workloads.server_process import LaunchError, ServerProcess, free_port, group_cpu_seconds
+from inferloom.workloads.server_process import ServerProcess, free_port, servers_cpu_seconds, wait_quiet
 from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_server_flags
 from inferloom.workloads.vllm_knobs import vllm_knobs
 from inferloom.workloads.vllm_launch import (
     SERVED_NAME,
     check_launchable,
     launch_command,
-    rejected_flag_info,
     server_distribution,
     server_model_dir,
 )
+from inferloom.workloads.vllm_servers import MemoryShareOnce, VLLMHandle, start_server
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
 
 __all__ = ["VLLMAdapter", "VLLMHandle", "from_spec"]
-
-
-@dataclass
-class VLLMHandle:
-    id: str
-    config: dict[str, Any]
-    config_id: str
-    server: ServerProcess
-    startup_s: float
-    released: bool = False
-    notes: dict[str, Any] = field(default_factory=dict)
 
 
 class VLLMAdapter:
@@ -91,7 +89,9 @@ class VLLMAdapter:
         self._vocab: int | None = None
         self._info: dict[str, Any] | None = None
         self.rejected_flags: dict[str, dict[str, Any]] = {}  # flag -> {knob, value, error}
-        kv = int(spec.serving.env.get("VLLM_CPU_KVCACHE_SPACE", 1))
+        kv = int(spec.serving.env.get("VLLM_CPU_KVCACHE_SPACE", 0))  # 0: each server's derived share
+        self._pool: HandlePool[VLLMHandle] = HandlePool(self._stop, lambda h: h.server.alive(), lambda h: h.id)
+        self._memory = MemoryShareOnce(spec, self.device, self.model_dir, lambda m: self.progress(m))
         self._static = vllm_knobs(spec.traffic.concurrency, kv)
         self._space: list[Knob] | None = None  # the static table cut to the server's flags, on first use
         self._flags: ServerFlags | None = None
@@ -179,33 +179,60 @@ class VLLMAdapter:
     def _check(self, cfg: Mapping[str, Any]) -> None:
         check_launchable(cfg, self._knobs, self.device, self.rejected_flags)
 
+    def memory_share(self) -> Any:
+        """Each server's share of the device's memory (``memory_share``), read
+        once, before this adapter starts a server; None when not derived."""
+        return self._memory.get()
+
     def launch_argv(self, cfg: Mapping[str, Any], port: int) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-        """The server's ``(argv, env, origin)`` for ``cfg`` on ``port`` (see ``vllm_launch``)."""
-        return launch_command(self.spec, self.model_dir(), cfg, port, self.server_flags().flags)
+        """The server's ``(argv, env, origin)`` for ``cfg`` on ``port`` (see ``vllm_launch``) with its
+        memory share; ``origin["memory"]`` says where each memory setting came from."""
+        flags = self.server_flags().flags
+        argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags)
+        args, env_m, decided = self._memory.args(cfg, None if flags is None else flags - set(self.rejected_flags))
+        return argv + args, {**env, **env_m}, {**origin, "memory": decided}
 
     # ------------------------------------------------------------- prepare
+    def reuse_servers(self, on: bool = True, max_live: int = 2) -> None:
+        """From now on a released server stays alive for the next ``prepare`` of
+        its configuration (at most ``max_live`` alive); off: stopped at release."""
+        self._pool.keep, self._pool.max_live = on, max(1, max_live)
+
+    def expect_servers(self, configs: Sequence[Mapping[str, Any]]) -> None:
+        """The configurations the coming comparison needs: their servers are stopped last."""
+        keys = []
+        for c in configs:
+            try:
+                keys.append(config_key(resolve_config(self._knobs, self._without_dropped(c, "candidate"),
+                                                      self._without_dropped(self.spec.pinned, "pinned"))))
+            except (AdapterError, ValueError):
+                continue  # prepare says why
+        self._pool.want(keys)
+
+    def take_server_starts(self) -> list[dict[str, Any]]:
+        """The server starts since the last call (for the session's ledger)."""
+        return self._pool.take_starts()
+
+    def stop_idle(self) -> list[str]:
+        """Stop every server not lent out (another adapter needs the device, or the session ends)."""
+        return self._pool.stop_idle()
+
     def prepare(self, config: Mapping[str, Any]) -> VLLMHandle:
         knobs = self._knobs
         cfg = resolve_config(knobs, self._without_dropped(config, "candidate"),
                              self._without_dropped(self.spec.pinned, "pinned"))
         self._check(cfg)
+        return self._pool.acquire(config_key(cfg), lambda reason: self._start(cfg, reason))
+
+    def _start(self, cfg: dict[str, Any], reason: str) -> tuple[VLLMHandle, dict[str, Any]]:
         cid = config_key(cfg)
         hid = f"{next(self._counter):02d}-{hashlib.sha1(cid.encode()).hexdigest()[:8]}"
         port = free_port()
-        argv, env, origin = self.launch_argv(cfg, port)
-        server = ServerProcess(argv, env, port, self.log_dir() / f"{hid}.log")
-        self.progress(f"starting vLLM server {hid} on port {port} (log {server.log_path})")
-        try:
-            startup = server.start(self.spec.serving.startup_timeout_s, self.progress)
-        except LaunchError as exc:
-            if exc.kind == "unsupported_flag" and exc.flag:
-                self.rejected_flags[exc.flag] = rejected_flag_info(exc, origin)
-            raise AdapterError(f"vLLM server for {hid} failed to start: {exc}\n{exc.log_tail[-1500:]}",
-                               kind=exc.kind) from None
-        self.progress(f"vLLM server {hid} healthy after {startup:.1f} s")
-        h = VLLMHandle(hid, cfg, cid, server, startup, notes={"log": str(server.log_path), "argv": argv})
+        h, record = start_server(hid, cfg, cid, self.launch_argv(cfg, port), port, self.log_dir() / f"{hid}.log",
+                                 self.spec.serving.startup_timeout_s, self.progress, self.rejected_flags, reason,
+                                 self._memory.get())
         self._handles[hid] = h
-        return h
+        return h, record
 
     # ----------------------------------------------------------------- run
     def prompts(self, seed: int, n: int | None = None, length: int | None = None) -> list[list[int]]:
@@ -226,26 +253,8 @@ class VLLMAdapter:
         return ps, {"prompt_mode": s.prefix, "shared_prefix_len": k, "fresh_prompts_per_run": True,
                     "seed": seed}
 
-    def _others_cpu(self, handle: VLLMHandle) -> float:
-        return sum(group_cpu_seconds(h.server.pgid) for h in self._handles.values()
-                   if h is not handle and h.server.alive())
-
-    def _wait_others_quiet(self, handle: VLLMHandle, window_s: float = 0.25, max_cpu_frac: float = 0.05,
-                           limit_s: float = 10.0) -> dict[str, Any]:
-        """Wait until the other live servers use under ``max_cpu_frac`` of one
-        core (their OpenMP threads spin for a while after serving: measured,
-        docs/loadgen.md), at most ``limit_s``. Returns what was waited and seen."""
-        t0 = time.perf_counter()
-        last = None
-        if not any(h is not handle and h.server.alive() for h in self._handles.values()):
-            return {"waited_s": 0.0, "others_cpu_frac": None}
-        while time.perf_counter() - t0 < limit_s:
-            c0 = self._others_cpu(handle)
-            time.sleep(window_s)
-            last = (self._others_cpu(handle) - c0) / window_s
-            if last <= max_cpu_frac:
-                break
-        return {"waited_s": time.perf_counter() - t0, "others_cpu_frac": last}
+    def _others(self, handle: VLLMHandle) -> list[ServerProcess]:
+        return [h.server for h in self._handles.values() if h is not handle]
 
     def run(self, handle: VLLMHandle, seed: int) -> RunRecord:
         s, t = self.spec.serving, self.spec.traffic
@@ -264,8 +273,8 @@ class VLLMAdapter:
             if warm:  # untimed, excluded from every number
                 run_load(handle.server.base_url, SERVED_NAME, warm, t.output_len, concurrency=t.concurrency,
                          seed=seed, timeout_s=s.request_timeout_s)
-            rec.extra["quiet_wait"] = self._wait_others_quiet(handle)
-            cpu0 = self._others_cpu(handle)
+            rec.extra["quiet_wait"] = wait_quiet(self._others(handle))
+            cpu0 = servers_cpu_seconds(self._others(handle))
             records, duration = run_load(handle.server.base_url, SERVED_NAME, prompts, t.output_len,
                                          concurrency=t.concurrency,
                                          request_rate=s.request_rate if s.arrival == "poisson" else None,
@@ -274,7 +283,7 @@ class VLLMAdapter:
             rec.error = f"error: load generator: {type(exc).__name__}: {exc}"[:1000]
             rec.extra["kind"] = "error"
             return rec
-        idle_cpu = self._others_cpu(handle) - cpu0
+        idle_cpu = servers_cpu_seconds(self._others(handle)) - cpu0
         slo = SLO(s.slo_ttft_ms, s.slo_tpot_ms, s.slo_e2el_ms)
         cache["prefix_caching"] = handle.config.get("prefix_caching")
         summary = summarize(records, duration, slo, extra={
@@ -320,7 +329,7 @@ class VLLMAdapter:
         """Flag or environment changes that address a failure kind, least invasive first."""
         opts: list[dict[str, Any]] = []
         if kind == "oom":
-            if self.device == "cpu" and int(stock.get("kv_cache_space_gib", 1)) > 1:
+            if self.device == "cpu" and int(stock.get("kv_cache_space_gib", 1)) != 1:
                 opts.append({"kv_cache_space_gib": 1})
             seqs = int(stock.get("max_num_seqs") or 0)
             opts.extend({"max_num_seqs": m} for m in (64, 16) if not seqs or m < seqs)
@@ -354,20 +363,26 @@ class VLLMAdapter:
         return {"framework": "vllm", "adapter": self.name, "server_python": self.spec.serving.python,
                 "server_module": self.spec.serving.module, **self._info, "model": self.spec.model,
                 "device": self.device, "python_version": platform.python_version(), "cpu_count": os.cpu_count(),
-                "dtype": self.spec.dtype, "server_flags": flags}
+                "dtype": self.spec.dtype, "server_flags": flags, "memory_share": self._memory.record()}
 
     # ------------------------------------------------------------- release
     def release(self, handle: VLLMHandle) -> None:
+        """Back to the pool (alive, for the next ``prepare`` of its configuration)
+        while reuse is on; else, or when it died, its process group is stopped."""
+        if not handle.released:
+            self._pool.release(handle)
+
+    def _stop(self, handle: VLLMHandle) -> None:
         if handle.released:
             return
         handle.released = True
         self._handles.pop(handle.id, None)
-        stop = handle.server.stop()
-        handle.notes["stop"] = stop
+        handle.notes["stop"] = handle.server.stop()
 
     def close(self) -> None:
+        self._pool.close()
         for h in list(self._handles.values()):
-            self.release(h)
+            self._stop(h)
 
 
 def from_spec(spec: Any) -> VLLMAdapter:

@@ -29,7 +29,7 @@ ENV_FALLBACK = {"attention_backend": "VLLM_ATTENTION_BACKEND"}
 VERBATIM_CHOICES = {"dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype", "performance_mode": "--performance-mode"}
 
 
-def vllm_knobs(concurrency: int, kv_space_gib: int = 1) -> list[Knob]:
+def vllm_knobs(concurrency: int, kv_space_gib: int = 0) -> list[Knob]:
     """Every knob inferloom knows for vLLM (the static table), for ``concurrency``."""
     hi = max(256, 4 * concurrency)
     graphs = ("default", *sorted({str(concurrency), "128", "256", "512"}, key=int))
@@ -51,8 +51,9 @@ def vllm_knobs(concurrency: int, kv_space_gib: int = 1) -> list[Knob]:
              choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"), applies_to=ALL, changes_numerics=True),
         Knob("block_size", "int", 0, "--block-size of the paged KV cache (0 = server default)",
              low=0, high=256, applies_to=ALL, changes_numerics=True),
-        Knob("kv_cache_space_gib", "int", kv_space_gib, "VLLM_CPU_KVCACHE_SPACE: GiB of KV cache on CPU",
-             low=1, high=64, applies_to=CPU),
+        Knob("kv_cache_space_gib", "int", kv_space_gib, "VLLM_CPU_KVCACHE_SPACE: GiB of KV cache on CPU (0 = each "
+             "server's share of the free memory, so both servers of a pair fit: vllm_launch.memory_args)",
+             low=0, high=64, applies_to=CPU),
         Knob("gpu_memory_utilization", "choice", "default", "--gpu-memory-utilization",
              choices=("default", "0.8", "0.9", "0.95"), applies_to=CUDA_ROCM),
         Knob("enforce_eager", "bool", False, "--enforce-eager: no compilation / graphs (faster start, slower steps)",
@@ -130,7 +131,7 @@ def to_launch(cfg: Mapping[str, Any], server_flags: Collection[str] | None = Non
              json.dumps({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4}))
     if cfg.get("async_scheduling"):
         flag("--async-scheduling", "async_scheduling")
-    if "kv_cache_space_gib" in cfg:
+    if int(cfg.get("kv_cache_space_gib") or 0) > 0:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(int(cfg["kv_cache_space_gib"]))
         origin["VLLM_CPU_KVCACHE_SPACE"] = ("kv_cache_space_gib", cfg["kv_cache_space_gib"])
     if cfg.get("attention_backend", "default") != "default":

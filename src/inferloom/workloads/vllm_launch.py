@@ -15,18 +15,35 @@
   (its knob, value and the server's own words).
 * :func:`server_distribution`: the vLLM distribution installed in the
   server's environment (for ``describe``).
+* :func:`derive_memory_share`: each server's share of the device's free
+  memory (``memory_share``); :func:`memory_args`: what it adds to one
+  launch, unless the spec or the candidate's own knob sets it.
+* :func:`compile_cache_entries` / :func:`compile_cache_state`: whether a
+  start found vLLM's torch.compile cache warm (nothing new written to it).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
 from inferloom.models.preset_dir import save_preset
 from inferloom.models.presets import PRESETS
 from inferloom.models.tokenizer import cache_root
 from inferloom.workloads.base import AdapterError, Knob
+from inferloom.workloads.memory_share import (
+    MemoryShare,
+    cpu_memory,
+    cpu_share,
+    gpu_index,
+    gpu_memory,
+    gpu_share,
+    kv_bytes_per_token,
+    weight_bytes,
+)
 from inferloom.workloads.server_process import LaunchError
 from inferloom.workloads.vllm_knobs import to_launch
 
@@ -40,6 +57,10 @@ __all__ = [
     "rejected_flag_info",
     "log_evidence",
     "server_distribution",
+    "memory_args",
+    "derive_memory_share",
+    "compile_cache_entries",
+    "compile_cache_state",
 ]
 
 TOP_K = 20  # prompt log-probabilities per position (vLLM's default --max-logprobs is 20)
@@ -124,3 +145,97 @@ def server_distribution(python: str) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         ver = f"unknown ({type(exc).__name__})"
     return ver or "not found in the server's environment"
+
+
+MEMORY_FLAGS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
+
+
+def derive_memory_share(spec: Any, device: str, model_dir: str, servers: int = 2) -> MemoryShare | None:
+    """Each of ``servers``' share of ``device``'s free memory now (None when the
+    spec sets every memory setting itself); MemoryShareError when they don't fit."""
+    if device == "cpu":
+        if "VLLM_CPU_KVCACHE_SPACE" in spec.serving.env:
+            return None
+        avail, total, src = cpu_memory()
+        try:
+            per_token = kv_bytes_per_token(json.loads((Path(model_dir) / "config.json").read_text()),
+                                           4 if spec.dtype == "float32" else 2)
+        except (OSError, ValueError):
+            per_token = None
+        q = spec.quality
+        need = per_token * max(spec.traffic.concurrency, q.eval_prompts, q.heldout_prompts) * max_model_len(spec) \
+            if per_token else None
+        return cpu_share(avail, total, weight_bytes(model_dir), servers, src, kv_need=need)
+    if all(_spec_sets(spec, f) for f in MEMORY_FLAGS):
+        return None
+    free, total, src = gpu_memory(gpu_index())
+    return gpu_share(free, total, weight_bytes(model_dir), servers, src)
+
+
+def _spec_sets(spec: Any, flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in spec.serving.extra_args)
+
+
+def memory_args(spec: Any, cfg: Mapping[str, Any], share: Any, server_flags: Collection[str] | None,
+                device: str) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """``(args, env, decided)``: the derived ``share``'s flags / variable for one
+    launch; ``decided`` says for each memory setting where its value came from
+    (``spec``, ``knob``, ``derived``, or why none). A spec value wins, then the
+    candidate's own knob; ``share`` None: nothing derived."""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    decided: dict[str, str] = {}
+    if device == "cpu":
+        if "VLLM_CPU_KVCACHE_SPACE" in spec.serving.env:
+            decided["VLLM_CPU_KVCACHE_SPACE"] = f"spec: {spec.serving.env['VLLM_CPU_KVCACHE_SPACE']}"
+        elif int(cfg.get("kv_cache_space_gib") or 0) > 0:
+            decided["VLLM_CPU_KVCACHE_SPACE"] = f"knob kv_cache_space_gib: {cfg['kv_cache_space_gib']}"
+        elif share is not None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(share.kv_cache_space_gib)
+            decided["VLLM_CPU_KVCACHE_SPACE"] = f"derived: {share.kv_cache_space_gib}"
+        return args, env, decided
+    own = cfg.get("gpu_memory_utilization", "default") != "default"
+    for flag, value in (("--gpu-memory-utilization", share and share.gpu_memory_utilization),
+                        ("--kv-cache-memory-bytes", share and share.kv_cache_bytes)):
+        if _spec_sets(spec, flag):
+            decided[flag] = "spec"
+        elif own:
+            decided[flag] = f"knob gpu_memory_utilization: {cfg['gpu_memory_utilization']}"
+        elif share is None:
+            decided[flag] = "not derived"
+        elif flag == "--kv-cache-memory-bytes" and (server_flags is None or flag not in server_flags):
+            decided[flag] = "the installed server lacks it (equal share by --gpu-memory-utilization only)"
+        else:
+            args += [flag, str(value)]
+            decided[flag] = f"derived: {value}"
+    return args, env, decided
+
+
+def _cache_dir(env: Mapping[str, str]) -> Path:
+    root = env.get("VLLM_CACHE_ROOT") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vllm")
+    return Path(os.path.expanduser(root)) / "torch_compile_cache"
+
+
+def compile_cache_entries(env: Mapping[str, str]) -> set[str]:
+    """vLLM's torch.compile cache (``$VLLM_CACHE_ROOT/torch_compile_cache``), two levels deep."""
+    d = _cache_dir(env)
+    out: set[str] = set()
+    try:
+        for a in d.iterdir():
+            out.add(a.name)
+            if a.is_dir():
+                out.update(f"{a.name}/{b.name}" for b in a.iterdir())
+    except OSError:
+        pass
+    return out
+
+
+def compile_cache_state(env: Mapping[str, str], before: set[str], compiled: bool) -> dict[str, Any]:
+    """``warm``: True when the start wrote nothing new to a non-empty cache,
+    False when it did (compiled anew), None when it can't be told (no
+    compilation: ``--enforce-eager``; or no cache at all)."""
+    after = compile_cache_entries(env)
+    new = sorted(after - before)
+    warm = None if not compiled or not after else (not new)
+    return {"dir": str(_cache_dir(env)), "entries_before": len(before), "new_entries": new[:8], "warm": warm}
