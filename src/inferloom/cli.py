@@ -35,11 +35,12 @@ COMMANDS: dict[str, str] = {
     "knobs": "inferloom.commands.knobs",
     "validate": "inferloom.commands.validate",
     "verify": "inferloom.commands.verify",
+    "promote": "inferloom.commands.promote",
 }
 
 #: commands whose input is a session directory (``args.dir``): a payload of the wrong shape in one of
 #: its files is bad input (exit 2, one line), see :mod:`inferloom.session.shape`
-SESSION_COMMANDS = frozenset({"resume", "report", "export", "verify"})
+SESSION_COMMANDS = frozenset({"resume", "report", "export", "verify", "promote"})
 
 # CLI flag -> dotted spec key. Values stay strings; the spec validates them.
 SPEC_FLAGS: dict[str, str] = {
@@ -165,6 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
     ver = sub.add_parser("verify", help="re-derive every headline number of a session from its raw ledger "
                          "records (exit 1 on a mismatch)")
     ver.add_argument("dir", help="session directory")
+
+    pr = sub.add_parser("promote", help="record a person's approval of a closed session's winner (session "
+                        "ledger and KB); inferloom never promotes on its own")
+    pr.add_argument("dir", help="session directory (closed, with a winner)")
+    pr.add_argument("--by", required=True, metavar="NAME", help="who approves (recorded)")
+    pr.add_argument("--note", metavar="TEXT", help="why, a ticket, a review link (recorded)")
+    pr.add_argument("--bundle-hash", metavar="HASH", help="the bundle hash you reviewed (printed by `inferloom export`); "
+                    "refused when the session no longer hashes to it")
+    pr.add_argument("--kb", metavar="URL", help="knowledge base (default: the session's, else $INFERLOOM_KB or "
+                    "~/.cache/inferloom/kb.sqlite)")
     return parser
 
 
