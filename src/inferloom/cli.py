@@ -139,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="write a session's kept changes (patch series + final configuration) for review")
     ex.add_argument("dir", help="session directory")
-    ex.add_argument("--out", metavar="DIR", help="where to write (default DIR/export; must be absent or empty)")
+    ex.add_argument("--out", metavar="DIR|FILE.tar.gz", help="where to write (default DIR/export; must be absent or "
+                    "empty); a FILE.tar.gz: one archive of the whole evidence bundle (manifest, ledger, reports, "
+                    "patches, final configuration, SHA256SUMS) that `inferloom verify` checks")
 
     kb = sub.add_parser("kb", help="the recipe knowledge base: lookup, list, show, export, import")
     kb.add_argument("--kb", metavar="URL", help="SQL URL or SQLite path (default $INFERLOOM_KB or ~/.cache/inferloom/kb.sqlite)")
@@ -165,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ver = sub.add_parser("verify", help="re-derive every headline number of a session from its raw ledger "
                          "records (exit 1 on a mismatch)")
-    ver.add_argument("dir", help="session directory")
+    ver.add_argument("dir", help="session directory, an `inferloom export` archive (.tar.gz) or its unpacked folder "
+                     "(its SHA256SUMS are checked first)")
 
     pr = sub.add_parser("promote", help="record a person's approval of a closed session's winner (session "
                         "ledger and KB); inferloom never promotes on its own")
