@@ -169,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
                          "records (exit 1 on a mismatch)")
     ver.add_argument("dir", help="session directory, an `inferloom export` archive (.tar.gz) or its unpacked folder "
                      "(its SHA256SUMS are checked first)")
+    ver.add_argument("--remeasure", action="store_true", help="also rebuild the final stack in a fresh process and "
+                     "measure it paired against stock; fails when the new interval misses the session's")
+    ver.add_argument("--max-pairs", type=number_in(int, 2, 1000), metavar="N", help="with --remeasure: at most N pairs "
+                     "(default: the session's protocol)")
+    ver.add_argument("--rebuild", action="store_true", help="a fresh virtualenv from the pin ledger, then --remeasure "
+                     "in it (not built yet)")
+    ver.add_argument("--quiet", action="store_true", help="no progress lines")
 
     pr = sub.add_parser("promote", help="record a person's approval of a closed session's winner (session "
                         "ledger and KB); inferloom never promotes on its own")

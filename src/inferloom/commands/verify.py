@@ -8,12 +8,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from inferloom.commands.common import UsageError, progress_printer
+from inferloom.evidence.remeasure import remeasure
 from inferloom.verify import verify_path
 
 __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, console: Any, err: Any) -> int:
+    if args.rebuild:
+        raise UsageError("--rebuild (a fresh virtualenv from the pin ledger, then the re-measure inside it) is not "
+                         "built yet; the pin ledger is in manifest.json (pins); use --remeasure in this environment")
+    if args.max_pairs and not args.remeasure:
+        raise UsageError("--max-pairs sizes the re-measurement: pass it with --remeasure")
     f = verify_path(args.dir)
     out = console.print
     for c in f.mismatches:
@@ -28,4 +35,10 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
     bad = len(f.mismatches)
     out(f"{args.dir}: {len(f.checks)} numbers re-derived from the ledger, "
         + (f"{bad} mismatch(es)" if bad else "all consistent"), highlight=False, markup=False)
-    return 1 if bad else 0
+    if not args.remeasure:
+        return 1 if bad else 0
+    r = remeasure(args.dir, max_pairs=args.max_pairs, progress=progress_printer(args, err))
+    out(f"remeasure (fresh process {r['pid']}, {r['seconds']:.0f} s): {r['why']}: "
+        + ("PASS" if r["passed"] else "FAIL: the final stack's gain did not reproduce"),
+        highlight=False, markup=False, soft_wrap=True)
+    return 1 if bad or not r["passed"] else 0
