@@ -20,7 +20,7 @@ API = {
     "inferloom.errors": {"InferloomError", "EXIT_BAD_INPUT", "EXIT_RUN_FAILED"},
     "inferloom.sandbox": {"ENV_BINARY", "MODES", "SECRET_PATHS", "Sandbox", "SandboxUnavailable", "bwrap_binary",
                           "probe", "resolve", "start_failure"},
-    "inferloom.verify": {"Check", "Findings", "VerifyError", "load_session", "verify_session"},
+    "inferloom.verify": {"Check", "Findings", "VerifyError", "load_session", "verify_session", "verify_path"},
     "inferloom.bench": {"SCHEMA_VERSION", "run_bench", "run_seed_base", "write_json_atomic", "overall_verdict"},
 }
 

@@ -35,11 +35,12 @@ COMMANDS: dict[str, str] = {
     "knobs": "inferloom.commands.knobs",
     "validate": "inferloom.commands.validate",
     "verify": "inferloom.commands.verify",
+    "promote": "inferloom.commands.promote",
 }
 
 #: commands whose input is a session directory (``args.dir``): a payload of the wrong shape in one of
 #: its files is bad input (exit 2, one line), see :mod:`inferloom.session.shape`
-SESSION_COMMANDS = frozenset({"resume", "report", "export", "verify"})
+SESSION_COMMANDS = frozenset({"resume", "report", "export", "verify", "promote"})
 
 # CLI flag -> dotted spec key. Values stay strings; the spec validates them.
 SPEC_FLAGS: dict[str, str] = {
@@ -138,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="write a session's kept changes (patch series + final configuration) for review")
     ex.add_argument("dir", help="session directory")
-    ex.add_argument("--out", metavar="DIR", help="where to write (default DIR/export; must be absent or empty)")
+    ex.add_argument("--out", metavar="DIR|FILE.tar.gz", help="where to write (default DIR/export; must be absent or "
+                    "empty); a FILE.tar.gz: one archive of the whole evidence bundle (manifest, ledger, reports, "
+                    "patches, final configuration, SHA256SUMS) that `inferloom verify` checks")
 
     kb = sub.add_parser("kb", help="the recipe knowledge base: lookup, list, show, export, import")
     kb.add_argument("--kb", metavar="URL", help="SQL URL or SQLite path (default $INFERLOOM_KB or ~/.cache/inferloom/kb.sqlite)")
@@ -164,7 +167,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     ver = sub.add_parser("verify", help="re-derive every headline number of a session from its raw ledger "
                          "records (exit 1 on a mismatch)")
-    ver.add_argument("dir", help="session directory")
+    ver.add_argument("dir", help="session directory, an `inferloom export` archive (.tar.gz) or its unpacked folder "
+                     "(its SHA256SUMS are checked first)")
+    ver.add_argument("--remeasure", action="store_true", help="also rebuild the final stack in a fresh process and "
+                     "measure it paired against stock; fails when the new interval misses the session's")
+    ver.add_argument("--max-pairs", type=number_in(int, 2, 1000), metavar="N", help="with --remeasure: at most N pairs "
+                     "(default: the session's protocol)")
+    ver.add_argument("--rebuild", action="store_true", help="a fresh virtualenv from the pin ledger, then --remeasure "
+                     "in it (not built yet)")
+    ver.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    pr = sub.add_parser("promote", help="record a person's approval of a closed session's winner (session "
+                        "ledger and KB); inferloom never promotes on its own")
+    pr.add_argument("dir", help="session directory (closed, with a winner)")
+    pr.add_argument("--by", required=True, metavar="NAME", help="who approves (recorded)")
+    pr.add_argument("--note", metavar="TEXT", help="why, a ticket, a review link (recorded)")
+    pr.add_argument("--bundle-hash", metavar="HASH", help="the bundle hash you reviewed (printed by `inferloom export`); "
+                    "refused when the session no longer hashes to it")
+    pr.add_argument("--kb", metavar="URL", help="knowledge base (default: the session's, else $INFERLOOM_KB or "
+                    "~/.cache/inferloom/kb.sqlite)")
     return parser
 
 

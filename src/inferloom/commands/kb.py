@@ -29,8 +29,10 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
             for r in recipes:
                 w = r.winner or {}
                 ratio = f"x{w['ratio']:.3f}" if w.get("ratio") else "no winner"
-                console.print(f"#{r.id} {r.status:5s} {ratio:10s} " + " | ".join(str(v) for v in r.key.to_dict().values()),
-                              highlight=False, markup=False)
+                promo = w.get("promotion") or {}
+                mark = f"  [promoted by {promo['by']}]" if promo.get("by") else ""
+                console.print(f"#{r.id} {r.status:5s} {ratio:10s} " + " | ".join(str(v) for v in r.key.to_dict().values())
+                              + mark, highlight=False, markup=False)
         elif args.kb_command == "show":
             console.print(json.dumps(store.show(args.id).to_dict(), indent=2, default=str), highlight=False, markup=False)
         elif args.kb_command == "export":

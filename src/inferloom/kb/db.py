@@ -4,6 +4,12 @@ Portability: only ``Integer``, ``Float``, ``String`` and ``Text`` columns;
 JSON is stored as TEXT (:func:`dumps` / :func:`loads`); times are unix seconds
 (``Float``). So a PostgreSQL URL works by construction; SQLite is the default.
 
+Schema versions: a KB of an older version is migrated when it is opened, in one
+write transaction that re-reads the version first (two sessions opening it at
+once migrate it once); :data:`MIGRATIONS` maps each version to the statements
+that lift it to the next. 1 -> 2 adds ``recipes.promoted_at`` and
+``recipes.promotion`` (a person's approval of the winner: ``inferloom promote``).
+
 SQLite concurrency (many sessions, one file): every connection sets
 ``busy_timeout`` (30 s), ``journal_mode=WAL`` and ``synchronous=FULL``; the
 pysqlite driver's own transaction handling is switched off so that a write
@@ -38,10 +44,10 @@ from inferloom.redact import redact_text
 
 __all__ = [
     "SCHEMA_VERSION", "KBError", "default_kb_url", "metadata", "recipes", "ceilings", "schema_version",
-    "INDEX_ORDER", "dumps", "loads", "Database",
+    "INDEX_ORDER", "dumps", "loads", "Database", "MIGRATIONS",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -96,6 +102,8 @@ recipes = Table(
     Column("lessons", Text, nullable=False),                # JSON list of strings
     Column("drift_note", Text),
     Column("drift_at", Float),
+    Column("promoted_at", Float),                           # when a person promoted the winner; NULL = not promoted
+    Column("promotion", Text),                              # JSON: by, at, note, bundle_hash, session_id (schema 2)
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     UniqueConstraint(*INDEX_ORDER, name="uq_recipes_key"),
@@ -112,6 +120,13 @@ ceilings = Table(
     Column("details", Text, nullable=False),                # JSON: how it was measured
     PrimaryKeyConstraint("device", "dtype", name="pk_ceilings"),
 )
+
+
+# version -> the statements that lift a KB of that version to the next (portable SQL: SQLite and PostgreSQL)
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE recipes ADD COLUMN promoted_at FLOAT", "ALTER TABLE recipes ADD COLUMN promotion TEXT"),
+}
+assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
 def _finite(x: Any) -> Any:
@@ -235,6 +250,23 @@ class Database:
         if version > SCHEMA_VERSION:
             raise KBError(f"KB {self.where}: schema_version {version} was written by a newer inferloom (this one "
                           f"reads up to {SCHEMA_VERSION}); upgrade inferloom")
+        if version < SCHEMA_VERSION:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        """Lift an older KB to :data:`SCHEMA_VERSION`, one version at a time, in one write transaction."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execution_options(kb_begin="IMMEDIATE")
+                with conn.begin():
+                    version = conn.execute(select(schema_version.c.version).with_for_update()).scalar() or 1
+                    while version < SCHEMA_VERSION:
+                        for stmt in MIGRATIONS[version]:
+                            conn.exec_driver_sql(stmt)
+                        conn.execute(schema_version.update().values(version=version + 1))
+                        version += 1
+        except SQLAlchemyError as exc:
+            raise self.error(exc, f"migrating the schema to version {SCHEMA_VERSION}") from None
 
     def close(self) -> None:
         self.engine.dispose()

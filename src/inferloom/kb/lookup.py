@@ -19,7 +19,8 @@ tier  name                       fields relaxed (any value accepted)          co
 ``precision`` is never relaxed (another precision is another quality
 contract), nor is ``framework`` (a configuration's knobs are its framework's
 own). Within a tier the best recipe is the non-drifted one with the highest
-measured ratio (then the most recently updated). A recipe marked ``drift``
+measured ratio (then the most recently updated), except that a recipe whose
+winner a person promoted (``inferloom promote``) comes first. A recipe marked ``drift``
 counts at half its tier's confidence (:data:`DRIFT_FACTOR`).
 
 The chosen recipe is the highest-confidence match at or above
@@ -83,6 +84,8 @@ class TierResult:
                 "matched_key": self.matched.key.to_dict() if self.matched else None,
                 "matched_status": self.matched.status if self.matched else None,
                 "matched_ratio": self.matched.winner["ratio"] if self.matched and self.matched.winner else None,
+                "matched_promoted_by": ((self.matched.winner or {}).get("promotion") or {}).get("by")
+                if self.matched else None,
                 "confidence": self.confidence, "candidates": self.candidates, "note": self.note}
 
 
@@ -135,7 +138,7 @@ def lookup(store: Any, key: WorkloadKey, min_confidence: float = 0.0) -> LookupR
                 n = 1 if rec else 0
             else:
                 row = conn.execute(select(recipes).where(*where).order_by(
-                    recipes.c.status.desc(), recipes.c.ratio.desc(), recipes.c.updated_at.desc(), recipes.c.id)
+                    recipes.c.promoted_at.is_(None), recipes.c.status.desc(), recipes.c.ratio.desc(), recipes.c.updated_at.desc(), recipes.c.id)
                     .limit(1)).first()
                 rec = row_to_recipe(row) if row is not None else None
                 n = 0 if rec is None else conn.execute(select(func.count()).select_from(
@@ -148,7 +151,9 @@ def lookup(store: Any, key: WorkloadKey, min_confidence: float = 0.0) -> LookupR
             else:
                 conf = tier.confidence * (DRIFT_FACTOR if rec.status == "drift" else 1.0)
                 tr.matched, tr.confidence = rec, conf
+                promo = rec.winner.get("promotion") or {}
                 tr.note = f"x{rec.winner['ratio']:.3f} from session {rec.winner['session_id']}" + (
+                    f"; promoted by {promo['by']}" if promo.get("by") else "") + (
                     f"; marked drift: {rec.drift_note}" if rec.status == "drift" else "")
                 if conf < min_confidence:
                     tr.note += f"; below min_confidence {min_confidence:g}"
@@ -193,8 +198,10 @@ def format_lookup(res: LookupResult) -> str:
         lines.append("chosen: none (start from stock)")
     else:
         w = res.chosen.winner or {}
+        promo = w.get("promotion") or {}
         lines.append(f"chosen: recipe #{res.chosen.id} from tier {res.chosen_tier}, confidence {res.confidence:g}: "
-                     f"changes {w.get('changes')} x{w.get('ratio'):.3f} [{w.get('ci_low'):.3f}, {w.get('ci_high'):.3f}]")
+                     f"changes {w.get('changes')} x{w.get('ratio'):.3f} [{w.get('ci_low'):.3f}, {w.get('ci_high'):.3f}]"
+                     + (f"; promoted by {promo['by']}" if promo.get("by") else ""))
     for p in res.priors:
         lines.append(f"  prior (confidence {p['confidence']:g}): {p.get('changes')} failed by rule "
                      f"'{p.get('rule')}': {p.get('lesson') or ''}")

@@ -13,8 +13,9 @@ Merge rules, per recipe, one transaction each: sessions, worked, failures and
 lessons are unions (no duplicates); the imported winner is re-checked against
 the strict rules (its recorded evidence: protocol verdict ``keep``, held-out
 quality passed, finite ratio and interval) and enters only when it ranks above
-the local one (:func:`inferloom.kb.recipe.better`); the same winner on both
-sides stays, ``drift`` if either side marked it. A ceiling is replaced by a
+the local one (:func:`inferloom.kb.recipe.better`: a promoted winner ranks above
+an unpromoted one); the same winner on both sides stays, ``drift`` if either side
+marked it, promoted if either side promoted it. A ceiling is replaced by a
 newer measurement only. Importing the same document twice changes nothing.
 """
 
@@ -111,6 +112,8 @@ def merge_recipe(local: R.Recipe | None, inc: R.Recipe) -> tuple[R.Recipe, bool,
     if inc_w is not None and rec.winner is not None and inc_w["session_id"] == rec.winner["session_id"]:
         if inc.status == "drift" and (rec.status != "drift" or (inc.drift_at or 0) > (rec.drift_at or 0)):
             new.status, new.drift_note, new.drift_at = "drift", inc.drift_note, inc.drift_at
+        if R.promoted(inc_w) and not R.promoted(rec.winner):  # a person's approval travels with the winner
+            new.winner = {**rec.winner, "promotion": dict(inc_w["promotion"])}
     elif R.better(inc_w, inc.status, rec.winner, rec.status):
         new.winner, new.status = dict(inc_w), inc.status
         new.drift_note, new.drift_at = (inc.drift_note, inc.drift_at) if inc.status == "drift" else (None, None)

@@ -10,9 +10,10 @@ and a recorded final configuration that differs from stock
 its lessons and failures are still recorded.
 
 Between two valid winners the better is the one with the higher rank
-``(status == 'ok', ratio)``: a higher measured ratio replaces a lower one, and
-a winner marked ``drift`` (it did not reproduce) is replaced by any valid
-winner that is not drifted.
+``(status == 'ok', promoted, ratio)``: a higher measured ratio replaces a lower one, a
+winner a person promoted (``inferloom promote``: ``winner["promotion"]``) is replaced
+only by another promoted one, and a winner marked ``drift`` (it did not reproduce)
+is replaced by any valid winner that is not drifted. inferloom never promotes on its own.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from inferloom.kb.db import dumps
 from inferloom.kb.key import WorkloadKey
 
 __all__ = ["Recipe", "winner_from_breakdown", "valid_winner", "better", "failures_from_breakdown",
-           "lessons_from_breakdown", "worked_from_breakdown", "normalize_failures", "normalize_lessons",
+           "lessons_from_breakdown", "worked_from_breakdown", "promoted", "normalize_failures", "normalize_lessons",
            "union", "FAILED_CAP", "LESSONS_CAP", "WORKED_CAP"]
 
 FAILED_CAP = 500   # newest kept per recipe
@@ -126,7 +127,13 @@ def better(new: Mapping[str, Any] | None, new_status: str, old: Mapping[str, Any
         return False
     if old is None:
         return True
-    return (new_status == "ok", float(new["ratio"])) > (old_status == "ok", float(old["ratio"]))
+    return ((new_status == "ok", promoted(new), float(new["ratio"]))
+            > (old_status == "ok", promoted(old), float(old["ratio"])))
+
+
+def promoted(w: Mapping[str, Any] | None) -> bool:
+    """Whether a person promoted this winner (``inferloom promote``)."""
+    return bool(w) and isinstance(w.get("promotion"), Mapping) and bool(w["promotion"].get("by"))  # type: ignore[union-attr]
 
 
 def normalize_failures(items: Any, session_id: str, now: float) -> list[dict[str, Any]]:
@@ -197,7 +204,8 @@ def _ident(kind: str, d: Mapping[str, Any]) -> str:
         return dumps([d.get("session_id"), d.get("changes"), d.get("trial")])
     if kind == "lessons":
         return str(d.get("text"))
-    return dumps([d.get("kind", "session"), d.get("session_id"), d.get("at") if d.get("kind") == "drift" else None])
+    return dumps([d.get("kind", "session"), d.get("session_id"),
+                  d.get("at") if d.get("kind") in ("drift", "promotion") else None])
 
 
 def union(kind: str, old: list[dict[str, Any]], new: list[dict[str, Any]], cap: int | None = None) -> list[dict[str, Any]]:

@@ -41,6 +41,8 @@ def row_to_recipe(row: Any) -> R.Recipe:
                   "stock_objective": m["stock_objective"], "final_objective": m["final_objective"],
                   "n_pairs": m["n_pairs"], "session_id": m["winner_session_id"], "recorded_at": m["winner_at"],
                   "evidence": loads(m["winner_evidence"], {})}
+        if m["promotion"] is not None:
+            winner["promotion"] = loads(m["promotion"])
     return R.Recipe(key=WorkloadKey(**{f: m[f] for f in KEY_FIELDS}), status=m["status"], winner=winner,
                     sessions=loads(m["sessions"], []), worked=loads(m["worked"], []), failed=loads(m["failed"], []),
                     lessons=loads(m["lessons"], []), drift_note=m["drift_note"], drift_at=m["drift_at"],
@@ -60,6 +62,9 @@ def recipe_columns(r: R.Recipe) -> dict[str, Any]:
                  "winner_session_id": w["session_id"] if w else None,
                  "winner_evidence": dumps(w.get("evidence") or {}) if w else None,
                  "winner_at": w.get("recorded_at") if w else None})
+    promo = w.get("promotion") if w else None
+    cols.update({"promoted_at": promo.get("at") if isinstance(promo, dict) else None,
+                 "promotion": dumps(promo) if isinstance(promo, dict) else None})
     return cols
 
 

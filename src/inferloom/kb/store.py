@@ -124,8 +124,9 @@ class RecipeStore:
             enters = R.better(winner, "ok", rec.winner, rec.status)
             reason = why
             if winner and not enters:
+                why_kept = (f"promoted by {rec.winner['promotion']['by']}" if R.promoted(rec.winner) else "is better")
                 reason = (f"validated x{winner['ratio']:.3f}, but the recorded winner (session "
-                          f"{rec.winner['session_id']}, x{rec.winner['ratio']:.3f}) is better: kept it")
+                          f"{rec.winner['session_id']}, x{rec.winner['ratio']:.3f}) {why_kept}: kept it")
             entry = {"kind": "session", "session_id": session_id, "at": now, "rule": code, "reason": reason,
                      "winner_entered": enters, "ratio": f.get("ratio"), "ci_low": f.get("ci_low"),
                      "ci_high": f.get("ci_high"), "protocol_verdict": f.get("protocol_verdict"),
@@ -180,6 +181,30 @@ class RecipeStore:
             return new, new
 
         return self._modify(key, fn)[0]
+
+    def promote(self, key: WorkloadKey, winner: Mapping[str, Any], promotion: Mapping[str, Any]) -> R.Recipe:
+        """A person's approval (``inferloom promote``): ``winner`` (from the session's breakdown, the strict
+        rules already passed: :func:`~inferloom.kb.recipe.winner_from_breakdown`) becomes the recipe's winner
+        with ``promotion`` (``by``, ``at``, ``note``, ``bundle_hash``, ``session_id``) attached, over any
+        unpromoted one, and the promotion is added to the recipe's history. Called by a person's command
+        only: inferloom never promotes on its own."""
+        if not R.valid_winner(winner) or not promotion.get("by"):
+            raise ValueError("promote: expected a winner that passes the strict rules and a promotion with 'by'")
+        promo = dict(promotion)
+
+        def fn(old: R.Recipe | None) -> tuple[R.Recipe | None, R.Recipe]:
+            rec = old or R.Recipe(key=key, created_at=promo["at"])
+            entry = {"kind": "promotion", **promo, "ratio": winner["ratio"], "ci_low": winner["ci_low"],
+                     "ci_high": winner["ci_high"], "changes": winner["changes"],
+                     "replaced_winner": (rec.winner or {}).get("session_id")}
+            new = R.Recipe(**{**rec.__dict__, "status": "ok", "winner": {**winner, "promotion": promo},
+                              "drift_note": None, "drift_at": None,
+                              "sessions": R.union("sessions", rec.sessions, [entry])})
+            return new, new
+
+        rec, rid = self._modify(key, fn)
+        rec.id = rid
+        return rec
 
     def put_ceiling(self, device: str, *, mem_bw_bytes_per_s: float, matmul_flops_per_s: float,
                     dtype: str = "bfloat16", measured_at: float | None = None,

@@ -13,6 +13,7 @@ from typing import Any
 from inferloom.kb import KBError, RecipeStore
 from inferloom.measure.roofline import amdahl_check
 from inferloom.measure.metrics import median_objective
+from inferloom.phases.audit import record_audit
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.compare import compare, reference_sets, stock_references
@@ -33,6 +34,7 @@ KB_WRITE_FAILED = "kb_write"  # the ``failure`` of the error entry a failed KB w
 def close_step(ctx: SessionContext, st: SessionState) -> None:
     """The whole CLOSE phase in one tick (each measurement is reused from the ledger after a crash)."""
     ctx.strategy.close_measure(ctx, st)
+    record_audit(ctx, st, "CLOSE")
     st.stop_reason = st.stop_reason or "converged"
     ctx.ledger.append(L.CLOSE, {"stop_reason": st.stop_reason, "stock_config": st.stock_config,
                                 "final_config": st.stack, "elapsed_s": ctx.elapsed_s(st), "trials": st.used.trials,

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 from inferloom.measure import protocol as proto
 from inferloom.measure import quality as Q
 from inferloom.measure.metrics import get_metric, output_tokens_per_s
+from inferloom.platform_audit import EnergyMeter
 from inferloom.spec import objective_label
 from inferloom.workloads.base import AdapterError, OwnObjective, OwnQualityGate, RunRecord, ServerReuse
 
@@ -101,7 +102,17 @@ def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int,
 
     # an adapter with its own objective (a custom workload) supplies the metric
     metric = adapter.objective_metric if isinstance(adapter, OwnObjective) else metric
-    return proto.run_paired(lambda s: adapter.run(h_a, s), lambda s: adapter.run(h_b, s), settings,
+    meter = EnergyMeter.open()  # a GPU's energy per timed run, in the run's raw record (None: no NVML)
+
+    def run(h: Any, s: int) -> Any:
+        if meter is None:
+            return adapter.run(h, s)
+        rec, energy = meter.measure(lambda: adapter.run(h, s))
+        if getattr(rec, "success", False) and isinstance(getattr(rec, "extra", None), dict):
+            rec.extra.update(energy)
+        return rec
+
+    return proto.run_paired(lambda s: run(h_a, s), lambda s: run(h_b, s), settings,
                             seed_base=seed_base, on_pair=_on_pair, stop_early=stop_early, metric=metric)
 
 

@@ -39,6 +39,7 @@ from inferloom.session.state_models import (
     Trial,
     WarmReplay,
 )
+from inferloom.phases.audit import record_audit
 from inferloom.spec import objective_label
 from inferloom.workloads.base import ConfigError, ServerReuse, config_key, resolve_config
 
@@ -51,6 +52,7 @@ def prelude_step(ctx: SessionContext, st: SessionState) -> None:
     """One PRELUDE tick: stock, then the warm replay, then the profile, then FRAMEWORK."""
     so = st.extra.stock_objective
     if so is None:
+        record_audit(ctx, st, "PRELUDE")
         _measure_stock(ctx, st)
     elif st.extra.warm_replay is None:
         replay_step(ctx, st)

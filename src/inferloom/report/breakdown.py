@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferloom.report.platform import platform_breakdown
 from inferloom.session import ledger as L
 from inferloom.measure.metrics import median_objective
 
@@ -104,6 +105,9 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
                               "replayed": [v["seq"] for v in verdicts if v.get("agent") == "kb-replay"]}
     out["phases"] = [{"from": e.get("from"), "to": e.get("to"), "why": e.get("why") or e.get("reason"),
                       "ledger_seq": e["seq"]} for e in entries if e["kind"] == L.PHASE]
+    plat = platform_breakdown(entries)
+    if plat is not None:  # only then: an older breakdown keeps exactly its keys
+        out["platform"] = plat
     kb_fail = next((e for e in entries if e["kind"] == L.ERROR and e.get("failure") == "kb_write"), None)
     if kb_fail is not None:  # only then: an older breakdown keeps exactly its keys
         out["kb_write_failed"] = {"error": kb_fail.get("error"), "todo": kb_fail.get("todo"), "ledger_seq": kb_fail["seq"]}

@@ -8,6 +8,7 @@ from typing import Any
 
 from inferloom.report.breakdown import TIME_CATEGORIES
 from inferloom.report.fmt import changes_text, pct, sandbox_text
+from inferloom.report.platform import platform_lines
 
 __all__ = ["render_report", "patch_report_lines", "stock_never_ran_title"]
 
@@ -41,6 +42,7 @@ def render_report(b: dict[str, Any]) -> str:
     kf = b.get("kb_write_failed")
     if kf:
         lines.append(f"- **Not filed in the knowledge base**: {kf.get('error')}; {kf.get('todo')} (ledger #{kf.get('ledger_seq')}).")
+    lines += platform_lines(b.get("platform"))
     lines += ["", "## Kept, in order", ""]
     for a in b.get("action_path", []):
         lines.append(f"- trial {a['trial']} (cycle {a['cycle']}): `{changes_text(a['changes'])}` {pct(a['ratio'])} "

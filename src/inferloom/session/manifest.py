@@ -34,6 +34,7 @@ from typing import Any, Mapping
 from inferloom import __version__
 from inferloom.errors import InferloomError
 from inferloom.inputs import InputError, load_json
+from inferloom.pins import pin_ledger
 from inferloom.provenance import RUN_ENV_VARS, environment
 from inferloom.redact import is_secret_name, redact, redact_text
 from inferloom.session.atomic import remove_stale_temps, write_json_atomic
@@ -105,6 +106,8 @@ def build_manifest(
         "spec_hash": spec_hash(spec),
         "seeds": dict(seeds),
         "env": run_env(),
+        "pins": pin_ledger(model=spec.model, spec_hash=spec_hash(spec), gpu=gpu,
+                           adapter_description=adapter_description),
     }
 
 

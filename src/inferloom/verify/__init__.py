@@ -5,5 +5,6 @@ Shares nothing with the computing path (:mod:`inferloom.measure`, :mod:`inferloo
 
 from inferloom.verify.record import Check, Findings, VerifyError
 from inferloom.verify.session import load_session, verify_session
+from inferloom.verify.bundle import verify_path
 
-__all__ = ["Check", "Findings", "VerifyError", "load_session", "verify_session"]
+__all__ = ["Check", "Findings", "VerifyError", "load_session", "verify_session", "verify_path"]
