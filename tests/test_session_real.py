@@ -72,6 +72,15 @@ def test_real_session_on_llama_tiny(tmp_path):
     assert "## Roofline" in report and "## Profile of one stock run" in report
     assert "Where the time went" in report and "ledger #" in report
     assert "FRAMEWORK cycle 1, trial 1/2" in p.stderr  # live progress
+    # `inferloom verify --remeasure`: the final stack rebuilt in a fresh process, measured against stock again
+    v = subprocess.run([sys.executable, "-m", "inferloom.cli", "verify", str(d), "--remeasure", "--max-pairs", "5"],
+                       capture_output=True, text=True, timeout=900)
+    if st.stack == st.stock_config:  # nothing kept on this (noisy, shared) CPU: nothing to re-measure, said so
+        assert v.returncode == 2 and "nothing was kept" in v.stderr, v.stdout + v.stderr
+    else:
+        assert v.returncode in (0, 1), v.stdout + v.stderr
+        assert "remeasure (fresh process" in v.stdout and "the session's x" in v.stdout
+        assert ("PASS" in v.stdout) == (v.returncode == 0 and "overlaps the session" in v.stdout)
     if not kept:
         return
     # the same workload again: PRELUDE replays the recipe before it has measured the
