@@ -24,11 +24,12 @@ EXIT_CODES = {
     "UsageError": 2, "SpecError": 2, "ConfigError": 2, "PromptError": 2, "SessionExists": 2,
     "StateError": 2, "ManifestError": 2, "LedgerError": 2, "KBError": 2, "ExportError": 2,
     "InconsistentSession": 2, "PartialLedger": 2, "KBPasswordMissing": 2,
-    "InputError": 2, "SessionDataError": 2, "SandboxUnavailable": 2, "VerifyError": 2,
+    "InputError": 2, "SessionDataError": 2, "SandboxUnavailable": 2, "VerifyError": 2, "PromoteError": 2,
+    "RemeasureError": 2,
     "AdapterError": 1, "LaunchError": 1, "PatchSourceError": 1,
 }
 # Control flow, always caught where raised (their docstrings say why): not InferloomErrors.
-INTERNAL = {"PatchRefusal", "TokenCountError"}
+INTERNAL = {"PatchRefusal", "TokenCountError", "MemoryShareError"}  # MemoryShareError: vllm_servers turns it into AdapterError(kind="oom")
 ADAPTER_HINT = "Check the knob against `inferloom knobs`, or rerun with fewer changes to isolate it."
 
 
