@@ -22,6 +22,7 @@ from inferloom.measure.profile import profile_config
 from inferloom.measure.ceilings import _cpu_name, measure_ceilings
 from inferloom.phases.common import jsonable as _jsonable
 from inferloom.measure.metrics import median_objective
+from inferloom.measure.quality_floor import floor_from_quality
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.compare import compare
@@ -42,9 +43,13 @@ from inferloom.session.state_models import (
 from inferloom.spec import objective_label
 from inferloom.workloads.base import ConfigError, config_key, resolve_config
 
-__all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP"]
+__all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP", "AA_QUALITY_FRAMEWORKS"]
 
 KB_LOOKUP = "kb_lookup"
+#: frameworks whose outputs vary between identical instances (a server's
+#: batch-dependent kernels): their A/A also measures the quality contract, and
+#: that A/A disagreement is every later candidate's floor (measure.quality_floor)
+AA_QUALITY_FRAMEWORKS = frozenset({"vllm"})
 
 
 def prelude_step(ctx: SessionContext, st: SessionState) -> None:
@@ -69,11 +74,13 @@ def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
     st.pending_action = PendingAction(action="measure_stock", key=key)
     ctx.save(st)
     ctx.progress("PRELUDE: stock baseline and A/A noise floor (stock against itself)")
+    aa_quality = ctx.spec.framework in AA_QUALITY_FRAMEWORKS
     res, seq = ctx.measured(key, L.MEASUREMENT, lambda: {
         "action": "measure_stock", **compare(
             ctx.adapter, ctx.spec, st.stock_config, st.stock_config, settings=ctx.settings,
-            seed_base=_seed_base(ctx.spec.seed, 0), refs=None, progress=ctx.progress,
-            stop_early=False, labels=("stock", "stock-2"))})
+            seed_base=_seed_base(ctx.spec.seed, 0), refs=ctx.refs if aa_quality else None, progress=ctx.progress,
+            stop_early=False, labels=("stock", "stock-2"), quality_sets=("eval", "heldout") if aa_quality else (),
+            stock_is_base=aa_quality)})
     st.pending_action = None
     if res["verdict"] == "failed":
         st.extra.stock_failure = StockFailure(error=res.get("error"), kind=res.get("error_kind", "error"), seq=seq)
@@ -81,6 +88,12 @@ def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
         return
     stock = median_objective(res, "value_a", "value_b")
     st.noise_floor = {**res["noise"], "ledger_seq": seq}
+    floor = floor_from_quality(res.get("quality"))
+    if floor:  # the server's own A/A disagreement per prompt set: the quality floor
+        st.noise_floor["quality"] = floor
+        ctx.progress("PRELUDE: A/A quality floor (stock-2 against stock): " + "; ".join(
+            f"{n} top-1 {v.get('top1_agreement', float('nan')):.4f}, KL {v.get('mean_kl', float('nan')):.4g}, "
+            f"greedy {v.get('greedy_agreement', float('nan')):.4f}" for n, v in floor.items()))
     st.extra.stock_objective = StockObjective(median=stock, n_runs=2 * len(res["protocol"]["pairs"]), ledger_seq=seq)
     if config_key(st.stock_config) not in st.measured_config_keys:
         st.measured_config_keys.append(config_key(st.stock_config))

@@ -50,7 +50,7 @@ from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, 
 from inferloom.workloads.prompts import random_prompts
 from inferloom.workloads.server_process import LaunchError, ServerProcess, free_port, group_cpu_seconds
 from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_server_flags
-from inferloom.workloads.vllm_knobs import vllm_knobs
+from inferloom.workloads.vllm_knobs import PRECISION_KNOBS, vllm_knobs
 from inferloom.workloads.vllm_launch import (
     SERVED_NAME,
     check_launchable,
@@ -77,6 +77,7 @@ class VLLMHandle:
 
 class VLLMAdapter:
     name = "vllm"
+    precision_knobs = PRECISION_KNOBS  # judged with the spec's quality.precision tolerance
 
     def __init__(self, spec: Any, log_dir: str | Path | None = None,
                  progress: Callable[[str], None] | None = None) -> None:

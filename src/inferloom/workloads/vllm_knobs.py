@@ -15,13 +15,17 @@ from typing import Any, Collection, Mapping
 
 from inferloom.workloads.base import Knob
 
-__all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES"]
+__all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES", "PRECISION_KNOBS",
+           "stack_precision"]
 
 CPU = frozenset({"cpu"})
 CUDA_ROCM = frozenset({"cuda", "rocm"})
 ALL = frozenset({"cpu", "cuda", "rocm"})
 _TRI = ("default", "on", "off")
 
+#: knobs that lower the arithmetic precision: a candidate changing one is judged
+#: with the spec's ``quality.precision`` tolerance (``measure.quality_floor``)
+PRECISION_KNOBS = frozenset({"quantization", "kv_cache_dtype", "dtype"})
 #: knob -> the environment variable that sets it when the server lacks its flag
 ENV_FALLBACK = {"attention_backend": "VLLM_ATTENTION_BACKEND"}
 #: choice knob -> its flag, whose argument is the knob's value as is (narrowed
@@ -140,3 +144,21 @@ def to_launch(cfg: Mapping[str, Any], server_flags: Collection[str] | None = Non
             env["VLLM_ATTENTION_BACKEND"] = str(cfg["attention_backend"])
             origin["VLLM_ATTENTION_BACKEND"] = ("attention_backend", cfg["attention_backend"])
     return args, env, origin
+
+
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
+
+
+def stack_precision(cfg: Mapping[str, Any], model_dtype: str) -> dict[str, Any]:
+    """At which precision a vLLM configuration runs: weights (``fp8`` when
+    quantized at load), KV cache and activations, each with its bytes per
+    element (for the roofline: fp8 weights halve the weight bytes), and a label
+    for reports, e.g. ``"fp8 weights, bfloat16 KV cache, bfloat16 activations"``."""
+    dt = str(cfg.get("dtype", "auto"))
+    act = model_dtype if dt == "auto" else dt
+    weights = "fp8" if cfg.get("quantization") == "fp8" else act
+    kv = str(cfg.get("kv_cache_dtype", "auto"))
+    kv = act if kv == "auto" else ("fp8" if kv.startswith("fp8") else kv)
+    return {"weights": weights, "kv_cache": kv, "activations": act,
+            "weight_bytes": _BYTES.get(weights, 2), "kv_bytes": _BYTES.get(kv, 2), "activation_bytes": _BYTES.get(act, 2),
+            "label": f"{weights} weights, {kv} KV cache, {act} activations"}
