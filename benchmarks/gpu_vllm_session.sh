@@ -9,6 +9,8 @@
 #                    (exactly as ../shared/gpu/vllm-lean-bundle.sh says); a no-op when /tmp/vllm-py runs
 #     model          write the llama-3.1-8b preset (seeded random bf16 weights, built on the GPU; config and
 #                    tokenizer built locally) where the vLLM adapter looks for it; a no-op when written
+#     profile NAME   a kernel-level profile of stock through vLLM's /start_profile../stop_profile
+#                    ($OUT/NAME-profile.json; PROFILE_ARGS="--quantization fp8" profiles fp8 weights)
 #     session NAME   run, or resume, the session /tmp/sessions/NAME for at most SESSION_TIMEOUT s
 #                    (default 540, under the call's limit); leaves $OUT/NAME.tgz and $OUT/NAME.log
 #
@@ -19,6 +21,7 @@
 #   call 3  carry [".whl/vllm/c2"]                 bash benchmarks/gpu_vllm_session.sh bundle
 #   call 4  carry [".whl/vllm/c3", ".whl/py"]      bash benchmarks/gpu_vllm_session.sh bundle model session tput
 #   call 5+ carry [".whl/py", ".gpu/tput"]         bash benchmarks/gpu_vllm_session.sh session tput
+#   profile: carry [".whl/py"]                      bash benchmarks/gpu_vllm_session.sh profile stock
 #   goodput: SPEC=examples/llama-3.1-8b-h200-vllm-goodput.yaml bash benchmarks/gpu_vllm_session.sh session goodput
 # (c3 is the last, smaller part, with SHA256: c3 + .whl/py stays under 64 MiB.) When the machine went back
 # between calls, unpack the last $OUT/NAME.tgz into .gpu/ here (`tar xzf NAME.tgz -C .gpu`) and carry
@@ -110,12 +113,21 @@ session() {
   tar czf "$OUT/$name.tgz" -C /tmp/sessions "$name"
 }
 
+profile() {  # a kernel-level profile of stock through vLLM's own profiler (benchmarks/vllm_profile_stock.py)
+  local name=${1:?profile NAME}
+  [ -x "$VPY" ] || { echo "profile: $VPY is missing: run the bundle step first"; return 1; }
+  pywheels || return 1
+  PYTHONPATH=$PWD/src:/tmp/site timeout -s INT -k 30 "${PROFILE_TIMEOUT:-400}" python3 benchmarks/vllm_profile_stock.py \
+    "${SPEC:-examples/llama-3.1-8b-h200-vllm.yaml}" --out "$OUT/$name-profile.json" ${PROFILE_ARGS:-} 2>&1 | tee -a "$OUT/$name.log"
+}
+
 [ $# -gt 0 ] || { sed -n '2,20p' "$0"; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     bundle) bundle || exit 1; shift;;
     model) model || exit 1; shift;;
     session) session "${2:-}" || exit 1; shift 2;;
-    *) echo "unknown step '$1': expected bundle, model or session NAME"; exit 2;;
+    profile) profile "${2:-}" || exit 1; shift 2;;
+    *) echo "unknown step '$1': expected bundle, model, session NAME or profile NAME"; exit 2;;
   esac
 done

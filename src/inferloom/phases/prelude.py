@@ -43,13 +43,17 @@ from inferloom.session.state_models import (
 from inferloom.spec import objective_label
 from inferloom.workloads.base import ConfigError, config_key, resolve_config
 
-__all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP", "AA_QUALITY_FRAMEWORKS"]
+__all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP", "AA_QUALITY_FRAMEWORKS",
+           "SERVER_PROFILE_SKIPPED"]
 
 KB_LOOKUP = "kb_lookup"
 #: frameworks whose outputs vary between identical instances (a server's
 #: batch-dependent kernels): their A/A also measures the quality contract, and
 #: that A/A disagreement is every later candidate's floor (measure.quality_floor)
 AA_QUALITY_FRAMEWORKS = frozenset({"vllm"})
+#: why a server session records no kernel profile of its own (the roofline is still placed)
+SERVER_PROFILE_SKIPPED = ("the server runs out of process; a session spends no server start on a profile: "
+                          "benchmarks/vllm_profile_stock.py takes a kernel-level one through vLLM's own profiler")
 
 
 def prelude_step(ctx: SessionContext, st: SessionState) -> None:
@@ -175,25 +179,28 @@ def profile_step(ctx: SessionContext, st: SessionState) -> None:
     if ctx.spec.framework == "custom":
         st.extra.profile = ProfileSummary(skipped="a custom workload is the user's own process: no operator profile")
         return
-    if ctx.spec.framework == "vllm":
-        st.extra.profile = ProfileSummary(
-            skipped="the server runs out of process: no torch.profiler trace or roofline yet")
-        return
-    ctx.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
-    prof: dict[str, Any]
-    try:
-        prof = profile_config(ctx.adapter, st.stock_config)  # warm run first: no first-call costs in the profile
-    except Exception as exc:  # noqa: BLE001 - a profiler failure is a note, not the session's end
-        prof = {"error": f"{type(exc).__name__}: {exc}"}
-    pseq = ctx.ledger.append(PROFILE, {"profile": _jsonable(prof)}, key=_key("profile", st.session_id))
-    st.extra.profile = ProfileSummary(ledger_seq=pseq, categories=_jsonable((prof or {}).get("categories")),
-                                      error=prof.get("error"))
+    if ctx.spec.framework == "vllm":  # the roofline still places stock; the kernel profile is a script's
+        st.extra.profile = ProfileSummary(skipped=SERVER_PROFILE_SKIPPED)
+    else:
+        ctx.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
+        prof: dict[str, Any]
+        try:
+            prof = profile_config(ctx.adapter, st.stock_config)  # warm run first: no first-call costs in the profile
+        except Exception as exc:  # noqa: BLE001 - a profiler failure is a note, not the session's end
+            prof = {"error": f"{type(exc).__name__}: {exc}"}
+        pseq = ctx.ledger.append(PROFILE, {"profile": _jsonable(prof)}, key=_key("profile", st.session_id))
+        st.extra.profile = ProfileSummary(ledger_seq=pseq, categories=_jsonable((prof or {}).get("categories")),
+                                          error=prof.get("error"))
     ceil = _ceilings(ctx, st)
     so = st.extra.stock_objective
     if so is None:
         raise RuntimeError("PRELUDE: the profile step needs the stock objective; state.json has none")
     stock = so.median
-    roof = roofline_for(ctx, st, stock, st.stock_config) if ceil else None
+    try:
+        roof = roofline_for(ctx, st, stock, st.stock_config) if ceil else None
+    except (ValueError, OSError) as exc:  # a model directory whose shape the cost model can't read
+        ctx.progress(f"PRELUDE: no roofline: {exc}")
+        roof = None
     rseq = ctx.ledger.append(ROOFLINE, {"ceilings": _jsonable(ceil), "stock": _jsonable(roof)}, key=_key("roofline", st.session_id))
     st.extra.roofline_stock = RooflineStock(ledger_seq=rseq, fraction=(roof or {}).get("fraction"),
                                             headroom=(roof or {}).get("headroom"),
