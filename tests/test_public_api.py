@@ -14,7 +14,7 @@ API = {
                                "trial_record", "verdict_entry"},
     "inferloom.spec": {"SpecError", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec", "WorkloadSpec", "load_spec",
                        "objective_label", "spec_hash", "CustomKnob", "CustomSpec", "PatchPolicySpec",
-                       "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY"},
+                       "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY", "PrecisionTolerance"},
     "inferloom.workloads.vllm_flags": {"HELP_TIMEOUT_S", "HELP_OPTIONS", "ServerFlags", "parse_help",
                                        "probe_server_flags", "knob_flags", "filter_knobs", "clear_cache"},
     "inferloom.errors": {"InferloomError", "EXIT_BAD_INPUT", "EXIT_RUN_FAILED"},

@@ -247,3 +247,49 @@ def test_knobs_command_table_says_where_the_flags_came_from_and_what_was_dropped
     out = console.export_text()
     assert "server flags read from `--help=all` (vllm 0.0.fake)" in out
     assert "knob async_scheduling: the installed server (vllm 0.0.fake) has no --async-scheduling" in out
+
+
+# the GPU knob space of issue 13: knob -> the flag that must be in --help for it to be offered
+GPU_KNOBS = {"quantization": "--quantization", "kv_cache_dtype": "--kv-cache-dtype", "max_num_seqs": "--max-num-seqs",
+             "max_num_batched_tokens": "--max-num-batched-tokens", "chunked_prefill": "--enable-chunked-prefill",
+             "prefix_caching": "--enable-prefix-caching", "max_cudagraph_capture_size": "--max-cudagraph-capture-size",
+             "cudagraph_mode": "--compilation-config", "optimization_level": "--optimization-level",
+             "async_scheduling": "--async-scheduling", "block_size": "--block-size",
+             "ngram_speculative_tokens": "--speculative-config"}
+
+
+def _without(flag: str) -> str:
+    """The captured help with every line that names ``flag`` (and its --no- twin) removed."""
+    stem = flag.removeprefix("--")
+    return "\n".join(ln for ln in HELP.splitlines() if stem not in ln)
+
+
+@pytest.mark.parametrize("knob", sorted(GPU_KNOBS))
+def test_each_gpu_knob_is_offered_when_the_help_has_its_flag_and_never_when_not(knob):
+    flag = GPU_KNOBS[knob]
+    kept, _, _ = filter_knobs(vllm_knobs(64), flags_of(HELP))
+    assert knob in {k.name for k in kept}
+    kept, dropped, _ = filter_knobs(vllm_knobs(64), flags_of(_without(flag)))
+    assert knob not in {k.name for k in kept} and f"has no {flag}" in dropped[knob]
+
+
+def test_gpu_knobs_launch_the_flags_vllm_documents_and_precision_knobs_are_flagged():
+    from inferloom.workloads.vllm_knobs import PRECISION_KNOBS, stack_precision
+
+    static = vllm_knobs(64)
+    by = {k.name: k for k in static}
+    for name in ("quantization", "kv_cache_dtype", "ngram_speculative_tokens", "cudagraph_mode", "attention_backend"):
+        assert by[name].changes_numerics, name
+    assert {"quantization", "kv_cache_dtype"} <= PRECISION_KNOBS and "ngram_speculative_tokens" not in PRECISION_KNOBS
+    assert set(by["attention_backend"].choices) >= {"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"}
+    cfg = resolve_config(static, {"cudagraph_mode": "FULL_AND_PIECEWISE", "ngram_speculative_tokens": 3,
+                                  "kv_cache_dtype": "fp8", "attention_backend": "FLASHINFER"})
+    args, env, origin = to_launch(cfg, flags_of(HELP).flags)
+    cc = args[args.index("--compilation-config") + 1]
+    assert json.loads(cc) == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+    assert origin["--compilation-config"] == ("cudagraph_mode", "FULL_AND_PIECEWISE")
+    assert json.loads(args[args.index("--speculative-config") + 1])["method"] == "ngram"
+    assert args[args.index("--attention-backend") + 1] == "FLASHINFER" and "VLLM_ATTENTION_BACKEND" not in env
+    p = stack_precision({"quantization": "fp8", "kv_cache_dtype": "auto", "dtype": "auto"}, "bfloat16")
+    assert (p["weights"], p["kv_cache"], p["weight_bytes"], p["kv_bytes"]) == ("fp8", "bfloat16", 1, 2)
+    assert stack_precision(cfg, "bfloat16")["label"] == "bfloat16 weights, fp8 KV cache, bfloat16 activations"

@@ -194,4 +194,10 @@ def test_optimize_session_survives_a_server_killed_mid_measurement(model_dir, tm
 
     assert not verify_session(out).mismatches
     assert (out / "report.md").is_file()
+    # the server's own A/A disagreement, per quality set, is the quality floor (measure/quality_floor.py);
+    # the roofline places stock even though the server runs out of process
+    floor = state["noise_floor"]["quality"]
+    assert set(floor) == {"eval", "heldout"} and all(0 <= v["top1_agreement"] <= 1 for v in floor.values())
+    assert state["extra"]["roofline_stock"]["fraction"] > 0 and "vllm_profile_stock" in state["extra"]["profile"][
+        "skipped"]
     assert started and not any(group_alive(pg) for pg in started)  # no server left behind

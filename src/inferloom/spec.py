@@ -23,7 +23,7 @@ from inferloom.spec_fields import _n, _Strict, check_bounds, field_default
 from inferloom.spec_paths import resolve_override, resolve_spec_paths
 
 __all__ = [
-    "SpecError", "objective_label", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec",
+    "SpecError", "objective_label", "Traffic", "QualitySpec", "PrecisionTolerance", "ProtocolSpec", "ServingSpec",
     "WorkloadSpec", "CustomKnob", "CustomSpec", "PatchPolicySpec", "load_spec", "spec_hash",
     "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY",
 ]
@@ -65,6 +65,17 @@ class Traffic(_Strict):
         return v
 
 
+class PrecisionTolerance(_Strict):
+    """The quality tolerance declared for knobs that lower the arithmetic
+    precision (fp8 weights, fp8 KV cache, a narrower dtype): a candidate that
+    changes one of them is judged with these thresholds instead of the
+    contract's own (docs/quality.md, "Server A/A floor")."""
+
+    min_top1_agreement: float = Field(0.95, ge=0.0, le=1.0)
+    max_mean_kl: float = Field(0.05, ge=0.0)
+    min_greedy_agreement: float = Field(0.6, ge=0.0, le=1.0)
+
+
 class QualitySpec(_Strict):
     """The quality contract. Defaults are justified in docs/quality.md."""
 
@@ -77,6 +88,9 @@ class QualitySpec(_Strict):
     max_mean_kl: float = Field(0.01, ge=0.0)
     min_greedy_agreement: float = Field(0.8, ge=0.0, le=1.0)
     tie_margin: float = Field(0.1, ge=0.0, description="nats: a flip between tokens this close in stock's log-probs is a tie-break")
+    precision: PrecisionTolerance | None = Field(
+        None, description="the tolerance declared for precision-lowering knobs (fp8 weights, fp8 KV cache); "
+        "unset: they are judged by the thresholds above")
 
     @field_validator("prompts_file")
     @classmethod

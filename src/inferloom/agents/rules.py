@@ -31,6 +31,7 @@ import warnings
 from typing import Any, Iterator, Mapping
 
 from inferloom.agents.priors import Prior, rank_priors
+from inferloom.agents.server_priors import default_table
 from inferloom.workloads.base import ConfigError, Knob, config_key
 
 __all__ = ["RuleOrchestrator", "RuleCritic", "RuleRobustness", "knob_from_dict"]
@@ -177,12 +178,12 @@ class RuleOrchestrator:
         return out
 
     def _from_priors(self, view: _View, state: Mapping[str, Any]) -> dict[str, Any] | None:
-        dtype = view.stack.get("dtype") or view.workload.get("dtype")
-        concurrency = int(view.workload.get("concurrency") or 1)
+        dtype, concurrency = view.stack.get("dtype") or view.workload.get("dtype"), int(view.workload.get("concurrency") or 1)
         failures = [dict(f) for f in state.get("kb_failures") or [] if isinstance(f, Mapping) and f]
         first: list[tuple[Prior, dict[str, Any], bool]] = []
         last: list[tuple[Prior, dict[str, Any], bool]] = []
-        for prior in rank_priors(view.device, concurrency, dtype, self.prior_table):
+        table = default_table(view.by_name, view.workload, state) if self.prior_table is None else self.prior_table
+        for prior in rank_priors(view.device, concurrency, dtype, table):
             full = self._resolve(prior, view)
             if full is None:
                 continue

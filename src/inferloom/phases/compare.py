@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.measure import protocol as proto
 from inferloom.measure import quality as Q
+from inferloom.measure import quality_floor as QF
 from inferloom.measure.metrics import get_metric, output_tokens_per_s
 from inferloom.platform_audit import EnergyMeter
 from inferloom.spec import objective_label
@@ -39,6 +40,7 @@ class References:
 
     def __init__(self) -> None:
         self.sets: dict[str, Q.Reference] = {}
+        self.config: dict[str, Any] | None = None  # the stock configuration they came from
 
 
 def reference_sets(adapter: Any, needed: Sequence[str]) -> tuple[str, ...]:
@@ -56,6 +58,7 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
     if not missing or isinstance(adapter, OwnQualityGate):  # the workload's own gate judges quality
         return refs
     progress(f"quality: capturing stock's reference outputs ({', '.join(missing)})")
+    refs.config = dict(stock_cfg)
     sets = Q.quality_prompt_sets(spec, adapter)
     h = handle if handle is not None else adapter.prepare(dict(stock_cfg))
     try:
@@ -131,12 +134,17 @@ def compare(
     labels: tuple[str, str] = ("base", "candidate"),
     on_pair: Callable[[Any, Any], None] | None = None,
     stock_is_base: bool = False,
+    quality_floor: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Measure ``cand_cfg`` against ``base_cfg``. Failures are data: a
     preparation or warm-up failure gives ``verdict='failed'`` with the error.
     With ``stop_early=False`` (A/A) every planned pair runs and ``noise`` is
     reported. Quality is judged on each of ``quality_sets`` against ``refs``
-    (captured from the base handle when ``stock_is_base`` and missing)."""
+    (captured from the base handle when ``stock_is_base`` and missing), with
+    the thresholds relaxed per set by ``quality_floor`` (the server's own A/A
+    values per set: ``measure.quality_floor``) and the spec's precision
+    tolerance for a candidate that lowers precision (the adapter's
+    ``precision_knobs``)."""
     t0 = time.perf_counter()
     out: dict[str, Any] = {"base_config": dict(base_cfg), "candidate_config": dict(cand_cfg), "seed_base": seed_base}
     handles: list[Any] = []
@@ -181,12 +189,14 @@ def compare(
             tq = time.perf_counter()
             if stock_is_base:
                 stock_references(adapter, spec, base_cfg, quality_sets, refs, progress, handle=handles[0])
-            th = Q.QualityThresholds.from_spec(spec.quality)
+            prec = QF.precision_changes(cand_cfg, refs.config or base_cfg, getattr(adapter, "precision_knobs", ()))
             verdicts = []
             try:
                 for name in quality_sets:
                     progress(f"quality contract: {labels[1]} against stock's reference on the {name} set")
+                    th, floor_info = QF.candidate_thresholds(spec.quality, (quality_floor or {}).get(name), prec)
                     verdicts.append(Q.evaluate(adapter, handles[1], refs.sets[name], th))
+                    verdicts[-1].details["thresholds"] = floor_info
             except Exception as exc:  # noqa: BLE001 - a probe that crashes is a failed contract, never a crash
                 # e.g. on CUDA a forced SDPA kernel that runs the timed (unpadded) batches but has
                 # no kernel for the padded quality prompts' attention mask.

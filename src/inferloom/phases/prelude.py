@@ -22,6 +22,7 @@ from inferloom.measure.profile import profile_config
 from inferloom.measure.ceilings import _cpu_name, measure_ceilings
 from inferloom.phases.common import jsonable as _jsonable
 from inferloom.measure.metrics import median_objective
+from inferloom.measure.quality_floor import floor_from_quality
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.compare import compare, reference_sets, stock_references
@@ -43,9 +44,17 @@ from inferloom.phases.audit import record_audit
 from inferloom.spec import objective_label
 from inferloom.workloads.base import ConfigError, ServerReuse, config_key, resolve_config
 
-__all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP"]
+__all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP", "AA_QUALITY_FRAMEWORKS",
+           "SERVER_PROFILE_SKIPPED"]
 
 KB_LOOKUP = "kb_lookup"
+#: frameworks whose outputs vary between identical instances (a server's
+#: batch-dependent kernels): their A/A also measures the quality contract, and
+#: that A/A disagreement is every later candidate's floor (measure.quality_floor)
+AA_QUALITY_FRAMEWORKS = frozenset({"vllm"})
+#: why a server session records no kernel profile of its own (the roofline is still placed)
+SERVER_PROFILE_SKIPPED = ("the server runs out of process; a session spends no server start on a profile: "
+                          "benchmarks/vllm_profile_stock.py takes a kernel-level one through vLLM's own profiler")
 
 
 def prelude_step(ctx: SessionContext, st: SessionState) -> None:
@@ -71,11 +80,13 @@ def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
     st.pending_action = PendingAction(action="measure_stock", key=key)
     ctx.save(st)
     ctx.progress("PRELUDE: stock baseline and A/A noise floor (stock against itself)")
+    aa_quality = ctx.spec.framework in AA_QUALITY_FRAMEWORKS
     res, seq = ctx.measured(key, L.MEASUREMENT, lambda: {
         "action": "measure_stock", **compare(
             ctx.adapter, ctx.spec, st.stock_config, st.stock_config, settings=ctx.settings,
-            seed_base=_seed_base(ctx.spec.seed, 0), refs=None, progress=ctx.progress,
-            stop_early=False, labels=("stock", "stock-2"))})
+            seed_base=_seed_base(ctx.spec.seed, 0), refs=ctx.refs if aa_quality else None, progress=ctx.progress,
+            stop_early=False, labels=("stock", "stock-2"), quality_sets=("eval", "heldout") if aa_quality else (),
+            stock_is_base=aa_quality)})
     st.pending_action = None
     if res["verdict"] == "failed":
         st.extra.stock_failure = StockFailure(error=res.get("error"), kind=res.get("error_kind", "error"), seq=seq)
@@ -83,6 +94,12 @@ def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
         return
     stock = median_objective(res, "value_a", "value_b")
     st.noise_floor = {**res["noise"], "ledger_seq": seq}
+    floor = floor_from_quality(res.get("quality"))
+    if floor:  # the server's own A/A disagreement per prompt set: the quality floor
+        st.noise_floor["quality"] = floor
+        ctx.progress("PRELUDE: A/A quality floor (stock-2 against stock): " + "; ".join(
+            f"{n} top-1 {v.get('top1_agreement', float('nan')):.4f}, KL {v.get('mean_kl', float('nan')):.4g}, "
+            f"greedy {v.get('greedy_agreement', float('nan')):.4f}" for n, v in floor.items()))
     st.extra.stock_objective = StockObjective(median=stock, n_runs=2 * len(res["protocol"]["pairs"]), ledger_seq=seq)
     if config_key(st.stock_config) not in st.measured_config_keys:
         st.measured_config_keys.append(config_key(st.stock_config))
@@ -170,25 +187,28 @@ def profile_step(ctx: SessionContext, st: SessionState) -> None:
     if ctx.spec.framework == "custom":
         st.extra.profile = ProfileSummary(skipped="a custom workload is the user's own process: no operator profile")
         return
-    if ctx.spec.framework == "vllm":
-        st.extra.profile = ProfileSummary(
-            skipped="the server runs out of process: no torch.profiler trace or roofline yet")
-        return
-    ctx.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
-    prof: dict[str, Any]
-    try:
-        prof = profile_config(ctx.adapter, st.stock_config)  # warm run first: no first-call costs in the profile
-    except Exception as exc:  # noqa: BLE001 - a profiler failure is a note, not the session's end
-        prof = {"error": f"{type(exc).__name__}: {exc}"}
-    pseq = ctx.ledger.append(PROFILE, {"profile": _jsonable(prof)}, key=_key("profile", st.session_id))
-    st.extra.profile = ProfileSummary(ledger_seq=pseq, categories=_jsonable((prof or {}).get("categories")),
-                                      error=prof.get("error"))
+    if ctx.spec.framework == "vllm":  # the roofline still places stock; the kernel profile is a script's
+        st.extra.profile = ProfileSummary(skipped=SERVER_PROFILE_SKIPPED)
+    else:
+        ctx.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
+        prof: dict[str, Any]
+        try:
+            prof = profile_config(ctx.adapter, st.stock_config)  # warm run first: no first-call costs in the profile
+        except Exception as exc:  # noqa: BLE001 - a profiler failure is a note, not the session's end
+            prof = {"error": f"{type(exc).__name__}: {exc}"}
+        pseq = ctx.ledger.append(PROFILE, {"profile": _jsonable(prof)}, key=_key("profile", st.session_id))
+        st.extra.profile = ProfileSummary(ledger_seq=pseq, categories=_jsonable((prof or {}).get("categories")),
+                                          error=prof.get("error"))
     ceil = _ceilings(ctx, st)
     so = st.extra.stock_objective
     if so is None:
         raise RuntimeError("PRELUDE: the profile step needs the stock objective; state.json has none")
     stock = so.median
-    roof = roofline_for(ctx, st, stock, st.stock_config) if ceil else None
+    try:
+        roof = roofline_for(ctx, st, stock, st.stock_config) if ceil else None
+    except (ValueError, OSError) as exc:  # a model directory whose shape the cost model can't read
+        ctx.progress(f"PRELUDE: no roofline: {exc}")
+        roof = None
     rseq = ctx.ledger.append(ROOFLINE, {"ceilings": _jsonable(ceil), "stock": _jsonable(roof)}, key=_key("roofline", st.session_id))
     st.extra.roofline_stock = RooflineStock(ledger_seq=rseq, fraction=(roof or {}).get("fraction"),
                                             headroom=(roof or {}).get("headroom"),

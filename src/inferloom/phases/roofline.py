@@ -13,6 +13,7 @@ from inferloom.measure.roofline import roofline
 from inferloom.phases.context import SessionContext
 from inferloom.session.state import SessionState
 from inferloom.session.state_models import Trial, TrialRoofline
+from inferloom.workloads.vllm_knobs import stack_precision
 
 __all__ = ["PROFILE", "ROOFLINE", "roofline_for", "kept_roofline"]
 
@@ -26,11 +27,19 @@ def roofline_for(ctx: SessionContext, st: SessionState, tok_per_s: float, cfg: d
     if ceil is None or ctx.spec.framework == "synthetic":
         return None
     t = ctx.spec.traffic
-    dtype = cfg.get("dtype", ctx.spec.dtype)
-    nbytes = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(dtype), 2)
+    prec = None
+    if ctx.spec.framework == "vllm":  # fp8 weights / KV cache: the ceiling at the stack's own precision
+        prec = stack_precision(cfg, ctx.spec.dtype)
+        nbytes, kv_bytes = prec["weight_bytes"], prec["kv_bytes"]
+    else:
+        dtype = cfg.get("dtype", ctx.spec.dtype)
+        nbytes = kv_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(dtype), 2)
     costs = step_costs(ctx.spec.model, t.concurrency, mean_decode_context(t.input_len, t.output_len), nbytes,
-                       input_len=t.input_len)
-    return roofline(ceil.model_dump(), costs, tok_per_s, t.concurrency, t.output_len, t.input_len)
+                       input_len=t.input_len, kv_dtype_bytes=kv_bytes)
+    out = roofline(ceil.model_dump(), costs, tok_per_s, t.concurrency, t.output_len, t.input_len)
+    if prec is not None:
+        out["precision"] = prec
+    return out
 
 
 def kept_roofline(ctx: SessionContext, st: SessionState, res: Mapping[str, Any], key: str, trial: Trial) -> None:

@@ -92,7 +92,8 @@ def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, 
     res, mseq = ctx.measured(key + ":measurement", L.MEASUREMENT, lambda: {
         "action": "try_config", "trial": n, "cycle": st.cycle, "changes": changes, **compare(
             ctx.adapter, ctx.spec, base, cand, settings=ctx.settings, seed_base=seed_base(ctx.spec.seed, n), refs=refs,
-            quality_sets=("eval",), progress=ctx.progress, labels=("stack", "candidate"))})
+            quality_sets=("eval",), progress=ctx.progress, labels=("stack", "candidate"),
+            quality_floor=(st.noise_floor or {}).get("quality"))})
     d = (res.get("protocol") or {}).get("decision") or {}
     q = res.get("quality") or {}
     evidence = {"changes": changes, "protocol_verdict": res.get("verdict"), "ratio": d.get("ratio"),

@@ -15,14 +15,20 @@ from typing import Any, Collection, Mapping
 
 from inferloom.workloads.base import Knob
 
-__all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES"]
+__all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES", "PRECISION_KNOBS",
+           "stack_precision"]
 
 CPU = frozenset({"cpu"})
 CUDA_ROCM = frozenset({"cuda", "rocm"})
 ALL = frozenset({"cpu", "cuda", "rocm"})
 _TRI = ("default", "on", "off")
 
+#: knobs that lower the arithmetic precision: a candidate changing one is judged
+#: with the spec's ``quality.precision`` tolerance (``measure.quality_floor``)
+PRECISION_KNOBS = frozenset({"quantization", "kv_cache_dtype", "dtype"})
 #: knob -> the environment variable that sets it when the server lacks its flag
+#: (servers before ~0.12; vLLM >= 0.13 deprecated the variable and 0.26 ignores it
+#: silently: vllm-project/vllm#50292, so a server whose help has the flag gets the flag)
 ENV_FALLBACK = {"attention_backend": "VLLM_ATTENTION_BACKEND"}
 #: choice knob -> its flag, whose argument is the knob's value as is (narrowed
 #: to the ``{...}`` choices the server's help lists, where it lists them)
@@ -64,13 +70,21 @@ def vllm_knobs(concurrency: int, kv_space_gib: int = 0) -> list[Knob]:
              "--max-cudagraph-capture-size: largest batch captured as a CUDA graph (capture sizes 1, 2, 4, 8, "
              "16, ... up to it; larger batches run without graphs)",
              choices=graphs, applies_to=CUDA_ROCM, changes_numerics=True),
+        Knob("cudagraph_mode", "choice", "default",
+             "--compilation-config {\"cudagraph_mode\": ...}: which steps replay as CUDA graphs (FULL_AND_PIECEWISE: "
+             "whole decode steps as one graph; PIECEWISE: graphs between attention calls; NONE: eager launches); "
+             "replaces a --compilation-config given in serving.extra_args",
+             choices=("default", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE", "NONE"), applies_to=CUDA_ROCM,
+             changes_numerics=True),
         Knob("performance_mode", "choice", "default",
              "--performance-mode: balanced, interactivity (small batches) or throughput (larger CUDA graphs, "
              "more aggressive batching, throughput-oriented kernels)",
              choices=("default", "balanced", "interactivity", "throughput"), applies_to=CUDA_ROCM,
              changes_numerics=True),
         Knob("ngram_speculative_tokens", "int", 0,
-             "n-gram (prompt lookup) speculative decoding: draft tokens per step, 0 = off",
+             "n-gram (prompt lookup) speculative decoding: draft tokens per step, 0 = off (greedy verification keeps "
+             "the target's argmax, but verifies k+1 tokens per sequence in one batch: batch-dependent kernels can "
+             "flip near-ties, so it is judged by the quality contract like any batching change)",
              low=0, high=8, applies_to=ALL, changes_numerics=True),
         Knob("async_scheduling", "bool", False, "--async-scheduling: overlap scheduling with execution",
              applies_to=ALL),
@@ -119,6 +133,8 @@ def to_launch(cfg: Mapping[str, Any], server_flags: Collection[str] | None = Non
             flag(name, knob, str(cfg[knob]))
     if cfg.get("gpu_memory_utilization", "default") != "default":
         flag("--gpu-memory-utilization", "gpu_memory_utilization", str(cfg["gpu_memory_utilization"]))
+    if cfg.get("cudagraph_mode", "default") != "default":
+        flag("--compilation-config", "cudagraph_mode", json.dumps({"cudagraph_mode": str(cfg["cudagraph_mode"])}))
     if cfg.get("enforce_eager"):
         flag("--enforce-eager", "enforce_eager")
     if cfg.get("optimization_level", "default") != "default":
@@ -141,3 +157,21 @@ def to_launch(cfg: Mapping[str, Any], server_flags: Collection[str] | None = Non
             env["VLLM_ATTENTION_BACKEND"] = str(cfg["attention_backend"])
             origin["VLLM_ATTENTION_BACKEND"] = ("attention_backend", cfg["attention_backend"])
     return args, env, origin
+
+
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
+
+
+def stack_precision(cfg: Mapping[str, Any], model_dtype: str) -> dict[str, Any]:
+    """At which precision a vLLM configuration runs: weights (``fp8`` when
+    quantized at load), KV cache and activations, each with its bytes per
+    element (for the roofline: fp8 weights halve the weight bytes), and a label
+    for reports, e.g. ``"fp8 weights, bfloat16 KV cache, bfloat16 activations"``."""
+    dt = str(cfg.get("dtype", "auto"))
+    act = model_dtype if dt == "auto" else dt
+    weights = "fp8" if cfg.get("quantization") == "fp8" else act
+    kv = str(cfg.get("kv_cache_dtype", "auto"))
+    kv = act if kv == "auto" else ("fp8" if kv.startswith("fp8") else kv)
+    return {"weights": weights, "kv_cache": kv, "activations": act,
+            "weight_bytes": _BYTES.get(weights, 2), "kv_bytes": _BYTES.get(kv, 2), "activation_bytes": _BYTES.get(act, 2),
+            "label": f"{weights} weights, {kv} KV cache, {act} activations"}

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Issue 13: an unattended `inferloom optimize` session of vLLM 0.26.0 on one H200
+# (Llama-3.1-8B shape, random bf16 weights, c64 256 in / 128 out), resumable
+# across the device's 10-minute call limit.
+#
+#   bash benchmarks/gpu_vllm_session.sh STEP...     STEPs run in order:
+#     bundle         copy the bundle part(s) this call carries (.whl/vllm/cN) into /tmp/vl; once every
+#                    part and SHA256 are there, check, unpack into /tmp/vllm-site and write /tmp/vllm-py
+#                    (exactly as ../shared/gpu/vllm-lean-bundle.sh says); a no-op when /tmp/vllm-py runs
+#     model          write the llama-3.1-8b preset (seeded random bf16 weights, built on the GPU; config and
+#                    tokenizer built locally) where the vLLM adapter looks for it; a no-op when written
+#     profile NAME   a kernel-level profile of stock through vLLM's /start_profile../stop_profile
+#                    ($OUT/NAME-profile.json; PROFILE_ARGS="--quantization fp8" profiles fp8 weights)
+#     session NAME   run, or resume, the session /tmp/sessions/NAME for at most SESSION_TIMEOUT s
+#                    (default 540, under the call's limit); leaves $OUT/NAME.tgz and $OUT/NAME.log
+#
+# The lead calls it through the device's `run`, back to back (the machine goes back after 30 s idle,
+# and /tmp with it; each call carries at most 64 MiB: one 60 MiB part per call):
+#   call 1  carry [".whl/vllm/c0"]                 bash benchmarks/gpu_vllm_session.sh bundle
+#   call 2  carry [".whl/vllm/c1"]                 bash benchmarks/gpu_vllm_session.sh bundle
+#   call 3  carry [".whl/vllm/c2"]                 bash benchmarks/gpu_vllm_session.sh bundle
+#   call 4  carry [".whl/vllm/c3", ".whl/py"]      bash benchmarks/gpu_vllm_session.sh bundle model session tput
+#   call 5+ carry [".whl/py", ".gpu/tput"]         bash benchmarks/gpu_vllm_session.sh session tput
+#   profile: carry [".whl/py"]                      bash benchmarks/gpu_vllm_session.sh profile stock
+#   goodput: SPEC=examples/llama-3.1-8b-h200-vllm-goodput.yaml bash benchmarks/gpu_vllm_session.sh session goodput
+# (c3 is the last, smaller part, with SHA256: c3 + .whl/py stays under 64 MiB.) When the machine went back
+# between calls, unpack the last $OUT/NAME.tgz into .gpu/ here (`tar xzf NAME.tgz -C .gpu`) and carry
+# .gpu/NAME: the session resumes from that copy, but the bundle (calls 1-4) must be carried again.
+#
+# Here, once (repository root; .whl/ and .gpu/ are git-ignored):
+#   bash ../shared/gpu/vllm-lean-bundle.sh .whl/vllm        # the 4 parts c0..c3, ~5 min
+#   for p in pydantic==2.14.4 pydantic_core==2.50.5 annotated-types typing-inspection "typing-extensions>=4.16" \
+#            optuna sqlalchemy alembic colorlog Mako greenlet; do
+#     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#       -d .whl/py "$p"; done
+# Env: SPEC (default examples/llama-3.1-8b-h200-vllm.yaml), BUDGET_MIN (20), MAX_TRIALS (8),
+# SESSION_TIMEOUT (540), OPTIMIZE_ARGS (e.g. --no-sweep), KB (/tmp/inferloom-kb.sqlite).
+set -uo pipefail
+OUT=${OUT:-runs/gpu-vllm-session}; mkdir -p "$OUT"
+VL=${VL:-/tmp/vl} SITE=${SITE:-/tmp/vllm-site} VPY=${VPY:-/tmp/vllm-py}  # the bundle header's paths
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+
+bundle() {
+  if [ -x "$VPY" ] && "$VPY" -c "import vllm" 2>/dev/null; then echo "bundle: $VPY already runs vllm"; return 0; fi
+  mkdir -p "$VL"
+  for d in .whl/vllm/c*; do [ -d "$d" ] && cp -n "$d"/* "$VL"/ && echo "bundle: copied $d ($(du -sh "$d" | cut -f1))"; done
+  local have; have=$(ls "$VL"/lean-vllm.tar.xz.part-* 2>/dev/null | wc -l)
+  if [ ! -f "$VL/SHA256" ]; then
+    echo "bundle: $have part(s) in $VL, SHA256 not yet (it comes with the last part, c3): carry the next" \
+         "part in the next call, back to back (the machine and /tmp go back after 30 s idle)"; return 0; fi
+  local i=0; for p in "$VL"/lean-vllm.tar.xz.part-*; do
+    [ "$p" = "$VL/lean-vllm.tar.xz.part-$(printf %02d $i)" ] || {
+      echo "bundle: part $(printf %02d $i) missing in $VL (have: $(cd "$VL" && ls lean-vllm.tar.xz.part-* | tr '\n' ' '))." \
+           "The machine went back between calls: carry .whl/vllm/c0..c3 again, one per call, back to back"; return 1; }
+    i=$((i+1)); done
+  (cd "$VL" && cat lean-vllm.tar.xz.part-* > lean-vllm.tar.xz && sha256sum -c SHA256) || {
+    echo "bundle: checksum failed: rebuild the parts (../shared/gpu/vllm-lean-bundle.sh) and carry them again"; return 1; }
+  mkdir -p "$SITE" && xz -dc -T16 "$VL/lean-vllm.tar.xz" | tar -x -C "$SITE" || { echo "bundle: unpacking failed"; return 1; }
+  printf '#!/bin/bash\nexport PYTHONPATH=%s/nvidia_cutlass_dsl/dsl_packages:%s\nexec python3 "$@"\n' "$SITE" "$SITE" > "$VPY"
+  chmod +x "$VPY"; rm -f "$VL"/lean-vllm.tar.xz*
+  "$VPY" -c "import vllm; print('bundle: vllm', vllm.__version__, 'from', vllm.__file__)" || {
+    echo "bundle: $VPY does not import vllm"; return 1; }
+}
+
+pywheels() {  # pydantic / optuna / sqlalchemy for inferloom itself (the image lacks them)
+  python3 -c "import pydantic, optuna, sqlalchemy" 2>/dev/null && return 0
+  local w; w=$(ls .whl/py/*.whl 2>/dev/null || ls .whl/*.whl 2>/dev/null)
+  [ -n "$w" ] || { echo "session: no pydantic/optuna/sqlalchemy here and no wheels in .whl/py: carry .whl/py" \
+                        "(see this script's header for the download)"; return 1; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $w || return 1
+}
+
+model() {
+  PYTHONPATH=$PWD/src:/tmp/site python3 - <<'EOF' || return 1
+import time
+from inferloom.models.preset_dir import save_preset
+from inferloom.models.tokenizer import cache_root
+d = cache_root() / "server-models" / "llama-3.1-8b-seed0-bfloat16"  # vllm_launch.server_model_dir's path
+if (d / "config.json").is_file():
+    print(f"model: {d} already written")
+else:
+    t0 = time.perf_counter()
+    save_preset("llama-3.1-8b", d, seed=0, dtype="bfloat16", device="cuda")
+    print(f"model: wrote {d} in {time.perf_counter() - t0:.0f} s")
+EOF
+}
+
+session() {
+  local name=${1:?session NAME}
+  [ -x "$VPY" ] || { echo "session: $VPY is missing: run the bundle step first (calls 1-4 of the header)"; return 1; }
+  pywheels || return 1
+  export PYTHONPATH=$PWD/src:/tmp/site
+  local KB=${KB:-/tmp/inferloom-kb.sqlite}
+  [ -f "$KB" ] || { [ -f ".gpu/$name/kb.sqlite" ] && cp ".gpu/$name/kb.sqlite" "$KB"; }
+  export INFERLOOM_KB=$KB INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
+  local dir=/tmp/sessions/$name; mkdir -p /tmp/sessions
+  [ -d "$dir" ] || { [ -f ".gpu/$name/state.json" ] && cp -r ".gpu/$name" "$dir" && echo "session: resuming the carried copy"; }
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$OUT/$name.log"
+  local cmd
+  if [ -f "$dir/state.json" ]; then cmd=(resume "$dir"); else
+    cmd=(optimize "${SPEC:-examples/llama-3.1-8b-h200-vllm.yaml}" --budget-minutes "${BUDGET_MIN:-20}"
+         --max-trials "${MAX_TRIALS:-8}" --out "$dir" ${OPTIMIZE_ARGS:-}); fi
+  # the call's whole time stays under CALL_S (default 560 of the 600 s limit): the bundle and model
+  # steps of this call count, and 30 s are kept for SIGINT to stop the servers (inferloom's atexit)
+  local left=$(( ${CALL_S:-560} - SECONDS - 30 )); local t=${SESSION_TIMEOUT:-540}; [ "$left" -lt "$t" ] && t=$left
+  [ "$t" -ge 60 ] || { echo "session: only ${t} s left in this call: run the session in the next call"; return 0; }
+  echo "session: inferloom ${cmd[*]} (cut at ${t} s; the next call resumes)" | tee -a "$OUT/$name.log"
+  timeout -s INT -k 30 "$t" python3 -m inferloom.cli "${cmd[@]}" 2>&1 | tee -a "$OUT/$name.log"
+  echo "exit: ${PIPESTATUS[0]} (124: cut by the timeout; resume with the same command)" | tee -a "$OUT/$name.log"
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tee -a "$OUT/$name.log"  # should be empty
+  cp "$KB" "$dir/kb.sqlite" 2>/dev/null
+  tar czf "$OUT/$name.tgz" -C /tmp/sessions "$name"
+}
+
+profile() {  # a kernel-level profile of stock through vLLM's own profiler (benchmarks/vllm_profile_stock.py)
+  local name=${1:?profile NAME}
+  [ -x "$VPY" ] || { echo "profile: $VPY is missing: run the bundle step first"; return 1; }
+  pywheels || return 1
+  PYTHONPATH=$PWD/src:/tmp/site timeout -s INT -k 30 "${PROFILE_TIMEOUT:-400}" python3 benchmarks/vllm_profile_stock.py \
+    "${SPEC:-examples/llama-3.1-8b-h200-vllm.yaml}" --out "$OUT/$name-profile.json" ${PROFILE_ARGS:-} 2>&1 | tee -a "$OUT/$name.log"
+}
+
+[ $# -gt 0 ] || { sed -n '2,20p' "$0"; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    bundle) bundle || exit 1; shift;;
+    model) model || exit 1; shift;;
+    session) session "${2:-}" || exit 1; shift 2;;
+    profile) profile "${2:-}" || exit 1; shift 2;;
+    *) echo "unknown step '$1': expected bundle, model, session NAME or profile NAME"; exit 2;;
+  esac
+done

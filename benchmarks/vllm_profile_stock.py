@@ -1,0 +1,44 @@
+"""Issue 13: a kernel-level profile of stock vLLM through the server's own
+profiler (``/start_profile`` .. ``/stop_profile``), with the roofline of the
+model's shape, for docs/benchmarks.md.
+
+    python benchmarks/vllm_profile_stock.py examples/llama-3.1-8b-h200-vllm.yaml --out prof.json [--quantization fp8]
+
+Prints the category shares (device kernels on a GPU; idle = no kernel running
+between the first and last kernel) and the top kernels; writes the whole
+result as JSON. The profiled run's throughput includes profiler overhead:
+take throughput from a session, not from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from inferloom.measure.server_profile import profile_server
+from inferloom.spec import load_spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("spec")
+    ap.add_argument("--out", required=True, help="JSON result")
+    ap.add_argument("--traces", default="/tmp/vllm-traces", help="where the server writes its traces")
+    ap.add_argument("--quantization", default=None, help="profile a configuration with this knob (e.g. fp8)")
+    a = ap.parse_args(argv)
+    spec = load_spec(a.spec)
+    cfg = {"quantization": a.quantization} if a.quantization else {}
+    res = profile_server(spec, cfg, a.traces, log_dir=Path(a.traces) / "logs")
+    Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+    print(f"profile ({res['how']}, {res['source']}): wall {res['wall_s']:.3f} s, busy {res['busy_s']:.3f} s")
+    for cat, v in res["categories"].items():
+        print(f"  {cat:14s} {v['share'] * 100:5.1f}%")
+    for t in res["top_ops"]:
+        print(f"  {t['share'] * 100:5.1f}%  {t['count']:6d}x  {t['name'][:100]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
