@@ -354,7 +354,8 @@ def _time(b: dict[str, Any]) -> str:
     servers = (f"<p>{sv['starts']} server starts ({sv['restarts']} restarts, {sv['failed']} failed; compile cache warm "
                f"{sv['compile_cache_warm']}, cold {sv['compile_cache_cold']}), one ledger entry each.</p>") if sv else ""
     return (f"<p>Total from the close entry {_cite(b.get('close_ledger_seq'))}; the parts are sums over the measurement "
-            "entries' timings (server start-up: over the server start entries), the harness is the rest.</p>"
+            "entries' timings" + (" (server start-up: over the server start entries)" if "server_startup" in t else "")
+            + ", the harness is the rest.</p>"
             + _table([("", False), ("seconds", True), ("share", True)], rows) + servers)
 
 
