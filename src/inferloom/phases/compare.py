@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.measure import protocol as proto
 from inferloom.measure import quality as Q
 from inferloom.measure import quality_floor as QF
 from inferloom.measure.metrics import get_metric, output_tokens_per_s
+from inferloom.measure.reference_store import load_references, save_references
 from inferloom.platform_audit import EnergyMeter
 from inferloom.spec import objective_label
 from inferloom.workloads.base import AdapterError, OwnObjective, OwnQualityGate, RunRecord, ServerReuse
@@ -38,9 +40,10 @@ class References:
     (deterministic: the same stock configuration and prompts give the same
     outputs, so a resumed session recaptures identical references)."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path | None = None) -> None:
         self.sets: dict[str, Q.Reference] = {}
         self.config: dict[str, Any] | None = None  # the stock configuration they came from
+        self.path = path  # a session's quality_refs.pt: loaded before capturing, written after (reference_store)
 
 
 def reference_sets(adapter: Any, needed: Sequence[str]) -> tuple[str, ...]:
@@ -57,6 +60,15 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
     missing = [n for n in names if n not in refs.sets]
     if not missing or isinstance(adapter, OwnQualityGate):  # the workload's own gate judges quality
         return refs
+    if refs.path is not None:  # a resumed session: the references it started with, if stock is the same
+        stored = load_references(refs.path, stock_cfg)
+        if stored:
+            refs.config = dict(stock_cfg)
+            refs.sets.update({n: r for n, r in stored.items() if n not in refs.sets})
+            missing = [n for n in names if n not in refs.sets]
+            if not missing:
+                progress(f"quality: stock's reference outputs read from {refs.path.name}")
+                return refs
     progress(f"quality: capturing stock's reference outputs ({', '.join(missing)})")
     refs.config = dict(stock_cfg)
     sets = Q.quality_prompt_sets(spec, adapter)
@@ -67,6 +79,8 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
     finally:
         if handle is None:
             adapter.release(h)
+    if refs.path is not None:
+        save_references(refs.path, stock_cfg, refs.sets)
     return refs
 
 

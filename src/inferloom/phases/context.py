@@ -25,6 +25,7 @@ from inferloom.agents.base import Critic, Orchestrator, Robustness
 from inferloom.kernels.base import KernelBackend
 from inferloom.measure.protocol import ProtocolSettings
 from inferloom.phases.common import jsonable, step_key
+from inferloom.measure.reference_store import FILE as REFS_FILE
 from inferloom.phases.compare import References
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState, save_state
@@ -111,7 +112,7 @@ class SessionContext:
         self.adapter_factory = adapter_factory
         self.knobs: list[Knob] = adapter.knob_space()
         self.settings = ProtocolSettings.from_spec(spec.protocol)
-        self.refs = References()  # stock's quality references, captured once per process
+        self.refs = References(directory / REFS_FILE)  # stock's quality references, captured once per session
         self.ledger = L.Ledger(directory)
         self._tick_t = clock()
 
