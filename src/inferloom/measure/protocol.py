@@ -47,8 +47,8 @@ An A/A run (two independently prepared stock handles through
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -60,7 +60,7 @@ from inferloom.measure.sequential import SeqLook, sequential_look
 from inferloom.workloads.base import RunRecord
 
 __all__ = ["Verdict", "ProtocolSettings", "Decision", "Pair", "ProtocolResult", "planned_looks", "decide",
-           "sequential_decision", "decision_at", "run_paired", "noise_floor"]
+           "sequential_decision", "decision_at", "run_paired", "with_prior", "noise_floor"]
 
 
 def sequential_decision(log_ratios: Sequence[float], settings: ProtocolSettings, *,
@@ -93,7 +93,8 @@ def _as_decision(lk: SeqLook, d: np.ndarray, settings: ProtocolSettings, n_looks
         t_ci_high=None, design="sequential", stop=lk.stop, reason=lk.reason, se_log=lk.se, df=lk.df,
         budget=lk.budget, sigma_budget=lk.sigma, info_fraction=lk.t, alpha_spent=lk.alpha_spent,
         beta_spent=lk.beta_spent, crit_keep_z=lk.c_z, crit_keep=lk.c_t, crit_futility=lk.f_t,
-        futility_high=math.exp(lk.fut_hi) if lk.fut_hi is not None else None, target_gain=settings.target_gain)
+        futility_high=math.exp(lk.fut_hi) if lk.fut_hi is not None else None, futility_gain=math.exp(lk.g_fut),
+        target_gain=settings.target_gain)
 
 
 def decision_at(log_ratios: Sequence[float], settings: ProtocolSettings, *, every_pair: bool = False) -> Decision:
@@ -228,6 +229,17 @@ def run_paired(
                 return ProtocolResult(verdict=decision.verdict, pairs=pairs, decision=decision,
                                       settings=settings_d, seed_base=seed_base, looks=looks)
     raise AssertionError("unreachable: the last planned look is max_pairs and is final")
+
+
+def with_prior(settings: ProtocolSettings, noise: Mapping[str, Any] | None) -> ProtocolSettings:
+    """``settings`` with the A/A's per-pair sd as the budget's prior (sequential design; a noise block
+    from :func:`noise_floor`); unchanged without a usable A/A or for the bonferroni design."""
+    if settings.design != "sequential" or not noise:
+        return settings
+    sd, n = noise.get("sd_log_ratio"), noise.get("n_pairs")
+    if not isinstance(sd, (int, float)) or not math.isfinite(sd) or sd < 0 or not isinstance(n, int) or n < 2:
+        return settings
+    return replace(settings, prior_sd=float(sd), prior_df=n - 1)
 
 
 def noise_floor(result: ProtocolResult) -> dict[str, Any]:

@@ -125,6 +125,7 @@ class Decision:
     crit_keep: float | None = None
     crit_futility: float | None = None
     futility_high: float | None = None
+    futility_gain: float | None = None
     target_gain: float | None = None
 
     @property

@@ -34,8 +34,10 @@ worth reaching is ``g_f = max(log(1 + target_gain), g + z * sigma *
 sqrt(1.1 / N))``: the target, or, when the noise is too high for the target
 within ``max_pairs``, the smallest gain the budget can resolve with ``power``.
 Beta is spent evenly (``beta * t``); at look ``k`` the increment ``b_k`` is
-tested on its own (union bound): revert iff ``mean + f_k * se < g_f`` with
-``f_k`` the t quantile of ``1 - b_k``: a gain worth keeping is out of reach.
+tested on its own (union bound): revert iff ``mean + f_k * sigma / sqrt(n) <
+g_f`` with ``f_k`` the t quantile of ``1 - b_k`` at ``df`` plus the A/A's
+degrees of freedom (a futility stop never keeps, so it may lean on the A/A's
+sd, pooled into ``sigma``): a gain worth keeping is out of reach.
 Also revert iff the whole interval lies below the minimum gain. Otherwise
 continue, or inconclusive at the final look.
 """
@@ -120,8 +122,10 @@ def keep_boundaries(info: tuple[int, ...], cum_alpha: tuple[float, ...]) -> tupl
             u = np.linspace(-10.0 * sd_i, min(b, float(s[-1]) + 10.0 * dsd), GRID)
             f = (_pdf((u[:, None] - s[None, :]) / dsd) / dsd) @ mass
             s = u
-        w = np.full(s.size, s[1] - s[0])
-        w[0] = w[-1] = (s[1] - s[0]) / 2.0
+        w = np.full(s.size, 2.0)  # Simpson's rule (GRID is odd)
+        w[1:-1:2] = 4.0
+        w[0] = w[-1] = 1.0
+        w *= (s[1] - s[0]) / 3.0
         out.append(c)
         prev_i, prev_a = i, a
     return tuple(out)
@@ -155,6 +159,7 @@ class SeqLook:
     lo: float
     hi: float
     fut_hi: float | None  # mean + f_t * se
+    g_fut: float          # the gain worth reaching (log): futility reverts when fut_hi is below it
     final: bool
     verdict: str          # keep / revert / continue / inconclusive
     stop: str | None      # efficacy / futility / below_min_gain / budget
@@ -190,9 +195,12 @@ def sequential_look(d: Sequence[float], looks: Sequence[int], *, alpha: float, b
         c_z = keep_boundaries(tuple(ns), tuple(cum))[-1]
         c_t = float(stats.t.isf(stats.norm.sf(c_z), df)) if math.isfinite(c_z) else math.inf
         b_cum = spent(t, beta, FUTILITY_SPENDING)
-        f_t = float(stats.t.isf(b_cum - b_prev, df)) if b_cum > b_prev else None
+        # futility never keeps, so it may lean on the A/A: the pooled sd and its degrees of freedom
+        df_f = df + (prior_df if prior_sd is not None and prior_df > 0 else 0)
+        se_f = sig / math.sqrt(n)
+        f_t = float(stats.t.isf(b_cum - b_prev, df_f)) if b_cum > b_prev else None
         lo, hi = (mean - c_t * se, mean + c_t * se) if se > 0 else (mean, mean)
-        fut_hi = (mean + f_t * se if se > 0 else mean) if f_t is not None else None
+        fut_hi = (mean + f_t * se_f if se_f > 0 else mean) if f_t is not None else None
         pct = 100.0 * min_gain
         if lo > g:
             verdict, stop = "keep", "efficacy"
@@ -212,7 +220,7 @@ def sequential_look(d: Sequence[float], looks: Sequence[int], *, alpha: float, b
         else:
             verdict, stop, reason = "continue", None, f"continue: {n} of a {nb}-pair budget"
         out.append(SeqLook(n_pairs=n, mean=mean, se=se, df=df, sigma=sig, budget=nb, t=t, alpha_spent=cum[-1],
-                           beta_spent=b_cum, c_z=c_z, c_t=c_t, f_t=f_t, lo=lo, hi=hi, fut_hi=fut_hi, final=final,
+                           beta_spent=b_cum, c_z=c_z, c_t=c_t, f_t=f_t, lo=lo, hi=hi, fut_hi=fut_hi, g_fut=g_fut, final=final,
                            verdict=verdict, stop=stop, reason=reason))
         if final or (until_decisive and verdict != "continue"):
             break
