@@ -1,11 +1,28 @@
 """Calibrate the measurement protocol on synthetic sources with a known truth.
 
-For each true ratio, run the full protocol (sequential looks, bootstrap, t
-guard) many times on two sources whose throughput differs by exactly that
-ratio, with lognormal per-run noise, and count the verdicts. This is how the
-false-keep rate and the power quoted in docs/protocol.md were measured.
+For each noise model and true ratio, simulate many protocol runs and count the
+verdicts: the false-keep rate (a keep at a true ratio of 1.00, or just under
+the minimum gain), the power (keeps at a real gain) and the mean pairs used.
+The sequential design (the default) is run through the same pure function the
+protocol uses (:func:`inferloom.measure.protocol.sequential_decision`); the
+legacy Bonferroni/bootstrap design (``--legacy``, slower) through
+:func:`inferloom.measure.protocol.decide`. Each simulated session also gets
+an A/A (stock against itself, ``max_pairs`` pairs, same noise model): its sd
+is the budget's prior, and the session keep rule (protocol keep and the
+interval's lower end clearing the A/A floor ``|ratio_AA - 1|``) is applied in
+the ``session keep`` column. Noise models (per-run log-throughput):
 
-    .venv/bin/python benchmarks/protocol_calibration.py --trials 1000 --noise 0.05
+* ``gauss1/3/5``: Gaussian, sd 1/3/5% per run;
+* ``t3``: Student t with 3 d.f., scale 5% (heavy tails);
+* ``drift``: 3% Gaussian plus a drift shared by both arms, -25% over the run;
+* ``order``: 3% Gaussian plus a 4% advantage for whichever run goes second;
+* ``stalls``: 2% Gaussian plus 10% of runs stalling (40% slower);
+* ``instance1/3``: 1% / 3% Gaussian plus an instance effect: one arm's
+  instance is 3-6% slower (uniform, drawn per session) for its whole life: in
+  the A/A a random one of the two stock instances, in the trial the baseline's
+  (the direction that favours the candidate: the worst case).
+
+    PYTHONPATH=src .venv/bin/python benchmarks/protocol_calibration.py --trials 2000
 """
 
 from __future__ import annotations
@@ -13,47 +30,126 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from collections import Counter
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
-from inferloom.measure.protocol import ProtocolSettings, run_paired
-from inferloom.workloads.base import RunRecord
+from inferloom.measure.protocol import ProtocolSettings, decide, planned_looks, sequential_decision
+from inferloom.measure.sequential import trimmed_stats
+
+MODELS: dict[str, dict[str, Any]] = {
+    "gauss1": {"noise": 0.01}, "gauss3": {"noise": 0.03}, "gauss5": {"noise": 0.05},
+    "t3": {"noise": 0.05, "t3": True}, "drift": {"noise": 0.03, "drift": -0.25},
+    "order": {"noise": 0.03, "order": 0.04}, "stalls": {"noise": 0.02, "stall_p": 0.10, "stall": 0.40},
+    "instance1": {"noise": 0.01, "instance": (0.03, 0.06)}, "instance3": {"noise": 0.03, "instance": (0.03, 0.06)},
+}
+LABELS = {"gauss1": "1% Gaussian", "gauss3": "3% Gaussian", "gauss5": "5% Gaussian", "t3": "5% scale, t 3 d.f.",
+          "drift": "3% + shared drift -25%", "order": "3% + 4% order effect", "stalls": "2% + 10% stalls (40% slower)",
+          "instance1": "1% + instance effect 3-6%", "instance3": "3% + instance effect 3-6%"}
 
 
-def _arm(mult: float, noise: float, rng: np.random.Generator):
-    def run(seed: int) -> RunRecord:
-        tps = 1000.0 * mult * math.exp(noise * rng.standard_normal())
-        return RunRecord(config_id=str(mult), seed=seed, success=True, wall_s=100.0 / tps,
-                         output_tokens=100, expected_output_tokens=100, num_requests=1)
-    return run
+def simulate(model: dict[str, Any], ratio: float, trials: int, pairs: int, rng: np.random.Generator,
+             *, aa: bool = False, inst: np.ndarray | None = None) -> np.ndarray:
+    """Paired log-ratios ``log(B/A)``, shape (trials, pairs), pair ``i`` in order AB (even i) or BA (odd i)."""
+    idx = np.arange(pairs)
+    pos_a = np.where(idx % 2 == 0, 2 * idx, 2 * idx + 1)  # run index of A within the whole protocol run
+    pos_b = np.where(idx % 2 == 0, 2 * idx + 1, 2 * idx)
+
+    def noise() -> np.ndarray:
+        if model.get("t3"):
+            return model["noise"] * rng.standard_t(3, size=(trials, pairs))
+        return model["noise"] * rng.standard_normal((trials, pairs))
+
+    ya, yb = noise(), noise() + math.log(ratio)
+    if "drift" in model:
+        drift = np.log1p(model["drift"] * np.arange(2 * pairs) / (2 * pairs - 1))
+        ya, yb = ya + drift[pos_a], yb + drift[pos_b]
+    if "order" in model:
+        second = math.log1p(model["order"])
+        ya, yb = ya + np.where(pos_a % 2 == 1, second, 0.0), yb + np.where(pos_b % 2 == 1, second, 0.0)
+    if "stall_p" in model:
+        slow = -math.log1p(model["stall"])
+        ya = ya + np.where(rng.random((trials, pairs)) < model["stall_p"], slow, 0.0)
+        yb = yb + np.where(rng.random((trials, pairs)) < model["stall_p"], slow, 0.0)
+    if inst is not None:
+        slow = np.log1p(-inst)[:, None]
+        if aa:  # a random one of the two stock instances
+            which = rng.random(trials) < 0.5
+            ya, yb = ya + np.where(which[:, None], slow, 0.0), yb + np.where(which[:, None], 0.0, slow)
+        else:  # the baseline's instance: the candidate looks faster
+            ya = ya + slow
+    return yb - ya
+
+
+def run_cell(model: dict[str, Any], ratio: float, trials: int, settings: ProtocolSettings, seed: int,
+             legacy: bool = False) -> dict[str, float]:
+    rng = np.random.default_rng(seed)
+    inst = rng.uniform(*model["instance"], size=trials) if "instance" in model else None
+    d = simulate(model, ratio, trials, settings.max_pairs, rng, inst=inst)
+    d_aa = simulate(model, 1.0, trials, settings.max_pairs, rng, aa=True, inst=inst)
+    looks = planned_looks(settings)
+    counts = {"keep": 0, "revert": 0, "inconclusive": 0, "session_keep": 0}
+    pairs = 0
+    for i in range(trials):
+        aa_mean, aa_se, _ = trimmed_stats(d_aa[i], settings.trim)
+        floor = abs(math.expm1(aa_mean))
+        if legacy:
+            for n in looks:
+                dec = decide(d[i, :n], settings, final=n == settings.max_pairs, n_looks=len(looks))
+                if dec.verdict != "continue":
+                    break
+            verdict, lo, n_used = dec.verdict, dec.ci_low, dec.n_pairs
+        else:
+            st = replace(settings, prior_sd=float(np.std(d_aa[i], ddof=1)), prior_df=settings.max_pairs - 1)
+            look = sequential_decision(d[i], st)
+            verdict, lo, n_used = look.verdict, math.exp(look.lo), look.n_pairs
+        counts[verdict] += 1
+        counts["session_keep"] += verdict == "keep" and lo - 1.0 > floor
+        pairs += n_used
+    return {k: v / trials for k, v in counts.items()} | {"pairs": pairs / trials}
+
+
+def mc_error(p: float, n: int) -> float:
+    """Binomial standard error of a rate ``p`` over ``n`` trials (at least that of one event)."""
+    return math.sqrt(max(p, 1.0 / n) * (1 - max(p, 1.0 / n)) / n)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=1000)
-    ap.add_argument("--noise", type=float, default=0.05, help="lognormal sd per run")
-    ap.add_argument("--resamples", type=int, default=1999)
-    ap.add_argument("--ratios", default="0.90,1.00,1.01,1.03,1.05,1.10,1.20")
-    ap.add_argument("--no-t-guard", action="store_true")
+    ap.add_argument("--trials", type=int, default=2000, help="simulated protocol runs per cell")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--ratios", default="auto", help="comma-separated true ratios B/A; auto: 1.00, 1.009 (just "
+                    "under the +1%% minimum gain), 1.05, and for 3%% Gaussian also 1.03 and 1.10")
+    ap.add_argument("--legacy", action="store_true", help="the legacy design (Bonferroni looks, bootstrap + t)")
+    ap.add_argument("--resamples", type=int, default=999, help="bootstrap resamples (legacy only)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a protocol setting")
     args = ap.parse_args()
-    settings = ProtocolSettings(bootstrap_resamples=args.resamples, t_guard=not args.no_t_guard)
+    over: dict[str, Any] = {}
+    for kv in args.set:
+        k, v = kv.split("=", 1)
+        over[k] = type(getattr(ProtocolSettings(), k))(v) if not isinstance(getattr(ProtocolSettings(), k), bool) \
+            else v.lower() in ("1", "true", "yes")
+    if args.legacy:
+        over = {"design": "bonferroni", "confidence": 0.95, "min_pairs": 5, "max_pairs": 15, "pair_step": 2,
+                "bootstrap_resamples": args.resamples, **over}
+    settings = ProtocolSettings(**over)
     print(f"settings: {settings.to_dict()}")
-    print(f"noise sd per run {args.noise}, {args.trials} trials per ratio\n")
-    print("| true ratio | keep | revert | inconclusive | mean pairs |")
-    print("| --- | --- | --- | --- | --- |")
-    for r in (float(x) for x in args.ratios.split(",")):
-        counts: Counter[str] = Counter()
-        pairs = 0
-        t0 = time.perf_counter()
-        for trial in range(args.trials):
-            rng = np.random.default_rng(1_000_000 + trial)
-            res = run_paired(_arm(1.0, args.noise, rng), _arm(r, args.noise, rng), settings, seed_base=trial * 100)
-            counts[res.verdict] += 1
-            pairs += len(res.pairs)
-        n = args.trials
-        print(f"| {r:.2f} | {counts['keep'] / n:.1%} | {counts['revert'] / n:.1%} | "
-              f"{counts['inconclusive'] / n:.1%} | {pairs / n:.1f} |  ({time.perf_counter() - t0:.0f}s)")
+    print(f"{args.trials} trials per cell; Monte-Carlo standard error of a rate p: sqrt(p(1-p)/{args.trials}) "
+          f"(0.22 points at 1%)\n")
+    print("| noise model | true ratio | keep | session keep | revert | inconclusive | mean pairs |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    t_all = time.perf_counter()
+    for mi, name in enumerate(args.models.split(",")):
+        ratios = args.ratios if args.ratios != "auto" else \
+            ("1.00,1.009,1.03,1.05,1.10" if name == "gauss3" else "1.00,1.009,1.05")
+        for ri, r in enumerate(float(x) for x in ratios.split(",")):
+            t0 = time.perf_counter()
+            c = run_cell(MODELS[name], r, args.trials, settings, seed=1_000 * mi + ri, legacy=args.legacy)
+            print(f"| {LABELS[name]} | {r:.3f} | {c['keep']:.2%} | {c['session_keep']:.2%} | {c['revert']:.1%} | "
+                  f"{c['inconclusive']:.1%} | {c['pairs']:.1f} |  <!-- {time.perf_counter() - t0:.0f}s -->",
+                  flush=True)
+    print(f"\ntotal {time.perf_counter() - t_all:.0f}s")
 
 
 if __name__ == "__main__":

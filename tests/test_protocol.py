@@ -21,6 +21,10 @@ from inferloom.workloads.base import RunRecord
 
 FAST = ProtocolSettings(bootstrap_resamples=999)
 ZERO_GAIN = replace(FAST, min_gain=0.0)
+# the bonferroni design as it was the default before the sequential one (results written then read with it)
+BONF = ProtocolSettings(design="bonferroni", confidence=0.95, min_pairs=5, max_pairs=15, pair_step=2,
+                        bootstrap_resamples=999)
+BONF_ZERO_GAIN = replace(BONF, min_gain=0.0)
 NOISE = 0.05  # lognormal sd per run
 
 
@@ -46,9 +50,12 @@ def protocol(ratio: float, seed: int, settings: ProtocolSettings = FAST, **kw):
 
 def test_settings_from_spec_and_validation():
     s = ProtocolSettings.from_spec(ProtocolSpec())
-    assert (s.min_gain, s.confidence, s.min_pairs, s.max_pairs, s.pair_step) == (0.01, 0.95, 5, 15, 2)
+    assert (s.design, s.min_gain, s.confidence, s.min_pairs, s.max_pairs, s.pair_step) == \
+        ("sequential", 0.01, 0.98, 6, 30, 4)
+    assert (s.target_gain, s.power, s.futility_error, s.trim, s.spending_power) == (0.03, 0.9, 0.05, 0.05, 4.0)
     assert (s.warmup_runs, s.bootstrap_resamples, s.bootstrap_seed) == (1, 4999, 12345)
-    assert planned_looks(s) == [5, 7, 9, 11, 13, 15]
+    assert planned_looks(s) == [6, 10, 14, 18, 22, 26, 30]
+    assert planned_looks(BONF) == [5, 7, 9, 11, 13, 15]
     assert planned_looks(ProtocolSettings(min_pairs=5, max_pairs=10, pair_step=3)) == [5, 8, 10]
     with pytest.raises(ValueError, match="max_pairs"):
         ProtocolSettings.from_spec(ProtocolSpec(min_pairs=8, max_pairs=6))
@@ -58,9 +65,9 @@ def test_settings_from_spec_and_validation():
 
 def test_settings_take_every_default_and_bound_from_the_spec():
     """One source per setting: ProtocolSpec declares each default and bound;
-    ProtocolSettings adds only t_guard."""
+    ProtocolSettings adds only t_guard and the A/A prior (prior_sd, prior_df)."""
     spec_fields = ProtocolSpec.model_fields
-    assert {f.name for f in fields(ProtocolSettings)} == set(spec_fields) | {"t_guard"}
+    assert {f.name for f in fields(ProtocolSettings)} == set(spec_fields) | {"t_guard", "prior_sd", "prior_df"}
     for f in fields(ProtocolSettings):
         if f.name in spec_fields:
             assert f.default == spec_fields[f.name].default, f.name
@@ -90,7 +97,12 @@ def test_true_zero_is_not_kept():
 def test_true_loss_is_reverted():
     res = protocol(0.90, seed=3)
     assert res.verdict == "revert"
-    assert res.decision.ci_high < 1.01
+    # sequential: a futility stop (a gain worth keeping is out of reach) comes before the whole interval is
+    # below the minimum gain; the decision says which
+    d = res.decision
+    assert d.stop == "futility" and d.futility_high < d.futility_gain and "out of reach" in d.reason
+    old = protocol(0.90, seed=3, settings=BONF)
+    assert old.verdict == "revert" and old.decision.ci_high < 1.01
 
 
 def _rates(ratio: float, trials: int, settings: ProtocolSettings = FAST) -> dict[str, float]:
@@ -118,6 +130,7 @@ def test_power_true_ten_percent():
 
 
 def test_decide_constant_data():
+    FAST, ZERO_GAIN = BONF, BONF_ZERO_GAIN  # decide() is the bonferroni design's look
     d = decide([math.log(1.05)] * 6, FAST, final=False, n_looks=6)
     assert d.verdict == "keep" and d.method.startswith("percentile")
     assert d.ci_low == pytest.approx(1.05) and d.ci_high == pytest.approx(1.05)
@@ -128,6 +141,7 @@ def test_decide_constant_data():
 
 
 def test_decide_fields_and_bonferroni():
+    FAST = BONF
     rng = np.random.default_rng(0)
     lr = list(np.log(1.03) + 0.02 * rng.standard_normal(9))
     d = decide(lr, FAST, final=False, n_looks=6)
@@ -184,8 +198,13 @@ def test_abba_order_and_seeds():
 
 
 def test_stops_at_first_decisive_look():
+    # the sequential design spends little error at the first look (O'Brien-Fleming-like), so +50% at 5%
+    # noise is kept at the second look; the bonferroni design kept it at the first
     res = protocol(1.5, seed=9)
-    assert res.verdict == "keep" and len(res.pairs) == FAST.min_pairs
+    assert res.verdict == "keep" and len(res.pairs) == planned_looks(FAST)[1]
+    assert [lk.verdict for lk in res.looks] == ["continue", "keep"] and res.decision.stop == "efficacy"
+    old = protocol(1.5, seed=9, settings=BONF)
+    assert old.verdict == "keep" and len(old.pairs) == BONF.min_pairs
 
 
 def test_failed_run_stops_with_error():
@@ -226,8 +245,10 @@ def test_result_json_roundtrip_keeps_raw_records():
 def test_noise_floor_aa():
     res = protocol(1.0, seed=11, settings=ZERO_GAIN, stop_early=False)
     assert len(res.pairs) == FAST.max_pairs
+    assert [lk.n_pairs for lk in res.looks] == planned_looks(FAST)  # every look, budget max_pairs
+    assert all(lk.budget == FAST.max_pairs for lk in res.looks)
     nf = noise_floor(res)
-    assert nf["n_pairs"] == 15
+    assert nf["n_pairs"] == 30
     assert nf["sd_run_est"] == pytest.approx(NOISE, rel=0.5)
     assert 0.5 < nf["ci_half_width_pct"] < 15
     assert nf["ratio"] == pytest.approx(1.0, abs=0.05)

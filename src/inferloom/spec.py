@@ -101,20 +101,36 @@ class QualitySpec(_Strict):
 
 
 class ProtocolSpec(_Strict):
+    """The measurement protocol (docs/protocol.md). ``design: sequential`` (the default) is the
+    group-sequential trimmed-t design with a noise-following pair budget; ``bonferroni`` the earlier
+    design (Bonferroni looks, bootstrap + t interval), which results written before it name implicitly."""
+
+    design: Literal["sequential", "bonferroni"] = Field(
+        "sequential", description="decision design: sequential (error spending, budget, futility) or bonferroni")
     min_gain: float = Field(0.01, ge=0.0, lt=1.0, description="minimum relative gain to keep")
-    confidence: float = Field(0.95, gt=0.5, lt=1.0)
-    min_pairs: int = _n(5, 3, 200, "interleaved pairs before the first decision")
-    max_pairs: int = _n(15, 3, 200, "interleaved pairs at most (then inconclusive)")
-    pair_step: int = _n(2, 1, 100, "pairs added between decisions")
+    confidence: float = Field(0.98, gt=0.5, lt=1.0, description="two-sided level; a keep's error is (1 - confidence) / 2")
+    min_pairs: int = _n(6, 3, 200, "interleaved pairs before the first decision")
+    max_pairs: int = _n(30, 3, 200, "interleaved pairs at most (then inconclusive)")
+    pair_step: int = _n(4, 1, 100, "pairs added between decisions")
+    target_gain: float = Field(0.03, gt=0.0, lt=1.0, description="sequential: the gain the pair budget is sized to "
+                               "keep with probability `power`; futility stops once it is out of reach")
+    power: float = Field(0.9, ge=0.5, lt=1.0, description="sequential: power at target_gain the budget is sized for")
+    futility_error: float = Field(0.05, ge=0.0, lt=0.5, description="sequential: at most this probability of a "
+                                  "futility stop at a true gain of target_gain")
+    trim: float = Field(0.05, ge=0.0, le=0.25, description="sequential: share trimmed from each end of the log-ratios")
+    spending_power: float = _n(4.0, 0.5, 10.0, "sequential: error spent by information fraction t is t^this")
     warmup_runs: int = _n(1, 1, 100, "untimed runs per configuration first")
-    bootstrap_resamples: int = _n(4999, 199, 100_000, "bootstrap resamples of the interval")
-    bootstrap_seed: int = _n(12345, 0, 2**32 - 1, "seed of the bootstrap")
+    bootstrap_resamples: int = _n(4999, 199, 100_000, "bootstrap resamples of the interval (bonferroni design)")
+    bootstrap_seed: int = _n(12345, 0, 2**32 - 1, "seed of the bootstrap (bonferroni design)")
 
     @model_validator(mode="after")
     def _pairs(self) -> "ProtocolSpec":
         if self.max_pairs < self.min_pairs:
             raise ValueError(f"max_pairs ({self.max_pairs}) is below min_pairs ({self.min_pairs}); "
                              "expected max_pairs >= min_pairs")
+        if self.design == "sequential" and self.target_gain <= self.min_gain:
+            raise ValueError(f"target_gain ({self.target_gain}) must exceed min_gain ({self.min_gain}) "
+                             "for the sequential design")
         return self
 
 

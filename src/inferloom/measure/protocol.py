@@ -7,44 +7,32 @@ Contract
 Design. A candidate B is compared with a baseline A in *pairs* of timed runs.
 Pair ``i`` runs both A and B on the same fresh prompts (prompt seed
 ``seed_base + i``; distinct across pairs). The order within a pair alternates
-A,B then B,A (ABBA counterbalancing, so a linear drift in machine speed
-cancels instead of biasing one arm); the order is recorded per pair.
+A,B then B,A (ABBA counterbalancing, so a linear drift in machine speed, or an
+advantage for whichever run goes second, cancels over two pairs instead of
+biasing one arm); the order is recorded per pair. ``d_i = log(B_i / A_i)`` per
+pair (the objective metric, default output tokens/s).
 
-Statistic. ``d_i = log(B_i / A_i)`` per pair (the objective metric, default
-output tokens/s); the effect is the mean ``d``, reported as the ratio
-``exp(mean d)``. Its confidence interval is a bootstrap of the paired
-differences (``scipy.stats.bootstrap``, method BCa; percentile when BCa
-is undefined, e.g. for constant data), with a fixed seed so that the same data
-always give the same decision.
-
-Small-sample guard (``t_guard``, default on). A bootstrap interval of a mean
-of n values cannot reach beyond the data: its lower bound is never below
-``min(d)``, and ``P(min(d) > true mean)`` is ``2**-n`` for symmetric noise
-(3.1% at n=5), so at the early looks no bootstrap interval can attain a
-per-look level of 99%+, and BCa also ignores the ``t`` vs ``z`` small-sample
-widening. Simulated (5% lognormal noise per run, defaults, 2000 trials), the
-pure bootstrap keeps a candidate whose true gain equals ``min_gain`` in 7.2%
-of trials against a nominal <= 2.5%. With the guard the interval used is the
-union of the bootstrap interval and the Student-t interval at the same level,
-so a decision needs both to clear the threshold: 1.3% in the same simulation
-(power at a true +10%: 94% guarded, 98% unguarded; at +5%: 28% vs 55%).
-Set ``t_guard=False`` for the pure bootstrap.
-
-Sequential looks. The data are examined at ``n = min_pairs, min_pairs +
-pair_step, ..., max_pairs`` (the last look is always ``max_pairs``) and the
-run stops at the first decisive look. Looking repeatedly inflates the error
-rate, so every look uses a Bonferroni-corrected two-sided confidence
-``conf_look = 1 - (1 - confidence) / n_looks`` where ``n_looks`` is the number
-of *planned* looks. By the union bound the probability that any look's
-interval misses the true mean is at most ``1 - confidence`` (as far as the
-bootstrap interval attains its nominal coverage).
+Decision (``settings.design``). ``sequential`` (the default): looks at
+``n = min_pairs, min_pairs + pair_step, ..., max_pairs``; at each, the
+trimmed mean of ``d`` and its Yuen standard error, a keep boundary from an
+error-spending group-sequential design (false keep at most
+``(1 - confidence) / 2`` over all looks), a pair budget sized from the noise
+(the A/A's sd pooled with the pairs so far) for ``power`` at ``target_gain``,
+and a non-binding futility stop once ``target_gain`` is out of reach. The
+decision is one pure function, :func:`sequential_decision` (the statistics in
+:mod:`inferloom.measure.sequential`); each decision states why it stopped
+(``stop``, ``reason``) and keeps its interval (``ci_low`` / ``ci_high``).
+``bonferroni`` (results written before): Bonferroni-corrected looks, a
+bootstrap interval united with the t interval
+(:mod:`inferloom.measure.protocol_bootstrap`). Calibration of both: docs/protocol.md.
 
 Rule. With ``g = log(1 + min_gain)``: **keep** iff the interval's lower bound
-is above ``g``; **revert** iff its upper bound is below ``g`` (the candidate
-is confidently not worth ``min_gain``); otherwise **continue**, or
-**inconclusive** at the last look. A run that fails (``success=False``, or a
-record with no valid timing) stops the protocol at once with verdict
-**failed**; failures are data and every raw record is kept.
+is above ``g``; **revert** iff its upper bound is below ``g`` or (sequential)
+the futility test rejects ``target_gain``; otherwise **continue**, or
+**inconclusive** at the final look (sequential: the look that reaches the
+budget). A run that fails (``success=False``, or a record with no valid
+timing) stops the protocol at once with verdict **failed**; failures are data
+and every raw record is kept.
 
 Warm-up is NOT done here: the caller warms each prepared handle
 (``settings.warmup_runs`` untimed runs) before calling :func:`run_paired`, and
@@ -52,187 +40,72 @@ records compile / warm-up time separately. ``run_a`` / ``run_b`` must only
 perform timed runs.
 
 An A/A run (two independently prepared stock handles through
-:func:`run_paired`, best with ``stop_early=False``) measures the noise floor;
-:func:`noise_floor` reports it.
+:func:`run_paired` with ``stop_early=False``: every pair runs, the budget is
+``max_pairs``) measures the noise floor; :func:`noise_floor` reports it.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
-import warnings
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
 from inferloom.measure.metrics import Metric, output_tokens_per_s
-from inferloom.spec import ProtocolSpec, check_bounds, field_default
+from inferloom.measure.protocol_bootstrap import decide
+from inferloom.measure.protocol_types import Decision, ProtocolSettings, Verdict, planned_looks
+from inferloom.measure.sequential import SeqLook, sequential_look
 from inferloom.workloads.base import RunRecord
 
-__all__ = ["Verdict", "ProtocolSettings", "Decision", "Pair", "ProtocolResult",
-           "planned_looks", "decide", "run_paired", "noise_floor"]
-
-Verdict = Literal["keep", "revert", "inconclusive", "continue", "failed"]
-
-# scipy >= 1.15 takes ``rng``; older versions take ``random_state``.
-_RNG_KW = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
+__all__ = ["Verdict", "ProtocolSettings", "Decision", "Pair", "ProtocolResult", "planned_looks", "decide",
+           "sequential_decision", "decision_at", "run_paired", "with_prior", "noise_floor"]
 
 
-def _spec(name: str) -> Any:
-    return field_default(ProtocolSpec, name)
-
-
-@dataclass(frozen=True)
-class ProtocolSettings:
-    """Parameters of the protocol: the spec's ``protocol`` section, built with
-    :meth:`from_spec`, plus ``t_guard``. :class:`~inferloom.spec.ProtocolSpec`
-    declares every default and bound once; direct construction (tests,
-    benchmarks) takes the same defaults and is checked against the same bounds.
-    ``min_gain`` reaches the protocol only through these settings."""
-
-    min_gain: float = _spec("min_gain")
-    confidence: float = _spec("confidence")
-    min_pairs: int = _spec("min_pairs")
-    max_pairs: int = _spec("max_pairs")
-    pair_step: int = _spec("pair_step")
-    warmup_runs: int = _spec("warmup_runs")
-    bootstrap_resamples: int = _spec("bootstrap_resamples")
-    bootstrap_seed: int = _spec("bootstrap_seed")
-    t_guard: bool = True  # also require the Student-t interval to clear g (see module doc); not a spec key
-
-    def __post_init__(self) -> None:
-        spec_keys = ProtocolSpec.model_fields
-        check_bounds(ProtocolSpec, {k: v for k, v in asdict(self).items() if k in spec_keys}, "protocol")
-
-    @classmethod
-    def from_spec(cls, spec: ProtocolSpec) -> "ProtocolSettings":
-        return cls(**spec.model_dump())
-
-    def looks(self) -> list[int]:
-        return planned_looks(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def planned_looks(settings: ProtocolSettings) -> list[int]:
-    """Pair counts at which the data are examined; always ends at ``max_pairs``."""
-    looks = list(range(settings.min_pairs, settings.max_pairs + 1, settings.pair_step))
-    if looks[-1] != settings.max_pairs:
-        looks.append(settings.max_pairs)
-    return looks
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The outcome of one look. All ``ci_*`` bounds are ratios B/A;
-    ``ci_low`` / ``ci_high`` is the interval the verdict used (with the t
-    guard, the union of the bootstrap and t intervals). ``method`` is the
-    bootstrap method actually used, suffixed ``+t`` when guarded."""
-
-    verdict: Verdict
-    n_pairs: int
-    mean_log: float
-    sd_log: float
-    ratio: float
-    ci_low: float
-    ci_high: float
-    confidence: float
-    confidence_per_look: float
-    n_looks: int
-    final: bool
-    method: str
-    bootstrap_seed: int
-    resamples: int
-    min_gain: float
-    boot_ci_low: float
-    boot_ci_high: float
-    t_ci_low: float | None  # None when the t guard is off
-    t_ci_high: float | None
-
-    @property
-    def gain_pct(self) -> float:
-        """Observed relative gain of B over A, in percent."""
-        return (self.ratio - 1.0) * 100.0
-
-    @property
-    def ci_pct(self) -> tuple[float, float]:
-        return ((self.ci_low - 1.0) * 100.0, (self.ci_high - 1.0) * 100.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["gain_pct"] = self.gain_pct
-        return d
-
-
-def _bootstrap_ci(d: np.ndarray, conf: float, settings: ProtocolSettings) -> tuple[float, float, str]:
-    for method in ("BCa", "percentile"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # DegenerateDataWarning / RuntimeWarning on constant data
-            res = stats.bootstrap(
-                (d,), np.mean, n_resamples=settings.bootstrap_resamples, confidence_level=conf,
-                method=method, vectorized=True,
-                **{_RNG_KW: np.random.default_rng(settings.bootstrap_seed)},
-            )
-        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-        if math.isfinite(lo) and math.isfinite(hi):
-            return lo, hi, method
-    # Unreachable for finite data (percentile bounds are order statistics of means),
-    # kept so a surprise can never read as a confident decision.
-    return -math.inf, math.inf, "none"
-
-
-def decide(
-    log_ratios: Sequence[float],
-    settings: ProtocolSettings,
-    *,
-    final: bool,
-    n_looks: int,
-) -> Decision:
-    """Decide on paired log-ratios ``log(B/A)``. Pure: same input, same output.
-
-    ``n_looks`` is the number of planned looks (Bonferroni correction);
-    ``final`` turns "continue" into "inconclusive"; the threshold is
-    ``settings.min_gain``. Needs at least two finite values.
-    """
+def sequential_decision(log_ratios: Sequence[float], settings: ProtocolSettings, *,
+                        every_pair: bool = False) -> SeqLook:
+    """THE decision of the sequential design on the pairs so far: the looks at the planned pair counts up
+    to ``len(log_ratios)``, stopping at the first decisive or final one, which is returned. Pure.
+    ``every_pair`` (an A/A): the budget is ``max_pairs`` whatever the noise, and every look is taken."""
     d = np.asarray(list(log_ratios), dtype=float)
-    if d.ndim != 1 or d.size < 2:
-        raise ValueError(f"decide: need at least 2 paired log-ratios, got {d.size}")
-    if not np.all(np.isfinite(d)):
-        raise ValueError("decide: log-ratios must be finite")
-    if n_looks < 1:
-        raise ValueError(f"decide: n_looks must be >= 1, got {n_looks}")
-    gain = settings.min_gain
-    conf_look = 1.0 - (1.0 - settings.confidence) / n_looks
-    mean = float(d.mean())
-    sd = float(d.std(ddof=1))
-    blo, bhi, method = _bootstrap_ci(d, conf_look, settings)
-    lo, hi = blo, bhi
-    t_lo = t_hi = None
-    if settings.t_guard:
-        half = float(stats.t.ppf(0.5 + conf_look / 2.0, d.size - 1)) * sd / math.sqrt(d.size)
-        t_lo, t_hi = mean - half, mean + half
-        lo, hi = min(blo, t_lo), max(bhi, t_hi)
-        method = f"{method}+t"
-    g = math.log1p(gain)
-    verdict: Verdict
-    if lo > g:
-        verdict = "keep"
-    elif hi < g:
-        verdict = "revert"
-    else:
-        verdict = "inconclusive" if final else "continue"
+    if d.ndim != 1 or d.size < 2 or not np.all(np.isfinite(d)):
+        raise ValueError(f"sequential_decision: need at least 2 finite paired log-ratios, got {d.size}")
+    looks = [n for n in planned_looks(settings) if n <= d.size]
+    if not looks:
+        raise ValueError(f"sequential_decision: {d.size} pairs is before the first look ({settings.min_pairs})")
+    out = sequential_look(
+        d, looks, alpha=settings.alpha, beta=settings.futility_error, power=settings.power,
+        min_gain=settings.min_gain, target_gain=settings.target_gain, trim=settings.trim,
+        rho=settings.spending_power, max_pairs=settings.max_pairs, prior_sd=settings.prior_sd,
+        prior_df=settings.prior_df, until_decisive=not every_pair,
+        fixed_budget=settings.max_pairs if every_pair else None)
+    return out[-1]
+
+
+def _as_decision(lk: SeqLook, d: np.ndarray, settings: ProtocolSettings, n_looks: int) -> Decision:
+    level = 1.0 - 2.0 * float(stats.t.sf(lk.c_t, lk.df)) if math.isfinite(lk.c_t) else 1.0
     return Decision(
-        verdict=verdict, n_pairs=int(d.size), mean_log=mean, sd_log=sd, ratio=math.exp(mean),
-        ci_low=math.exp(lo), ci_high=math.exp(hi), confidence=settings.confidence,
-        confidence_per_look=conf_look, n_looks=n_looks, final=final, method=method,
-        bootstrap_seed=settings.bootstrap_seed, resamples=settings.bootstrap_resamples,
-        min_gain=gain, boot_ci_low=math.exp(blo), boot_ci_high=math.exp(bhi),
-        t_ci_low=math.exp(t_lo) if t_lo is not None else None,
-        t_ci_high=math.exp(t_hi) if t_hi is not None else None,
-    )
+        verdict=lk.verdict, n_pairs=lk.n_pairs, mean_log=lk.mean, sd_log=float(d[:lk.n_pairs].std(ddof=1)),
+        ratio=math.exp(lk.mean), ci_low=math.exp(lk.lo), ci_high=math.exp(lk.hi), confidence=settings.confidence,
+        confidence_per_look=level, n_looks=n_looks, final=lk.final, method="trimmed-t", bootstrap_seed=None,
+        resamples=None, min_gain=settings.min_gain, boot_ci_low=None, boot_ci_high=None, t_ci_low=None,
+        t_ci_high=None, design="sequential", stop=lk.stop, reason=lk.reason, se_log=lk.se, df=lk.df,
+        budget=lk.budget, sigma_budget=lk.sigma, info_fraction=lk.t, alpha_spent=lk.alpha_spent,
+        beta_spent=lk.beta_spent, crit_keep_z=lk.c_z, crit_keep=lk.c_t, crit_futility=lk.f_t,
+        futility_high=math.exp(lk.fut_hi) if lk.fut_hi is not None else None, futility_gain=math.exp(lk.g_fut),
+        target_gain=settings.target_gain)
+
+
+def decision_at(log_ratios: Sequence[float], settings: ProtocolSettings, *, every_pair: bool = False) -> Decision:
+    """The :class:`Decision` of the look on all of ``log_ratios`` (a planned pair count) in either design.
+    Sequential: a look the budget has already made final earlier is not taken again (``run_paired``
+    stops there), except with ``every_pair`` (A/A)."""
+    d = np.asarray(list(log_ratios), dtype=float)
+    n_looks = len(planned_looks(settings))
+    if settings.design == "bonferroni":
+        return decide(d, settings, final=d.size == settings.max_pairs, n_looks=n_looks)
+    return _as_decision(sequential_decision(d, settings, every_pair=every_pair), d, settings, n_looks)
 
 
 @dataclass
@@ -319,7 +192,6 @@ def run_paired(
     always runs ``max_pairs`` pairs; the verdict is then the last look's.
     """
     looks_at = planned_looks(settings)
-    n_looks = len(looks_at)
     pairs: list[Pair] = []
     looks: list[Decision] = []
     settings_d = settings.to_dict()
@@ -348,8 +220,7 @@ def run_paired(
         pairs.append(pair)
         decision: Decision | None = None
         if len(pairs) in looks_at:
-            decision = decide([p.log_ratio for p in pairs], settings,
-                              final=len(pairs) == settings.max_pairs, n_looks=n_looks)
+            decision = decision_at([p.log_ratio for p in pairs], settings, every_pair=not stop_early)
             looks.append(decision)
         if on_pair is not None:
             on_pair(pair, decision)
@@ -358,6 +229,17 @@ def run_paired(
                 return ProtocolResult(verdict=decision.verdict, pairs=pairs, decision=decision,
                                       settings=settings_d, seed_base=seed_base, looks=looks)
     raise AssertionError("unreachable: the last planned look is max_pairs and is final")
+
+
+def with_prior(settings: ProtocolSettings, noise: Mapping[str, Any] | None) -> ProtocolSettings:
+    """``settings`` with the A/A's per-pair sd as the budget's prior (sequential design; a noise block
+    from :func:`noise_floor`); unchanged without a usable A/A or for the bonferroni design."""
+    if settings.design != "sequential" or not noise:
+        return settings
+    sd, n = noise.get("sd_log_ratio"), noise.get("n_pairs")
+    if not isinstance(sd, (int, float)) or not math.isfinite(sd) or sd < 0 or not isinstance(n, int) or n < 2:
+        return settings
+    return replace(settings, prior_sd=float(sd), prior_df=n - 1)
 
 
 def noise_floor(result: ProtocolResult) -> dict[str, Any]:

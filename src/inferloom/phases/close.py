@@ -13,6 +13,7 @@ from typing import Any
 from inferloom.kb import KBError, RecipeStore
 from inferloom.measure.roofline import amdahl_check
 from inferloom.measure.metrics import median_objective
+from inferloom.measure.protocol import with_prior
 from inferloom.phases.audit import record_audit
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
@@ -56,7 +57,7 @@ def final_compare(ctx: SessionContext, st: SessionState) -> None:
     ctx.progress("CLOSE: final stack against stock (paired, quality on the held-out set)")
     ctx.measured(key, L.MEASUREMENT, lambda: {
         "action": "final_compare", **compare(
-            ctx.adapter, ctx.spec, st.stock_config, st.stack, settings=ctx.settings,
+            ctx.adapter, ctx.spec, st.stock_config, st.stack, settings=with_prior(ctx.settings, st.noise_floor),
             seed_base=_seed_base(ctx.spec.seed, 90_000), refs=refs, quality_sets=("heldout",), progress=ctx.progress,
             labels=("stock", "final"), quality_floor=(st.noise_floor or {}).get("quality"))})
     if st.extra.roofline_final is None:

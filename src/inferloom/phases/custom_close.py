@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from inferloom.measure.protocol import with_prior
 from inferloom.patches.worktree import Workspace
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
@@ -42,7 +43,8 @@ def custom_close(ctx: SessionContext, st: SessionState) -> None:
     ctx.measured(key, L.MEASUREMENT, lambda: {
         "action": "final_compare", "stock_commit": src.stock, "stack_commit": src.stack, **compare(
             ctx.adapter, ctx.spec, {**st.stock_config, TREE_KEY: str(stock_tree)}, {**st.stack, TREE_KEY: str(stack_tree)},
-            settings=ctx.settings, seed_base=_seed_base(ctx.spec.seed, 90_000), refs=ctx.refs, quality_sets=("heldout",),
+            settings=with_prior(ctx.settings, st.noise_floor), seed_base=_seed_base(ctx.spec.seed, 90_000),
+            refs=ctx.refs, quality_sets=("heldout",),
             progress=ctx.progress, labels=("stock", "final"))})
     if src.kept and st.extra.rollback_drill is None:
         _rollback_drill(ctx, st, ws, stock_tree)
@@ -69,7 +71,7 @@ def _rollback_drill(ctx: SessionContext, st: SessionState, ws: Workspace, stock_
         res, mseq = ctx.measured(key + ":measurement", L.MEASUREMENT, lambda: {
             "action": "rollback_drill", "rollback_commit": rb, **compare(
                 ctx.adapter, ctx.spec, {**st.stock_config, TREE_KEY: str(stock_tree)},
-                {**st.stock_config, TREE_KEY: str(rb_tree)}, settings=ctx.settings,
+                {**st.stock_config, TREE_KEY: str(rb_tree)}, settings=with_prior(ctx.settings, st.noise_floor),
                 seed_base=_seed_base(ctx.spec.seed, 95_000), refs=ctx.refs, quality_sets=("heldout",),
                 progress=ctx.progress, labels=("stock", "rolled-back"))})
     d = (res.get("protocol") or {}).get("decision") or {}

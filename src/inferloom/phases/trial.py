@@ -18,6 +18,7 @@ import math
 import time
 from typing import Any, Callable, Mapping
 
+from inferloom.measure.protocol import with_prior
 from inferloom.phases.common import jsonable, seed_base
 from inferloom.phases.compare import compare, reference_sets, stock_references
 from inferloom.phases.context import SessionContext
@@ -91,7 +92,8 @@ def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, 
                             ctx.progress)
     res, mseq = ctx.measured(key + ":measurement", L.MEASUREMENT, lambda: {
         "action": "try_config", "trial": n, "cycle": st.cycle, "changes": changes, **compare(
-            ctx.adapter, ctx.spec, base, cand, settings=ctx.settings, seed_base=seed_base(ctx.spec.seed, n), refs=refs,
+            ctx.adapter, ctx.spec, base, cand, settings=with_prior(ctx.settings, st.noise_floor),
+            seed_base=seed_base(ctx.spec.seed, n), refs=refs,
             quality_sets=("eval",), progress=ctx.progress, labels=("stack", "candidate"),
             quality_floor=(st.noise_floor or {}).get("quality"))})
     d = (res.get("protocol") or {}).get("decision") or {}

@@ -52,7 +52,11 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
         s.add_row(f"ratio {b_label}/stock", f"{d['ratio']:.4f} ({pct_2dp(d['ratio'])})")
         s.add_row(f"{d.get('confidence', 0.95) * 100:.0f}% interval",
                   f"[{d['ci_low']:.4f}, {d['ci_high']:.4f}]  ({pct_2dp(d['ci_low'])} .. {pct_2dp(d['ci_high'])}); "
-                  f"per-look confidence {d.get('confidence_per_look', float('nan')):.4f}, {d.get('method', '?')} bootstrap, seed {d.get('bootstrap_seed')}")
+                  f"per-look confidence {d.get('confidence_per_look', float('nan')):.4f}, "
+                  + (f"{d.get('method')}, budget {d.get('budget')} pairs" if d.get("design") == "sequential"
+                     else f"{d.get('method', '?')} bootstrap, seed {d.get('bootstrap_seed')}"))
+        if d.get("reason"):
+            s.add_row("why it stopped", str(d["reason"]))
         s.add_row("pairs", f"{d['n_pairs']} (min gain to keep {d.get('min_gain', 0) * 100:.1f}%)")
     s.add_row("protocol verdict", prot.get("verdict", "-") + (f": {res.get('error')}" if res.get("error") else ""))
     if aa and res.get("noise"):

@@ -1,6 +1,8 @@
 """Re-derive one measurement entry's numbers from its pairs' raw values (``value_a`` / ``value_b``):
-the log-ratios, the last look's point estimate, t and bootstrap intervals and verdict, the stop rule,
-and (for the A/A) the noise block. The statistics are :mod:`inferloom.verify.stats`."""
+the log-ratios, the last look's point estimate, interval and verdict, the stop rule, and (for the A/A)
+the noise block. A result names its design in ``settings.design``; one without (written before the
+sequential design) is ``bonferroni``. Statistics: :mod:`inferloom.verify.stats` (bonferroni: t and
+bootstrap intervals), :mod:`inferloom.verify.sequential` (sequential: trimmed-t, budget, boundaries)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import math
 import statistics
 from typing import Any, Mapping
 
+from inferloom.verify import sequential as Q
 from inferloom.verify import stats as S
 from inferloom.verify.record import Findings
 
@@ -103,9 +106,13 @@ def check_measurement(f: Findings, m: Mapping[str, Any], group: str) -> None:
     if len(pairs) < 2 or dec.get("n_pairs") != len(pairs):
         return
     final = bool(dec.get("final")) if proto.get("verdict") == "failed" else len(pairs) == int(st["max_pairs"])
-    f.add(group, "decision.final", dec.get("final"), final, seq, dec.get("final") == final)
+    if st.get("design", "bonferroni") != "sequential":  # sequential: the budget decides; checked per look
+        f.add(group, "decision.final", dec.get("final"), final, seq, dec.get("final") == final)
     a = [float(p["value_a"]) for p in pairs]
     b = [float(p["value_b"]) for p in pairs]
+    if st.get("design", "bonferroni") == "sequential":
+        _sequential(f, group, seq, st, proto, m, [math.log(y) - math.log(x) for x, y in zip(a, b)], looks_at)
+        return
     _interval(f, group, seq, st, dec, a, b, len(looks_at), final)
     want = S.rule(_log(dec.get("ci_low")), _log(dec.get("ci_high")), float(st["min_gain"]), final)
     f.add("verdict rule", "decision.verdict", dec.get("verdict"), want, seq, dec.get("verdict") == want,
@@ -118,10 +125,59 @@ def check_measurement(f: Findings, m: Mapping[str, Any], group: str) -> None:
         check_noise(f, m["noise"], dec, [math.log(y) - math.log(x) for x, y in zip(a, b)], seq)
 
 
-def check_noise(f: Findings, noise: Mapping[str, Any], dec: Mapping[str, Any], d: list[float], seq: int) -> None:
-    """The A/A noise block: sd of the log-ratios, the interval's half width, the ratio and interval."""
-    mean = math.fsum(d) / len(d)
-    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (len(d) - 1))
+def _near(recorded: Any, want: float, tol: float) -> bool:
+    return isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and abs(_log(recorded) - want) <= tol
+
+
+def _sequential(f: Findings, group: str, seq: int, st: Mapping[str, Any], proto: Mapping[str, Any],
+                m: Mapping[str, Any], d: list[float], looks_at: list[int]) -> None:
+    """Every recorded look of a sequential-design result, recomputed from the pairs (the A/A: every look,
+    budget ``max_pairs``); the rule on each recorded interval; the stop at the first decisive look."""
+    aa = m.get("action") == "measure_stock"
+    looks = list(proto.get("looks") or [])
+    want = Q.recompute_looks(d, st, [n for n in looks_at if n <= len(d)], every_pair=aa)
+    f.add("verdict rule", "looks at the planned pair counts", [lk.get("n_pairs") for lk in looks],
+          [r.n_pairs for r in want][:len(looks)], seq, [lk.get("n_pairs") for lk in looks] == [r.n_pairs for r in want][:len(looks)])
+    g = math.log(1.0 + float(st["min_gain"]))
+    for i, (lk, r) in enumerate(zip(looks, want)):
+        name = f"look {i + 1} (n={r.n_pairs})"
+        for key, val in (("mean_log", r.mean), ("se_log", r.se), ("sigma_budget", r.sigma), ("info_fraction", r.t),
+                         ("alpha_spent", r.alpha_spent), ("beta_spent", r.beta_spent)):
+            f.add(group, f"{name} {key}", lk.get(key), val, seq, S.close(lk.get(key), val))
+        for key, val in (("df", r.df), ("budget", r.budget), ("final", r.final)):
+            f.add(group, f"{name} {key}", lk.get(key), val, seq, lk.get(key) == val)
+        f.add(group, f"{name} crit_keep_z", lk.get("crit_keep_z"), r.c_z, seq,
+              isinstance(lk.get("crit_keep_z"), (int, float)) and abs(lk["crit_keep_z"] - r.c_z) <= Q.Z_TOL,
+              f"boundary by another quadrature, within {Q.Z_TOL:g}")
+        tol = 2.0 * Q.Z_TOL * r.se + 1e-12
+        for key, val in (("ci_low", r.lo), ("ci_high", r.hi)):
+            f.add(group, f"{name} {key}", lk.get(key), math.exp(val), seq, _near(lk.get(key), val, tol),
+                  "carries the boundary's tolerance")
+        fh, fg = lk.get("futility_high"), lk.get("futility_gain")
+        rule = ("keep" if _log(lk.get("ci_low")) > g else "revert" if _log(lk.get("ci_high")) < g
+                or (fh is not None and fg is not None and _log(fh) < _log(fg))
+                else "inconclusive" if lk.get("final") else "continue")
+        f.add("verdict rule", f"{name} verdict", lk.get("verdict"), rule, seq, lk.get("verdict") == rule,
+              "rule on recorded interval and futility bound")
+        f.add("verdict rule", f"{name} verdict recomputed", lk.get("verdict"), r.verdict, seq, lk.get("verdict") == r.verdict)
+        if not aa and i < len(looks) - 1:
+            f.add("verdict rule", f"{name} did not stop the run", lk.get("verdict"), "continue", seq,
+                  lk.get("verdict") == "continue", "stop rule")
+    dec = decision_of(m)
+    if proto.get("verdict") != "failed":
+        f.add("verdict rule", "protocol.verdict", proto.get("verdict"), dec.get("verdict"), seq,
+              proto.get("verdict") == dec.get("verdict") == m.get("verdict"))
+    if aa and isinstance(m.get("noise"), Mapping) and want:
+        check_noise(f, m["noise"], dec, d[:want[-1].n_pairs], seq, mean=want[-1].mean)
+
+
+def check_noise(f: Findings, noise: Mapping[str, Any], dec: Mapping[str, Any], d: list[float], seq: int,
+                mean: float | None = None) -> None:
+    """The A/A noise block: sd of the log-ratios, the interval's half width, the ratio and interval
+    (``mean``: the design's effect estimate, the trimmed mean for the sequential design)."""
+    plain = math.fsum(d) / len(d)
+    mean = plain if mean is None else mean
+    sd = math.sqrt(math.fsum((x - plain) ** 2 for x in d) / (len(d) - 1))
     half = (_log(dec.get("ci_high")) - _log(dec.get("ci_low"))) / 2.0
     want = {"n_pairs": len(d), "sd_log_ratio": sd, "sd_run_est": sd / math.sqrt(2.0), "ratio": math.exp(mean),
             "ci_half_width_log": half, "ci_half_width_pct": math.expm1(half) * 100.0,

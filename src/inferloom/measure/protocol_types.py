@@ -1,0 +1,143 @@
+"""The protocol's settings and the record of one look (:class:`Decision`),
+shared by the two decision designs (:mod:`inferloom.measure.sequential`, the
+default, and :mod:`inferloom.measure.protocol_bootstrap`, the earlier one) and
+by :mod:`inferloom.measure.protocol`, which runs the pairs. See the protocol
+module for the contract."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from inferloom.spec import ProtocolSpec, check_bounds, field_default
+
+__all__ = ["Verdict", "ProtocolSettings", "Decision", "planned_looks"]
+
+Verdict = Literal["keep", "revert", "inconclusive", "continue", "failed"]
+
+
+def _spec(name: str) -> Any:
+    return field_default(ProtocolSpec, name)
+
+
+@dataclass(frozen=True)
+class ProtocolSettings:
+    """Parameters of the protocol: the spec's ``protocol`` section, built with
+    :meth:`from_spec`, plus ``t_guard`` (bonferroni design) and the A/A prior
+    ``prior_sd`` / ``prior_df`` (sequential design: the per-pair sd of the
+    session's A/A and its degrees of freedom, pooled into the pair budget).
+    :class:`~inferloom.spec.ProtocolSpec` declares every default and bound
+    once; direct construction (tests, benchmarks) takes the same defaults and
+    is checked against the same bounds. ``min_gain`` reaches the protocol only
+    through these settings."""
+
+    design: str = _spec("design")
+    min_gain: float = _spec("min_gain")
+    confidence: float = _spec("confidence")
+    min_pairs: int = _spec("min_pairs")
+    max_pairs: int = _spec("max_pairs")
+    pair_step: int = _spec("pair_step")
+    target_gain: float = _spec("target_gain")
+    power: float = _spec("power")
+    futility_error: float = _spec("futility_error")
+    trim: float = _spec("trim")
+    spending_power: float = _spec("spending_power")
+    warmup_runs: int = _spec("warmup_runs")
+    bootstrap_resamples: int = _spec("bootstrap_resamples")
+    bootstrap_seed: int = _spec("bootstrap_seed")
+    t_guard: bool = True  # bonferroni design: also require the Student-t interval to clear g; not a spec key
+    prior_sd: float | None = None  # sequential design: the A/A's per-pair sd; not a spec key
+    prior_df: int = 0
+
+    def __post_init__(self) -> None:
+        spec_keys = ProtocolSpec.model_fields
+        check_bounds(ProtocolSpec, {k: v for k, v in asdict(self).items() if k in spec_keys}, "protocol")
+        if self.prior_sd is not None and not (self.prior_sd >= 0.0 and self.prior_df >= 1):
+            raise ValueError(f"protocol prior_sd: expected a sd >= 0 with prior_df >= 1, got "
+                             f"{self.prior_sd!r} with prior_df {self.prior_df!r}")
+
+    @classmethod
+    def from_spec(cls, spec: ProtocolSpec) -> "ProtocolSettings":
+        return cls(**spec.model_dump())
+
+    @property
+    def alpha(self) -> float:
+        """The keep's error: one side of the two-sided ``confidence``."""
+        return (1.0 - self.confidence) / 2.0
+
+    def looks(self) -> list[int]:
+        return planned_looks(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def planned_looks(settings: ProtocolSettings) -> list[int]:
+    """Pair counts at which the data are examined; always ends at ``max_pairs``."""
+    looks = list(range(settings.min_pairs, settings.max_pairs + 1, settings.pair_step))
+    if looks[-1] != settings.max_pairs:
+        looks.append(settings.max_pairs)
+    return looks
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of one look. All ``ci_*`` bounds are ratios B/A;
+    ``ci_low`` / ``ci_high`` is the interval the verdict used. Bonferroni
+    design: the bootstrap interval (its union with the t interval when
+    guarded); ``method`` is the bootstrap method, suffixed ``+t`` when guarded.
+    Sequential design (``design == "sequential"``): ``mean_log`` is the trimmed
+    mean, the interval ``mean_log +- crit_keep * se_log``, ``method``
+    ``"trimmed-t"``; ``stop`` says why the run stopped (``efficacy``,
+    ``futility``, ``below_min_gain``, ``budget``; None while it continues) and
+    ``reason`` says it in words; the bootstrap fields are None."""
+
+    verdict: Verdict
+    n_pairs: int
+    mean_log: float
+    sd_log: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    confidence_per_look: float
+    n_looks: int
+    final: bool
+    method: str
+    bootstrap_seed: int | None
+    resamples: int | None
+    min_gain: float
+    boot_ci_low: float | None
+    boot_ci_high: float | None
+    t_ci_low: float | None  # None when the t guard is off (or the design is sequential)
+    t_ci_high: float | None
+    design: str = "bonferroni"
+    stop: str | None = None
+    reason: str | None = None
+    se_log: float | None = None
+    df: int | None = None
+    budget: int | None = None
+    sigma_budget: float | None = None
+    info_fraction: float | None = None
+    alpha_spent: float | None = None
+    beta_spent: float | None = None
+    crit_keep_z: float | None = None
+    crit_keep: float | None = None
+    crit_futility: float | None = None
+    futility_high: float | None = None
+    futility_gain: float | None = None
+    target_gain: float | None = None
+
+    @property
+    def gain_pct(self) -> float:
+        """Observed relative gain of B over A, in percent."""
+        return (self.ratio - 1.0) * 100.0
+
+    @property
+    def ci_pct(self) -> tuple[float, float]:
+        return ((self.ci_low - 1.0) * 100.0, (self.ci_high - 1.0) * 100.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["gain_pct"] = self.gain_pct
+        return d
