@@ -21,6 +21,9 @@
 #   call 3  carry [".whl/vllm/c2"]                 bash benchmarks/gpu_vllm_session.sh bundle
 #   call 4  carry [".whl/vllm/c3", ".whl/py"]      bash benchmarks/gpu_vllm_session.sh bundle model session tput
 #   call 5+ carry [".whl/py", ".gpu/tput"]         bash benchmarks/gpu_vllm_session.sh session tput
+# or, with no resume between calls (the session detached, followed by calls back to back):
+#   call 4  carry [".whl/vllm/c3", ".whl/py"]      bash benchmarks/gpu_vllm_session.sh bundle model start tput follow tput
+#   call 5+ (no carry)                             bash benchmarks/gpu_vllm_session.sh follow tput
 #   profile: carry [".whl/py"]                      bash benchmarks/gpu_vllm_session.sh profile stock
 #   goodput: SPEC=examples/llama-3.1-8b-h200-vllm-goodput.yaml bash benchmarks/gpu_vllm_session.sh session goodput
 # (c3 is the last, smaller part, with SHA256: c3 + .whl/py stays under 64 MiB.) When the machine went back
@@ -113,6 +116,37 @@ session() {
   tar czf "$OUT/$name.tgz" -C /tmp/sessions "$name"
 }
 
+start() {  # the session as a detached process (setsid): it outlives this call while the machine stays warm,
+  # so calls that follow it (back to back: `follow NAME`) cost no resume and no server restart
+  local name=${1:?start NAME}
+  [ -x "$VPY" ] || { echo "start: $VPY is missing: run the bundle step first (calls 1-4 of the header)"; return 1; }
+  pywheels || return 1
+  export PYTHONPATH=$PWD/src:/tmp/site
+  local KB=${KB:-/tmp/inferloom-kb.sqlite}
+  export INFERLOOM_KB=$KB INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
+  local dir=/tmp/sessions/$name; mkdir -p /tmp/sessions
+  if [ -f "$dir.pid" ] && kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "start: $name runs already"; return 0; fi
+  local cmd
+  if [ -f "$dir/state.json" ]; then cmd=(resume "$dir"); else
+    cmd=(optimize "${SPEC:-examples/llama-3.1-8b-h200-vllm.yaml}" --budget-minutes "${BUDGET_MIN:-20}"
+         --max-trials "${MAX_TRIALS:-8}" --out "$dir" ${OPTIMIZE_ARGS:-}); fi
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$OUT/$name.log"
+  echo "start: inferloom ${cmd[*]} (detached; follow it with: follow $name)" | tee -a "$OUT/$name.log"
+  setsid nohup python3 -m inferloom.cli "${cmd[@]}" > "$dir.out" 2>&1 < /dev/null &
+  echo $! > "$dir.pid"
+}
+
+follow() {  # print the detached session's output until it ends or this call's time is nearly up, then pack it
+  local name=${1:?follow NAME}; local dir=/tmp/sessions/$name
+  [ -f "$dir.pid" ] || { echo "follow: no session $name started on this machine (start it first)"; return 1; }
+  local left=$(( ${CALL_S:-570} - SECONDS )); [ "$left" -gt 5 ] || left=5
+  timeout "$left" tail -n +1 --pid="$(cat "$dir.pid")" -f "$dir.out" | tee -a "$OUT/$name.log" | grep -v "^\s*$"
+  if kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "follow: $name still running: follow it again in the next call"
+  else echo "follow: $name ended"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader; fi
+  cp "${KB:-/tmp/inferloom-kb.sqlite}" "$dir/kb.sqlite" 2>/dev/null
+  tar czf "$OUT/$name.tgz" -C /tmp/sessions "$name"
+}
+
 profile() {  # a kernel-level profile of stock through vLLM's own profiler (benchmarks/vllm_profile_stock.py)
   local name=${1:?profile NAME}
   [ -x "$VPY" ] || { echo "profile: $VPY is missing: run the bundle step first"; return 1; }
@@ -128,6 +162,8 @@ while [ $# -gt 0 ]; do
     model) model || exit 1; shift;;
     session) session "${2:-}" || exit 1; shift 2;;
     profile) profile "${2:-}" || exit 1; shift 2;;
-    *) echo "unknown step '$1': expected bundle, model, session NAME or profile NAME"; exit 2;;
+    start) start "${2:-}" || exit 1; shift 2;;
+    follow) follow "${2:-}" || exit 1; shift 2;;
+    *) echo "unknown step '$1': expected bundle, model, session NAME, start NAME, follow NAME or profile NAME"; exit 2;;
   esac
 done
