@@ -19,7 +19,8 @@ from inferloom.workloads.base import Knob
 from inferloom.workloads.synthetic import SyntheticAdapter
 
 SPEC = load_spec(None, {"model": "llama-tiny", "framework": "synthetic", "device": "cpu",
-                        "protocol.bootstrap_resamples": 999, "quality.eval_prompts": 4, "quality.heldout_prompts": 4,
+                        "protocol.bootstrap_resamples": 999, "protocol.min_pairs": 4, "protocol.max_pairs": 10,
+                        "protocol.pair_step": 2, "quality.eval_prompts": 4, "quality.heldout_prompts": 4,
                         "quality.prompt_len": 8, "quality.continuation_len": 8})
 KNOBS = [Knob("fast_path", "bool", False, "synthetic +20%"), Knob("useless", "bool", False, "synthetic 0%")]
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
