@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Mapping, Protocol, TypeVar
+from typing import Any, Mapping, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -50,6 +50,7 @@ __all__ = ["Transport", "AnthropicTransport", "OpenAITransport", "LLMClient", "m
 M = TypeVar("M", bound=BaseModel)
 
 
+@runtime_checkable
 class Transport(Protocol):
     """Sends one request and returns the reply's JSON text and usage; raises
     :class:`LLMRefusal` (a named rule) when it gets no reply."""
