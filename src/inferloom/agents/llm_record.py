@@ -38,7 +38,9 @@ EXCHANGES = Path("llm") / "exchanges.jsonl"
 class LLMRefusal(Exception):
     """An LLM call that gave nothing usable, with the rule that names why
     (``llm_timeout``, ``llm_http_error``, ``llm_transport``, ``llm_schema_invalid``,
-    ``llm_budget``, ``llm_no_key``, ``llm_sdk_missing``, ``llm_replay_exhausted``)."""
+    ``llm_budget``, ``llm_no_key``, ``llm_sdk_missing``, ``llm_replay_exhausted``). Control flow, not an
+    InferloomError: the LLM roles always catch it and hand the coordinator a refusal under its rule
+    (:class:`~inferloom.agents.llm_setup.LLMSetupError` is what a user sees before a session starts)."""
 
     def __init__(self, rule: str, why: str, calls: list[dict[str, Any]] | None = None) -> None:
         super().__init__(f"{rule}: {why}")
