@@ -29,7 +29,7 @@ EXIT_CODES = {
     "AdapterError": 1, "LaunchError": 1, "PatchSourceError": 1,
 }
 # Control flow, always caught where raised (their docstrings say why): not InferloomErrors.
-INTERNAL = {"PatchRefusal", "TokenCountError", "LLMRefusal"}
+INTERNAL = {"PatchRefusal", "TokenCountError", "LLMRefusal", "GuardRefusal"}
 ADAPTER_HINT = "Check the knob against `inferloom knobs`, or rerun with fewer changes to isolate it."
 
 

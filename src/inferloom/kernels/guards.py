@@ -35,7 +35,9 @@ GUARD_RULES = ("kernel_crashed", "kernel_incorrect", "kernel_incorrect_unseen_sh
                "kernel_aliases_input", "kernel_modifies_input", "kernel_cached_result", "kernel_nonfinite_mishandled")
 
 
-class _Refused(Exception):
+class GuardRefusal(Exception):
+    """A guard's refusal: control flow, always caught by :func:`reward_hacking_guards` (a GateResult)."""
+
     def __init__(self, rule: str, why: str) -> None:
         super().__init__(why)
         self.rule, self.why = rule, why
@@ -86,21 +88,21 @@ def _run(cand: KernelCandidate, inputs: dict[str, Any], out: Any, where: str) ->
     for name, t in tens.items():
         for o in _tuple(out):
             if _shares_memory(o, t):
-                raise _Refused("kernel_aliases_input", f"{cand.id}: an output buffer shares memory with input "
+                raise GuardRefusal("kernel_aliases_input", f"{cand.id}: an output buffer shares memory with input "
                                f"{name!r} at {where}")
     before = {k: v.clone() for k, v in tens.items()}
     try:
         ret = cand.implementation(**inputs, out=out)
     except Exception as exc:  # noqa: BLE001 - a crash is a refusal
-        raise _Refused("kernel_crashed", f"{cand.id} raised {type(exc).__name__} at {where}: {str(exc)[:300]}") from None
+        raise GuardRefusal("kernel_crashed", f"{cand.id} raised {type(exc).__name__} at {where}: {str(exc)[:300]}") from None
     if any(t.is_cuda for t in tens.values()):
         torch.cuda.synchronize()
     for r in _tuple(ret) if ret is not None else ():
         if isinstance(r, torch.Tensor) and any(_shares_memory(r, t) for t in tens.values()):
-            raise _Refused("kernel_aliases_input", f"{cand.id} returned (a view of) one of its inputs at {where}")
+            raise GuardRefusal("kernel_aliases_input", f"{cand.id} returned (a view of) one of its inputs at {where}")
     for k, t in tens.items():
         if not torch.equal(torch.nan_to_num(t), torch.nan_to_num(before[k])):
-            raise _Refused("kernel_modifies_input", f"{cand.id} wrote into its input {k!r} at {where}")
+            raise GuardRefusal("kernel_modifies_input", f"{cand.id} wrote into its input {k!r} at {where}")
 
 
 def _compare(cand: KernelCandidate, inputs: dict[str, Any], out: Any, where: str, rule: str,
@@ -111,18 +113,18 @@ def _compare(cand: KernelCandidate, inputs: dict[str, Any], out: Any, where: str
     got = _tuple(out)
     for i, (g, r) in enumerate(zip(got, ref)):
         if tuple(g.shape) != tuple(r.shape):
-            raise _Refused(rule, f"{cand.id}: output {i} shape {tuple(g.shape)} != reference {tuple(r.shape)} at {where}")
+            raise GuardRefusal(rule, f"{cand.id}: output {i} shape {tuple(g.shape)} != reference {tuple(r.shape)} at {where}")
         if sentinel is not None and g.dtype.is_floating_point:
             left = int((g == torch.tensor(sentinel, dtype=g.dtype, device=g.device)).sum())
             if left:
-                raise _Refused("kernel_unwritten", f"{cand.id}: {left} of {g.numel()} elements of output {i} were "
+                raise GuardRefusal("kernel_unwritten", f"{cand.id}: {left} of {g.numel()} elements of output {i} were "
                                f"never written at {where}")
         if not bool(torch.isfinite(g.float()).all()):
-            raise _Refused(rule, f"{cand.id}: output {i} has NaN/Inf on finite inputs at {where}")
+            raise GuardRefusal(rule, f"{cand.id}: output {i} has NaN/Inf on finite inputs at {where}")
         err = error_metrics(g, r)
         over = {k: v for k, v in err.items() if not v <= float(cand.tolerance.get(k, math.inf))}
         if over:
-            raise _Refused(rule, f"{cand.id}: output {i} error {', '.join(f'{k}={v:.3g}' for k, v in over.items())} "
+            raise GuardRefusal(rule, f"{cand.id}: output {i} error {', '.join(f'{k}={v:.3g}' for k, v in over.items())} "
                            f"over the tolerance {dict(cand.tolerance)} at {where}")
 
 
@@ -146,7 +148,7 @@ def _cached(cand: KernelCandidate, shape: Mapping[str, int], device: str, rng: r
     where = f"shape {dict(shape)}, inputs refilled in place (seed {seed2})"
     _run(cand, inputs, out, where)
     if all(torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) for a, b in zip(first, _tuple(out))):
-        raise _Refused("kernel_cached_result", f"{cand.id} gave the previous call's result for new input values "
+        raise GuardRefusal("kernel_cached_result", f"{cand.id} gave the previous call's result for new input values "
                        f"at {where}")
     _compare(cand, inputs, out, where, "kernel_cached_result", sentinel)
 
@@ -169,7 +171,7 @@ def _nonfinite(cand: KernelCandidate, shape: Mapping[str, int], device: str, rng
         want, got = torch.isfinite(r.double()), torch.isfinite(g.double())
         if tuple(want.shape) != tuple(got.shape) or not torch.equal(want, got):
             bad = int((want != got).sum()) if want.shape == got.shape else g.numel()
-            raise _Refused("kernel_nonfinite_mishandled", f"{cand.id}: output {n} is finite/non-finite differently "
+            raise GuardRefusal("kernel_nonfinite_mishandled", f"{cand.id}: output {n} is finite/non-finite differently "
                            f"from the reference at {bad} elements at {where}")
 
 
@@ -194,7 +196,7 @@ def reward_hacking_guards(cand: KernelCandidate, device: str, shown: Sequence[Ma
     """The guards as a gate: passed, or the named rule and why."""
     try:
         guard(cand, device, shown, rng)
-    except _Refused as exc:
+    except GuardRefusal as exc:
         return GateResult("reward_hacking_guards", False, exc.rule, exc.why)
     return GateResult("reward_hacking_guards", True, None, f"{cand.id}: every guard passed "
                       f"({len(shown)} shown and unseen shapes, fresh inputs, poisoned outputs, in-place refill, "
