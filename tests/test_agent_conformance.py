@@ -25,6 +25,7 @@ from inferloom.agents.base import ACTIONS, Critic, Orchestrator, Robustness
 from inferloom.agents.llm_client import LLMClient, Transport
 from inferloom.agents.llm_record import Reply, ReplayTransport
 from inferloom.agents.llm_roles import LLMCritic, LLMOrchestrator
+from inferloom.agents.llm_specialist import LLMPatchSource
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.patches.critic import PatchCritic, RulePatchCritic
 from inferloom.patches.source import (CommandPatchSource, DirectoryPatchSource, PatchCandidate, PatchSource,
@@ -132,15 +133,24 @@ def _command(tmp: Path, rc: int = 0) -> PatchSource:
     return CommandPatchSource([sys.executable, str(script)], timeout_s=60)
 
 
+def _llm_specialist(tmp: Path, answer: dict[str, Any] | None = None) -> PatchSource:
+    """LLMPatchSource whose LLM answers the same patch every time (two at most), or ``answer``."""
+    good = {"title": "faster m", "hypothesis": "m.py does less work", "expected_gain": 0.1, "diff": DIFF.format(p="m.py")}
+    client = LLMClient(LLM, _AnswerTransport(lambda: answer or good), tmp / "llm-session")
+    return LLMPatchSource(client, max_patches=2)
+
+
 SOURCES = [pytest.param(SourceCase(_directory, _broken_directory), id="patch-dir"),
-           pytest.param(SourceCase(_command, lambda tmp: _command(tmp, rc=3)), id="specialist-command")]
+           pytest.param(SourceCase(_command, lambda tmp: _command(tmp, rc=3)), id="specialist-command"),
+           pytest.param(SourceCase(_llm_specialist, lambda tmp: _llm_specialist(tmp, {"diff": 1})),
+                        id="llm-specialist")]
 
 REGISTERED = {
     ("propose",): {qualname(RuleOrchestrator), qualname(LLMOrchestrator)},
     ("judge",): {qualname(RuleCritic), qualname(LLMCritic)},
     ("check",): {qualname(RuleRobustness)},
     ("review",): {qualname(RulePatchCritic)},
-    ("next_patch",): {qualname(DirectoryPatchSource), qualname(CommandPatchSource)},
+    ("next_patch",): {qualname(DirectoryPatchSource), qualname(CommandPatchSource), qualname(LLMPatchSource)},
 }
 
 

@@ -4,7 +4,10 @@
 :class:`~inferloom.phases.context.Agents` that the LLM takes over (only the
 roles ``agents.llm.roles`` names; the others stay deterministic) and ``llm``,
 the session's :class:`~inferloom.agents.llm_client.LLMClient` (the coordinator
-reads its budget). With ``replay`` (``optimize --llm-replay SESSION_DIR``) the
+reads its budget). The ``specialist`` role makes the LLM a custom workload's
+patch source (in place of ``custom.patches``' directory and command); the
+``kernel_author`` (:mod:`inferloom.agents.llm_kernel`) is not wired into the
+KERNEL phase yet. With ``replay`` (``optimize --llm-replay SESSION_DIR``) the
 recorded session's replies answer instead: no key, no network.
 
 A spec that asks for an LLM without a usable key or SDK is refused before the
@@ -21,6 +24,7 @@ from typing import Any, Callable, Mapping
 from inferloom.agents.llm_client import LLMClient, make_transport
 from inferloom.agents.llm_record import LLMRefusal, ReplayTransport, read_exchanges
 from inferloom.agents.llm_roles import LLMCritic, LLMOrchestrator
+from inferloom.agents.llm_specialist import LLMPatchSource
 from inferloom.errors import InferloomError
 
 __all__ = ["LLMSetupError", "llm_agents", "check_llm"]
@@ -55,4 +59,6 @@ def llm_agents(llm: Any, directory: str | os.PathLike[str], replay: str | None,
         out["orchestrator"] = LLMOrchestrator(client)
     if "critic" in llm.roles:
         out["critic_factory"] = lambda: LLMCritic(client, load_view)
+    if "specialist" in llm.roles:  # a custom workload's patches: the LLM is its patch source
+        out["patch_source"] = LLMPatchSource(client)
     return out
