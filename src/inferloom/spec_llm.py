@@ -12,7 +12,7 @@ then goes through the same gates as every other proposal.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -44,6 +44,8 @@ class LLMSpec(_Strict):
         ("orchestrator", "critic"), min_length=1, description="the roles the LLM plays; the others stay deterministic")
     temperature: float | None = _n(None, 0.0, 2.0, "sampling temperature (default: the endpoint's; some models take none)")
     timeout_s: float = _n(60.0, 0.0, 3600.0, "seconds for one call (each retry gets its own)", gt=True)
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="extra JSON fields of every request (e.g. a vLLM server's chat_template)")
     max_retries: int = _n(3, 0, 10, "retries with backoff on 429, 5xx, timeouts and dropped connections")
     max_output_tokens: int = _n(2048, 16, 65536, "output tokens per call")
     max_total_tokens: int = _n(200_000, 1, 1_000_000_000, "input + output tokens per session (then stop llm_budget)")

@@ -77,11 +77,12 @@ class AnthropicTransport:
     name = "anthropic"
 
     def __init__(self, model: str, api_key: str, *, base_url: str | None, timeout_s: float, max_retries: int,
-                 temperature: float | None) -> None:
+                 temperature: float | None, extra_body: Mapping[str, Any] | None = None) -> None:
         if anthropic is None:
             raise LLMRefusal("llm_sdk_missing", "the anthropic SDK is not installed: pip install 'inferloom[llm]'")
         self.model = model
-        self.sampling = {"temperature": temperature} if temperature is not None else None  # (the SDKs differ)
+        # sent as extra JSON (the SDKs differ on sampling parameters); None: nothing extra
+        self.sampling = {**(extra_body or {}), **({"temperature": temperature} if temperature is not None else {})} or None
         self.client = anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout_s,
                                           max_retries=max_retries)
 
@@ -107,11 +108,12 @@ class OpenAITransport:
     name = "openai"
 
     def __init__(self, model: str, api_key: str, *, base_url: str | None, timeout_s: float, max_retries: int,
-                 temperature: float | None) -> None:
+                 temperature: float | None, extra_body: Mapping[str, Any] | None = None) -> None:
         if openai is None:
             raise LLMRefusal("llm_sdk_missing", "the openai SDK is not installed: pip install 'inferloom[llm]'")
         self.model = model
-        self.sampling = {"temperature": temperature} if temperature is not None else None  # (the SDKs differ)
+        # sent as extra JSON (the SDKs differ on sampling parameters); None: nothing extra
+        self.sampling = {**(extra_body or {}), **({"temperature": temperature} if temperature is not None else {})} or None
         self.client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries)
 
     def send(self, role: str, system: str, messages: list[dict[str, Any]], schema: Mapping[str, Any],
@@ -138,7 +140,7 @@ def make_transport(llm: Any, environ: Mapping[str, str] = os.environ) -> Transpo
                          "agents.llm.api_key_env to the variable that holds it)")
     cls = AnthropicTransport if llm.provider == "anthropic" else OpenAITransport
     return cls(llm.model, key, base_url=llm.base_url, timeout_s=llm.timeout_s, max_retries=llm.max_retries,
-               temperature=llm.temperature)
+               temperature=llm.temperature, extra_body=llm.extra_body)
 
 
 class LLMClient:
