@@ -37,7 +37,7 @@ from inferloom.session.state import (
     save_state,
 )
 from inferloom.session.state_models import RunOptions
-from inferloom.workloads.base import resolve_config
+from inferloom.workloads.base import CrossKnobRules, resolve_config
 from inferloom.workloads.registry import make_adapter
 
 __all__ = ["SessionExists", "KBPasswordMissing", "ReplayWithoutLLM", "default_agents", "recorded_llm_spec", "start", "resume", "resume_kb_url",
@@ -63,10 +63,13 @@ class ReplayWithoutLLM(InferloomError, ValueError):
 AgentsArg = Agents | Mapping[str, Any] | None
 
 
-def default_agents(spec: Any, directory: Path | None = None, llm_replay: str | None = None) -> Agents:
+def default_agents(spec: Any, directory: Path | None = None, llm_replay: str | None = None,
+                   adapter: Any = None) -> Agents:
     """The deterministic agents, with the roles ``spec.agents.llm`` names played by an LLM
-    (:func:`inferloom.agents.llm_setup.llm_agents`; ``llm_replay``: a recorded session answers instead)."""
-    agents = Agents(orchestrator=RuleOrchestrator(seed=spec.seed), critic_factory=RuleCritic,
+    (:func:`inferloom.agents.llm_setup.llm_agents`; ``llm_replay``: a recorded session answers instead).
+    An ``adapter`` with :class:`~inferloom.workloads.base.CrossKnobRules` tells the orchestrator its rules."""
+    feasible = (lambda cfg: adapter.config_refusal(cfg) is None) if isinstance(adapter, CrossKnobRules) else None
+    agents = Agents(orchestrator=RuleOrchestrator(seed=spec.seed, feasible=feasible), critic_factory=RuleCritic,
                     robustness=RuleRobustness())
     if directory is None or (spec.agents.llm is None and llm_replay is None):
         return agents
@@ -88,7 +91,7 @@ def _coordinator(directory: Path, spec: Any, adapter: Any, agents: AgentsArg, pr
                  adapter_factory: Callable[[Any], Any] = make_adapter, clock: Callable[[], float] = time.time,
                  **options: Any) -> Coordinator:
     """``options``: :class:`SessionOptions` fields."""
-    agents = Agents.of(agents) if agents else default_agents(spec, directory, options.get("llm_replay"))
+    agents = Agents.of(agents) if agents else default_agents(spec, directory, options.get("llm_replay"), adapter)
     return Coordinator(directory, spec, adapter, agents=agents,
                        options=SessionOptions(**options), progress=progress, adapter_factory=adapter_factory,
                        clock=clock)

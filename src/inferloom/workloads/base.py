@@ -26,7 +26,8 @@ Adapters never decide keep / revert: only ``inferloom.measure.protocol`` does.
 Optional hooks: an adapter may also offer any of the small Protocols below
 (:class:`ServerLogs`, :class:`RejectedFlags`, :class:`RecoveryOptions`,
 :class:`DeclaredProfile`, :class:`OwnQualityGate`, :class:`OwnObjective`,
-:class:`GreedyLogprobs`, :class:`ApproximateScores`, :class:`SourceTrees`).
+:class:`GreedyLogprobs`, :class:`ApproximateScores`, :class:`SourceTrees`,
+:class:`CrossKnobRules`).
 Callers test for one with ``isinstance(adapter, Hook)``; an adapter without it
 gets the generic behaviour each one's docstring names.
 """
@@ -57,6 +58,7 @@ __all__ = [
     "ApproximateScores",
     "SourceTrees",
     "OPTIONAL_HOOKS",
+    "CrossKnobRules",
 ]
 
 Platform = Literal["cpu", "cuda", "rocm"]
@@ -364,5 +366,18 @@ class SourceTrees(Protocol):
     protected: Any
 
 
+@runtime_checkable
+class CrossKnobRules(Protocol):
+    """The adapter's rules between knobs, known before anything runs (e.g. the
+    engine's: prompt_lookup needs micro_batch=1 and the dynamic cache).
+
+    ``config_refusal(config)``: None when the full configuration ``config`` is
+    allowed, else why not (what ``prepare`` would refuse it for, without
+    building anything). The default orchestrator skips refused configurations,
+    so that none costs a trial; without the hook, ``prepare`` refuses them."""
+
+    def config_refusal(self, config: Mapping[str, Any]) -> str | None: ...
+
+
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
-                                    OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees)
+                                    OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, CrossKnobRules)
