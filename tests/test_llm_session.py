@@ -16,6 +16,7 @@ from inferloom.phases.runner import start
 from inferloom.session import ledger as L
 from inferloom.spec import load_spec
 from inferloom.workloads.base import Knob
+from inferloom.verify import verify_session
 from inferloom.workloads.synthetic import SyntheticAdapter
 from llm_scripted_server import ScriptedLLM, ok, text
 
@@ -74,6 +75,8 @@ def test_llm_session_goes_through_the_gates_is_recorded_and_replays(tmp_path):
     assert b["llm"]["cost_usd"] == pytest.approx(b["llm"]["calls"] * (100 * 3 + 20 * 15) / 1e6)
     assert b["llm"]["kept_gain_pct"] > 10 and b["llm"]["cost_usd_per_gain_pct"] > 0
     assert "## LLM agents" in (d / "report.md").read_text()
+    findings = verify_session(d)  # the LLM's session verifies like any other
+    assert findings.checks and all(c.ok for c in findings.checks)
     recorded = read_exchanges(d)
     assert len(recorded) == b["llm"]["calls"] and all("sk-test" not in json.dumps(x) for x in recorded)
 
