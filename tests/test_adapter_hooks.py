@@ -45,7 +45,7 @@ def _vllm(_tmp):
 # which hooks each adapter offers today (a new hook on an adapter updates this table)
 EXPECTED = {
     "synthetic": {"DeclaredProfile"},
-    "transformers": {"GreedyLogprobs"},
+    "transformers": {"GreedyLogprobs", "CrossKnobRules"},
     "custom": {"OwnQualityGate", "OwnObjective", "SourceTrees"},
     "vllm": {"ServerLogs", "RejectedFlags", "RecoveryOptions", "ApproximateScores", "ServerReuse"},
 }
@@ -77,3 +77,21 @@ def test_every_hook_is_a_runtime_checkable_protocol_with_a_contract():
         assert getattr(hook, "_is_runtime_protocol", False), hook
         assert hook.__doc__ and len(hook.__doc__) > 40, hook
         assert hook.__name__ in base.__all__
+
+
+def test_the_engine_tells_the_default_orchestrator_its_cross_knob_rules():
+    """CrossKnobRules: the engine refuses prompt_lookup with micro_batch > 1 before anything runs, and the
+    session's default orchestrator gets that rule (so such a configuration never costs a trial)."""
+    from inferloom.phases.runner import default_agents
+    from inferloom.workloads.transformers_engine import TransformersEngine
+
+    spec = load_spec(None, {"model": "llama-tiny", "device": "cpu"})
+    engine = TransformersEngine(spec)
+    try:
+        assert engine.config_refusal({}) is None
+        why = engine.config_refusal({"prompt_lookup": 3, "micro_batch": 4})
+        assert why and "micro_batch=1" in why
+        feasible = default_agents(spec, adapter=engine).orchestrator.feasible
+        assert feasible({"prompt_lookup": 3, "micro_batch": 1}) and not feasible({"prompt_lookup": 3, "micro_batch": 4})
+    finally:
+        engine.close()

@@ -13,6 +13,7 @@ import copy
 import json
 import math
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +22,10 @@ import pytest
 from conformance_helpers import classes_with, qualname
 
 from inferloom.agents.base import ACTIONS, Critic, Orchestrator, Robustness
+from inferloom.agents.llm_client import LLMClient, Transport
+from inferloom.agents.llm_record import Reply, ReplayTransport
+from inferloom.agents.llm_roles import LLMCritic, LLMOrchestrator
+from inferloom.agents.llm_specialist import LLMPatchSource
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.patches.critic import PatchCritic, RulePatchCritic
 from inferloom.patches.source import (CommandPatchSource, DirectoryPatchSource, PatchCandidate, PatchSource,
@@ -31,9 +36,50 @@ from inferloom.workloads.registry import make_adapter
 
 from inferloom.phases.allowlist import PHASE_ALLOWLIST, validate_proposal
 
+# ------------------------------------------------------------------ LLM-backed agents
+LLM = load_spec(None, {"agents.llm.provider": "openai", "agents.llm.model": "conformance"}).agents.llm
+
+
+class _AnswerTransport:
+    """A transport whose 'LLM' answers what ``answer(state)`` gives (no network): the LLM
+    roles' wrapping (schema, validation, output) is what these tests check."""
+
+    name = "conformance"
+
+    def __init__(self, answer: Callable[[], dict[str, Any]]) -> None:
+        self.answer = answer
+
+    def send(self, role, system, messages, schema, schema_name, max_tokens):
+        return Reply(json.dumps(self.answer()), 10, 5)
+
+
+def _llm_orchestrator(seed: int) -> LLMOrchestrator:
+    """LLMOrchestrator whose LLM answers as the rule orchestrator would (a well-behaved LLM)."""
+    rule, seen = RuleOrchestrator(seed=seed), {}
+    client = LLMClient(LLM, _AnswerTransport(lambda: {k: v for k, v in rule.propose(seen["state"]).items()
+                                                      if k in ("action", "changes", "predicted_gain", "rationale")}),
+                       tempfile.mkdtemp(prefix="inferloom-llm-conf-"))
+    o = LLMOrchestrator(client)
+    ask = o.propose
+    o.propose = lambda state: (seen.update(state=state), ask(state))[1]  # type: ignore[method-assign]
+    return o
+
+
+def _llm_critic() -> LLMCritic:
+    """LLMCritic whose LLM always answers keep (the most permissive LLM): it still keeps nothing unsupported."""
+    return LLMCritic(LLMClient(LLM, _AnswerTransport(lambda: {"decision": "keep", "lesson": "looks fine"}),
+                               tempfile.mkdtemp(prefix="inferloom-llm-conf-")))
+
+
+def _same(x: Any) -> Any:
+    """An output without its LLM call records (latency and transcript numbers differ from call to call)."""
+    return {k: v for k, v in x.items() if k != "llm_calls"} if isinstance(x, dict) else x
+
+
 # ------------------------------------------------------------------ registries
-ORCHESTRATORS = [pytest.param(lambda seed: RuleOrchestrator(seed=seed), id="rule-orchestrator")]
-CRITICS = [pytest.param(RuleCritic, id="rule-critic")]
+ORCHESTRATORS = [pytest.param(lambda seed: RuleOrchestrator(seed=seed), id="rule-orchestrator"),
+                 pytest.param(_llm_orchestrator, id="llm-orchestrator")]
+CRITICS = [pytest.param(RuleCritic, id="rule-critic"), pytest.param(_llm_critic, id="llm-critic")]
 ROBUSTNESS = [pytest.param(RuleRobustness, id="rule-robustness")]
 PATCH_CRITICS = [pytest.param(RulePatchCritic, id="rule-patch-critic")]
 
@@ -87,15 +133,24 @@ def _command(tmp: Path, rc: int = 0) -> PatchSource:
     return CommandPatchSource([sys.executable, str(script)], timeout_s=60)
 
 
+def _llm_specialist(tmp: Path, answer: dict[str, Any] | None = None) -> PatchSource:
+    """LLMPatchSource whose LLM answers the same patch every time (two at most), or ``answer``."""
+    good = {"title": "faster m", "hypothesis": "m.py does less work", "expected_gain": 0.1, "diff": DIFF.format(p="m.py")}
+    client = LLMClient(LLM, _AnswerTransport(lambda: answer or good), tmp / "llm-session")
+    return LLMPatchSource(client, max_patches=2)
+
+
 SOURCES = [pytest.param(SourceCase(_directory, _broken_directory), id="patch-dir"),
-           pytest.param(SourceCase(_command, lambda tmp: _command(tmp, rc=3)), id="specialist-command")]
+           pytest.param(SourceCase(_command, lambda tmp: _command(tmp, rc=3)), id="specialist-command"),
+           pytest.param(SourceCase(_llm_specialist, lambda tmp: _llm_specialist(tmp, {"diff": 1})),
+                        id="llm-specialist")]
 
 REGISTERED = {
-    ("propose",): {qualname(RuleOrchestrator)},
-    ("judge",): {qualname(RuleCritic)},
+    ("propose",): {qualname(RuleOrchestrator), qualname(LLMOrchestrator)},
+    ("judge",): {qualname(RuleCritic), qualname(LLMCritic)},
     ("check",): {qualname(RuleRobustness)},
     ("review",): {qualname(RulePatchCritic)},
-    ("next_patch",): {qualname(DirectoryPatchSource), qualname(CommandPatchSource)},
+    ("next_patch",): {qualname(DirectoryPatchSource), qualname(CommandPatchSource), qualname(LLMPatchSource)},
 }
 
 
@@ -169,7 +224,7 @@ class TestOrchestratorConformance:
         if raw["action"] == "try_config":
             pg = raw.get("predicted_gain")
             assert pg is None or (isinstance(pg, (int, float)) and math.isfinite(pg)), raw
-            assert raw.get("source") in ("prior", "search"), raw
+            assert raw.get("source") in ("prior", "search", "llm"), raw
             assert not set(raw["changes"]) & set(view["pinned"])
 
     def test_every_tick_of_a_session_is_admitted_and_never_remeasures(self, make_orchestrator):
@@ -201,10 +256,10 @@ class TestOrchestratorConformance:
         view, _ = VIEWS[view_name]()
         before = copy.deepcopy(view)
         o = make_orchestrator(5)
-        first = o.propose(view)
+        first = _same(o.propose(view))
         assert view == before
-        assert o.propose(view) == first
-        assert make_orchestrator(5).propose(copy.deepcopy(view)) == first
+        assert _same(o.propose(view)) == first
+        assert _same(make_orchestrator(5).propose(copy.deepcopy(view))) == first
 
 
 # ------------------------------------------------------------------ critic
@@ -270,9 +325,25 @@ class TestCriticConformance:
     def test_deterministic_and_leaves_the_evidence_alone(self, make_critic):
         for ev in [dict(CLEAR_WIN)] + unsupported_evidence():
             before = json.dumps(ev, sort_keys=True)  # (NaN != NaN: compared as text)
-            first = make_critic().judge(ev)
+            first = _same(make_critic().judge(ev))
             assert json.dumps(ev, sort_keys=True) == before
-            assert make_critic().judge(ev) == first
+            assert _same(make_critic().judge(ev)) == first
+
+
+# ------------------------------------------------------------------ LLM transports
+def test_every_llm_transport_is_a_transport(tmp_path):
+    """The SDK transports and the replay transport fit the Transport Protocol (send -> Reply or LLMRefusal)."""
+    from inferloom.agents.llm_client import AnthropicTransport, OpenAITransport
+    from inferloom.agents.llm_record import EXCHANGES
+
+    (tmp_path / EXCHANGES).parent.mkdir()
+    (tmp_path / EXCHANGES).write_text(json.dumps({"role": "orchestrator", "reply": "{}", "input_tokens": 1}) + "\n")
+    made = [AnthropicTransport("m", "k", base_url="http://127.0.0.1:9", timeout_s=1, max_retries=0, temperature=None),
+            OpenAITransport("m", "k", base_url="http://127.0.0.1:9/v1", timeout_s=1, max_retries=0, temperature=0.5),
+            ReplayTransport(tmp_path), _AnswerTransport(dict)]
+    for t in made:
+        assert isinstance(t, Transport) and t.name
+    assert made[2].send("orchestrator", "s", [], {}, "X", 10) == Reply("{}", 1, 0, None)
 
 
 # ------------------------------------------------------------------ robustness

@@ -389,3 +389,24 @@ def test_search_without_optuna_falls_back_to_enumeration(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_optuna)
     p = RuleOrchestrator().propose(make_state(TINY))
     assert p["source"] == "search" and "optuna is not installed" in p["rationale"] and p["changes"] == {"a": True}
+
+
+def test_known_cross_knob_rules_cost_no_trial():
+    """With ``feasible`` (the engine's cross-knob rules), no proposal is one they refuse: priors,
+    TPE samples and the enumeration all skip it, until the feasible space is exhausted."""
+    def feasible(cfg):  # as the engine: prompt_lookup needs micro_batch=1; static_loop needs the static cache
+        return not ((cfg["prompt_lookup"] > 0 and cfg["micro_batch"] != 1)
+                    or (cfg["decode_loop"] == "static_loop" and cfg["cache_implementation"] != "static"))
+
+    state = make_state(engine_knobs(concurrency=2))
+    orch, refused = RuleOrchestrator(seed=1, feasible=feasible), 0
+    blind = RuleOrchestrator(seed=1)
+    for _ in range(40):
+        b = blind.propose(state)
+        refused += b["action"] == "try_config" and not feasible({**state["stack"], **b["changes"]})
+        p = orch.propose(state)
+        if p["action"] != "try_config":
+            break
+        assert feasible({**state["stack"], **p["changes"]}), p
+        feed(state, p)
+    assert refused > 0  # without the rules, the same search proposes configurations the engine refuses

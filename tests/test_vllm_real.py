@@ -33,7 +33,10 @@ def served(model_dir, tmp_path_factory):
     """One stock server for the module's tests; stopped (and checked) at the end."""
     from inferloom.workloads.vllm_adapter import VLLMAdapter
 
-    spec = load_spec(None, spec_overrides(require_vllm(), model_dir))
+    # for the LLM client's test: --trust-request-chat-template (it sends one: the tiny tokenizer has none)
+    # and room for its prompts (max_model_len)
+    spec = load_spec(None, spec_overrides(require_vllm(), model_dir, **{
+        "serving.extra_args": ["--trust-request-chat-template"], "serving.max_model_len": 1024}))
     a = VLLMAdapter(spec, tmp_path_factory.mktemp("logs"), progress=print)
     h = a.prepare({})
     yield a, h
@@ -201,3 +204,30 @@ def test_optimize_session_survives_a_server_killed_mid_measurement(model_dir, tm
     assert state["extra"]["roofline_stock"]["fraction"] > 0 and "vllm_profile_stock" in state["extra"]["profile"][
         "skipped"]
     assert started and not any(group_alive(pg) for pg in started)  # no server left behind
+
+
+def test_llm_client_through_the_real_openai_sdk_against_the_server(served, tmp_path):
+    """The LLM agents' client against this real OpenAI-compatible server (its tiny random model
+    answers garbage): the transport, json_schema structured output, tokens counted, and a
+    refusal with a named rule after exactly one repair attempt when the answer is invalid."""
+    from inferloom.agents.llm_client import LLMClient, make_transport
+    from inferloom.agents.llm_record import LLMRefusal, read_exchanges
+    from inferloom.agents.llm_roles import ConfigProposal
+
+    a, h = served
+    llm = load_spec(None, {"agents.llm.provider": "openai", "agents.llm.model": "inferloom-model",
+                           "agents.llm.base_url": f"{h.server.base_url}/v1", "agents.llm.api_key_env": "K",
+                           "agents.llm.max_output_tokens": 48, "agents.llm.timeout_s": 120,
+                           "agents.llm.max_retries": 0,  # its tokenizer has no chat template: give one
+                           "agents.llm.extra_body": {"chat_template": "{% for m in messages %}{{ m['content'] }}\n"
+                                                                      "{% endfor %}"}}).agents.llm
+    client = LLMClient(llm, make_transport(llm, {"K": "unused"}), tmp_path)
+    try:
+        answer, calls = client.ask("orchestrator", "Propose a configuration.", "knobs: micro_batch 1..8", ConfigProposal)
+        assert answer.action in ("try_config", "end_phase") and calls  # valid (schema-guided decoding)
+    except LLMRefusal as exc:
+        assert exc.rule == "llm_schema_invalid", exc  # garbage, repaired once, still garbage
+        calls = exc.calls
+        assert [c["attempt"] for c in calls] == [1, 2]
+    assert all(c["input_tokens"] > 0 and c["output_tokens"] > 0 and c["error"] is None for c in calls)
+    assert len(read_exchanges(tmp_path)) == len(calls)

@@ -60,6 +60,15 @@ SPEC_FLAGS: dict[str, str] = {
     "--max-pairs": "protocol.max_pairs",
     "--warmup-runs": "protocol.warmup_runs",
     "--quality-prompts-file": "quality.prompts_file",
+    "--llm-provider": "agents.llm.provider",
+    "--llm-model": "agents.llm.model",
+    "--llm-base-url": "agents.llm.base_url",
+    "--llm-key-env": "agents.llm.api_key_env",
+    "--llm-roles": "agents.llm.roles",
+    "--llm-max-tokens": "agents.llm.max_total_tokens",
+    "--llm-max-cost": "agents.llm.max_cost_usd",
+    "--llm-timeout": "agents.llm.timeout_s",
+    "--llm-temperature": "agents.llm.temperature",
 }
 
 
@@ -122,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--kb", metavar="URL", help="knowledge base (default $INFERLOOM_KB or ~/.cache/inferloom/kb.sqlite)")
     o.add_argument("--no-kb", action="store_true", help="no warm replay and no recipe filed at CLOSE")
     o.add_argument("--out", metavar="DIR", help="session directory (default runs/session-<time>)")
+    o.add_argument("--llm-replay", metavar="SESSION_DIR", help="answer the LLM roles' calls with the exchanges "
+                   "recorded in SESSION_DIR (no key, no network; docs/llm.md)")
     o.add_argument("--quiet", action="store_true", help="no progress lines")
 
     r = sub.add_parser("resume", help="continue a session after a crash, a kill or a stop")

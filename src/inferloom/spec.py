@@ -20,12 +20,13 @@ from inferloom.inputs import InputError, load_yaml
 from inferloom.models.presets import PRESETS
 from inferloom.spec_custom import CustomKnob, CustomSpec, PatchPolicySpec
 from inferloom.spec_fields import _n, _Strict, check_bounds, field_default
+from inferloom.spec_llm import AgentsSpec, LLMSpec
 from inferloom.spec_paths import resolve_override, resolve_spec_paths
 
 __all__ = [
     "SpecError", "objective_label", "Traffic", "QualitySpec", "PrecisionTolerance", "ProtocolSpec", "ServingSpec",
     "WorkloadSpec", "CustomKnob", "CustomSpec", "PatchPolicySpec", "load_spec", "spec_hash",
-    "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY",
+    "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY", "AgentsSpec", "LLMSpec",
 ]
 
 
@@ -181,6 +182,7 @@ class WorkloadSpec(_Strict):
     pinned: dict[str, Any] = Field(default_factory=dict)
     custom: CustomSpec | None = Field(None, description="framework: custom only (docs/custom.md)")
     serving: ServingSpec = ServingSpec()
+    agents: AgentsSpec = AgentsSpec()
 
     @model_validator(mode="after")
     def _custom(self) -> "WorkloadSpec":

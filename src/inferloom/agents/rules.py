@@ -28,7 +28,7 @@ import json
 import math
 import random
 import warnings
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from inferloom.agents.priors import Prior, rank_priors
 from inferloom.agents.server_priors import default_table
@@ -138,19 +138,25 @@ class RuleOrchestrator:
     ``MAX_ASKS`` samples are all measured (or optuna is missing), configs within
     ``max_changes`` of the stack are enumerated, fewest changes first; when
     none is left, ``end_phase``. ``prior_table``
-    replaces :data:`~inferloom.agents.priors.DEFAULT_PRIORS`. ``phase`` is not
+    replaces :data:`~inferloom.agents.priors.DEFAULT_PRIORS`. ``feasible(config)``,
+    when given (the engine's cross-knob rules), skips every configuration it
+    refuses, so that none costs a trial. ``phase`` is not
     consulted: the coordinator's allowlist decides what is admitted."""
 
     name = "rule-orchestrator"
 
-    def __init__(
-        self, seed: int = 0, prior_table: Any = None, *, max_changes: int | None = 1,
-        n_startup_trials: int = 5,
-    ) -> None:
+    def __init__(self, seed: int = 0, prior_table: Any = None, *, max_changes: int | None = 1,
+                 n_startup_trials: int = 5, feasible: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
         if max_changes is not None and max_changes < 1:
             raise ValueError("RuleOrchestrator: max_changes must be >= 1 or None")
         self.seed, self.prior_table = int(seed), prior_table
         self.max_changes, self.n_startup_trials = max_changes, int(n_startup_trials)
+        self.feasible = feasible  # the engine's cross-knob rules: a configuration they refuse is never proposed
+
+    def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:
+        """Unmeasured, and not refused by the cross-knob rules (when known)."""
+        cfg, key = view.candidate(changes)
+        return key not in view.seen and (self.feasible is None or bool(self.feasible(cfg)))
 
     def propose(self, state: Mapping[str, Any]) -> dict[str, Any]:
         view = _View(state)
@@ -188,7 +194,7 @@ class RuleOrchestrator:
             if full is None:
                 continue
             changes = {k: v for k, v in full.items() if v != view.stack[k]}
-            if not changes or view.candidate(changes)[1] in view.seen:
+            if not changes or not self._ok(view, changes):
                 continue
             failed = any(all(k in full and full[k] == v for k, v in f.items()) for f in failures)
             (last if failed else first).append((prior, changes, failed))
@@ -238,9 +244,7 @@ class RuleOrchestrator:
         tried: set[str] = set()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            sampler = optuna.samplers.TPESampler(
-                seed=self.seed + len(view.trials), n_startup_trials=self.n_startup_trials
-            )
+            sampler = optuna.samplers.TPESampler(seed=self.seed + len(view.trials), n_startup_trials=self.n_startup_trials)
             study = optuna.create_study(direction="maximize", sampler=sampler)
             for params, value in self._history(view):
                 study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
@@ -253,7 +257,7 @@ class RuleOrchestrator:
                 for names in itertools.combinations(diff, r) if r else ():
                     changes = {k: trial.params[k] for k in sorted(names, key=list(dists).index)}
                     key = view.candidate(changes)[1]
-                    if key not in view.seen and key not in tried:
+                    if key not in tried and self._ok(view, changes):
                         trimmed = f", {r} of the {len(diff)} knobs it changed" if r < len(diff) else ""
                         return {
                             "action": "try_config", "changes": changes, "predicted_gain": None,
@@ -276,7 +280,7 @@ class RuleOrchestrator:
         for looked, changes in enumerate(itertools.islice(combos, ENUM_LIMIT + 1)):
             if looked == ENUM_LIMIT:
                 whole = False
-            elif view.candidate(changes)[1] not in view.seen:
+            elif self._ok(view, changes):
                 return {
                     "action": "try_config", "changes": changes, "predicted_gain": None,
                     "rationale": f"{why}; first unmeasured configuration changing {len(changes)} "
@@ -359,12 +363,8 @@ class RuleRobustness:
 
     name = "rule-robustness"
 
-    def __init__(
-        self,
-        max_consecutive_failures: int = 3,
-        stall_minutes: float = 30.0,
-        failure_verdicts: tuple[str, ...] = ("failed", "refused"),
-    ) -> None:
+    def __init__(self, max_consecutive_failures: int = 3, stall_minutes: float = 30.0,
+                 failure_verdicts: tuple[str, ...] = ("failed", "refused")) -> None:
         if max_consecutive_failures < 1 or stall_minutes <= 0:
             raise ValueError("RuleRobustness: need max_consecutive_failures >= 1 and stall_minutes > 0")
         self.max_consecutive_failures = int(max_consecutive_failures)

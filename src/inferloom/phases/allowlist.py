@@ -28,6 +28,10 @@ def validate_proposal(raw: Any, phase: str, state: Mapping[str, Any], knobs: lis
     """Check an agent's output. Returns (proposal, None, "") or (None, rule, why)."""
     if not isinstance(raw, Mapping):
         return None, "malformed_output", f"expected a mapping, got {type(raw).__name__}"
+    refused = raw.get("refused")
+    if isinstance(refused, Mapping) and isinstance(refused.get("rule"), str) and refused["rule"].startswith("llm_"):
+        # an LLM-backed agent that got nothing usable names why (inferloom.agents.llm_client)
+        return None, refused["rule"], str(refused.get("why") or "")
     action = raw.get("action")
     if action not in ACTIONS:
         return None, "unknown_action", f"action {action!r} is not one of {', '.join(ACTIONS)}"

@@ -48,6 +48,7 @@ class Agents:
     robustness: Robustness
     patch_source: Any = None
     patch_critic_factory: Callable[[], Any] | None = None
+    llm: Any = None  # the session's LLMClient when agents.llm is set: its budget_reason() stops the search
 
     @classmethod
     def of(cls, agents: "Agents | Mapping[str, Any]") -> "Agents":
@@ -69,6 +70,7 @@ class SessionOptions:
     replay_min_confidence: float = 0.5
     replay_fraction: float = 0.5
     kernel_backend: KernelBackend | None = None
+    llm_replay: str | None = None  # a session directory whose recorded LLM exchanges answer this session's calls
 
 
 Step = Callable[["SessionContext", SessionState], None]
@@ -151,7 +153,7 @@ class SessionContext:
             return f"budget: {st.budget.minutes:g} wall-clock minutes used"
         if st.used.trials >= st.budget.trials:
             return f"budget: {st.budget.trials} trials used"
-        return None
+        return self.agents.llm.budget_reason() if self.agents.llm is not None else None
 
     # ----------------------------------------------------------- measuring
     def measured(self, key: str, kind: str, fn: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], int]:

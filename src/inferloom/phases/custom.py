@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from inferloom.agents.llm_specialist import LLMPatchSource
 from inferloom.patches.critic import RulePatchCritic
 from inferloom.patches.effect import check_effect, scratch_effect, staged_effect
 from inferloom.patches.parse import PatchRefusal, parse_patch
@@ -221,17 +222,29 @@ def _next_candidate(ctx: SessionContext, st: SessionState) -> tuple[PatchCandida
         try:
             cand = source.next_patch(_source_view(ctx, st))
         except PatchSourceError as exc:
+            _llm_io(ctx, st, source, None)
             failed.append(name)
             ctx.record_refusal(st, "patch_source_failed", f"{name}: {exc}; not asked again this session", name,
                              {"source": name}, _key("patch-source-failed", st.session_id, name))
             ctx.save(st)
             continue
+        _llm_io(ctx, st, source, cand)
         if cand is not None:
             return cand, name
         done.append(name)
         ctx.progress(f"patch source {name}: nothing more to propose")
         ctx.save(st)
     return None, ""
+
+
+def _llm_io(ctx: SessionContext, st: SessionState, source: Any, cand: PatchCandidate | None) -> None:
+    """An LLM Specialist's calls (tokens, latency, cost) in the ledger, like every agent's."""
+    if isinstance(source, LLMPatchSource) and source.last_calls:
+        ctx.ledger.append(L.AGENT_IO, {"agent": source.name, "role": "specialist",
+                                       "output": {"patch": cand.summary() if cand else None,
+                                                  "llm_calls": source.last_calls}},
+                          key=_key("specialist-io", st.session_id, source.last_calls[0].get("n")))
+        source.last_calls = []
 
 
 def _refuse_patch(ctx: SessionContext, st: SessionState, rule: str, why: str, cand: Mapping[str, Any], gate: str) -> None:

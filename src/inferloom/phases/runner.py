@@ -13,9 +13,11 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from inferloom.agents.llm_setup import llm_agents
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.errors import InferloomError
 from inferloom.phases.context import Agents, SessionOptions
@@ -35,15 +37,15 @@ from inferloom.session.state import (
     save_state,
 )
 from inferloom.session.state_models import RunOptions
-from inferloom.workloads.base import resolve_config
+from inferloom.workloads.base import CrossKnobRules, resolve_config
 from inferloom.workloads.registry import make_adapter
 
-__all__ = ["SessionExists", "KBPasswordMissing", "default_agents", "start", "resume", "resume_kb_url",
+__all__ = ["SessionExists", "KBPasswordMissing", "ReplayWithoutLLM", "default_agents", "recorded_llm_spec", "start", "resume", "resume_kb_url",
            "PERSISTED_OPTIONS"]
 
 # how a session was asked to run (optimize's --cycles, --no-sweep, --kb / --no-kb):
 # kept in state.json so that `resume` continues it the same way
-PERSISTED_OPTIONS = ("cycle_ceiling", "sweep", "kb_url")
+PERSISTED_OPTIONS = ("cycle_ceiling", "sweep", "kb_url", "llm_replay")
 
 
 class SessionExists(InferloomError, ValueError):
@@ -54,19 +56,43 @@ class KBPasswordMissing(InferloomError, ValueError):
     """state.json keeps the KB URL without its password and it was not given again."""
 
 
+class ReplayWithoutLLM(InferloomError, ValueError):
+    """``--llm-replay`` names a session that recorded no LLM exchanges."""
+
+
 AgentsArg = Agents | Mapping[str, Any] | None
 
 
-def default_agents(spec: Any) -> Agents:
-    return Agents(orchestrator=RuleOrchestrator(seed=spec.seed), critic_factory=RuleCritic,
-                  robustness=RuleRobustness())
+def default_agents(spec: Any, directory: Path | None = None, llm_replay: str | None = None,
+                   adapter: Any = None) -> Agents:
+    """The deterministic agents, with the roles ``spec.agents.llm`` names played by an LLM
+    (:func:`inferloom.agents.llm_setup.llm_agents`; ``llm_replay``: a recorded session answers instead).
+    An ``adapter`` with :class:`~inferloom.workloads.base.CrossKnobRules` tells the orchestrator its rules."""
+    feasible = (lambda cfg: adapter.config_refusal(cfg) is None) if isinstance(adapter, CrossKnobRules) else None
+    agents = Agents(orchestrator=RuleOrchestrator(seed=spec.seed, feasible=feasible), critic_factory=RuleCritic,
+                    robustness=RuleRobustness())
+    if directory is None or (spec.agents.llm is None and llm_replay is None):
+        return agents
+    llm = spec.agents.llm if spec.agents.llm is not None else recorded_llm_spec(llm_replay)
+    return replace(agents, **llm_agents(llm, directory, llm_replay, lambda: load_state(directory).to_dict()))
+
+
+def recorded_llm_spec(session_dir: str | None) -> Any:
+    """The ``agents.llm`` section of the session ``session_dir`` (for ``--llm-replay`` when the spec has none)."""
+    d = Path(str(session_dir))
+    llm = manifest_spec(d, read_manifest(d)).agents.llm
+    if llm is None:
+        raise ReplayWithoutLLM(f"--llm-replay {d}: that session ran without agents.llm, so there is nothing to "
+                               "replay; name a session that used an LLM")
+    return llm
 
 
 def _coordinator(directory: Path, spec: Any, adapter: Any, agents: AgentsArg, progress: Callable[[str], None], *,
                  adapter_factory: Callable[[Any], Any] = make_adapter, clock: Callable[[], float] = time.time,
                  **options: Any) -> Coordinator:
     """``options``: :class:`SessionOptions` fields."""
-    return Coordinator(directory, spec, adapter, agents=Agents.of(agents) if agents else default_agents(spec),
+    agents = Agents.of(agents) if agents else default_agents(spec, directory, options.get("llm_replay"), adapter)
+    return Coordinator(directory, spec, adapter, agents=agents,
                        options=SessionOptions(**options), progress=progress, adapter_factory=adapter_factory,
                        clock=clock)
 

@@ -10,6 +10,7 @@ from typing import Any
 from inferloom.report.platform import platform_breakdown
 from inferloom.session import ledger as L
 from inferloom.measure.metrics import median_objective
+from inferloom.report.llm_usage import llm_breakdown
 
 __all__ = ["BREAKDOWN_SCHEMA_VERSION", "TIME_CATEGORIES", "breakdown_from_ledger", "patch_breakdown",
            "server_starts", "stock_never_ran"]
@@ -111,6 +112,7 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     kb_fail = next((e for e in entries if e["kind"] == L.ERROR and e.get("failure") == "kb_write"), None)
     if kb_fail is not None:  # only then: an older breakdown keeps exactly its keys
         out["kb_write_failed"] = {"error": kb_fail.get("error"), "todo": kb_fail.get("todo"), "ledger_seq": kb_fail["seq"]}
+    out.update(llm_breakdown(entries, (out.get("final") or {}).get("ratio")))  # only with LLM agents
     out.update(patch_breakdown(entries))  # source patches and the rollback drill (custom workloads)
     never = stock_never_ran(entries)
     if never is not None:  # only then: a session that measured stock has the breakdown it always had

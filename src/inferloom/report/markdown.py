@@ -9,6 +9,7 @@ from typing import Any
 from inferloom.report.breakdown import TIME_CATEGORIES
 from inferloom.report.fmt import changes_text, pct, sandbox_text
 from inferloom.report.platform import platform_lines
+from inferloom.report.llm_usage import llm_report_lines
 
 __all__ = ["render_report", "patch_report_lines", "stock_never_ran_title"]
 
@@ -89,6 +90,7 @@ def render_report(b: dict[str, Any]) -> str:
         for name, cat in sorted(pr["categories"].items(), key=lambda kv: -kv[1].get("share", 0)):
             lines.append(f"| {cat.get('label', name)} | {cat.get('share', 0) * 100:.1f}% | {cat.get('seconds', 0):.3f} |")
     lines += patch_report_lines(b)
+    lines += llm_report_lines(b)
     t = b.get("time_s", {})
     lines += ["", "## Where the time went", ""]
     for k in (k for k in TIME_CATEGORIES if k in t or k != "server_startup"):

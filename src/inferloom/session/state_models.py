@@ -84,6 +84,7 @@ class RunOptions(StatePart):
     cycle_ceiling: int | None = None
     sweep: bool | None = None
     kb_url: str | None = None
+    llm_replay: str | None = None
 
 
 class StockFailure(StatePart):

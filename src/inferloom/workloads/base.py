@@ -24,12 +24,8 @@ Contract (every implementation is checked by ``tests/test_adapter_conformance.py
 Adapters never decide keep / revert: only ``inferloom.measure.protocol`` does.
 
 Optional hooks: an adapter may also offer any of the small Protocols below
-(:class:`ServerLogs`, :class:`RejectedFlags`, :class:`RecoveryOptions`,
-:class:`DeclaredProfile`, :class:`OwnQualityGate`, :class:`OwnObjective`,
-:class:`GreedyLogprobs`, :class:`ApproximateScores`, :class:`SourceTrees`,
-:class:`ServerReuse`).
-Callers test for one with ``isinstance(adapter, Hook)``; an adapter without it
-gets the generic behaviour each one's docstring names.
+(:data:`OPTIONAL_HOOKS` lists them). Callers test for one with
+``isinstance(adapter, Hook)``; without it, the generic behaviour its docstring names.
 """
 
 from __future__ import annotations
@@ -59,6 +55,7 @@ __all__ = [
     "SourceTrees",
     "ServerReuse",
     "OPTIONAL_HOOKS",
+    "CrossKnobRules",
 ]
 
 Platform = Literal["cpu", "cuda", "rocm"]
@@ -388,5 +385,16 @@ class ServerReuse(Protocol):
     def stop_idle(self) -> list[str]: ...
 
 
+@runtime_checkable
+class CrossKnobRules(Protocol):
+    """The adapter's rules between knobs, known before anything runs (e.g. prompt_lookup needs
+    micro_batch=1). ``config_refusal(config)``: None when the full configuration is allowed, else
+    why not (what ``prepare`` would refuse, without building anything). The default orchestrator
+    skips refused configurations, so none costs a trial; without the hook, ``prepare`` refuses them."""
+
+    def config_refusal(self, config: Mapping[str, Any]) -> str | None: ...
+
+
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
-                                    OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ServerReuse)
+                                    OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ServerReuse,
+                                    CrossKnobRules)

@@ -126,6 +126,15 @@ class TransformersEngine:
             self._texts = load_jsonl_texts(t.prompts)
         return text_prompts(self._texts, self.tokenizer, length, seed, n)
 
+    def config_refusal(self, config: Mapping[str, Any]) -> str | None:
+        """Why ``prepare`` would refuse ``config`` by the knobs' cross rules, else None (CrossKnobRules)."""
+        try:
+            check_applicable(self.knob_space(), {**{k.name: k.default for k in self.knob_space()}, **config},
+                             self.device)
+        except AdapterError as exc:
+            return str(exc)
+        return None
+
     # ---------------------------------------------------------------- prepare
     def prepare(self, config: Mapping[str, Any]) -> TransformersHandle:
         from transformers import GenerationConfig

@@ -1,0 +1,124 @@
+"""The LLM kernel author: for a KERNEL-phase target it writes a kernel for a
+catalog op against the very signature the catalog uses (``make_inputs``,
+``reference``, ``baseline``, the tolerance), and the kernel then passes the
+same gates as the catalog's own, after the reward-hacking guards
+(:mod:`inferloom.kernels.guards`): guards -> correctness -> microbenchmark
+(timed by the catalog's primitive). Each refusal is named; a written kernel
+that can't be loaded is ``kernel_load_failed``.
+
+The author is shown a few of the workload's shapes; the guards also check
+shapes it was not shown. The source is stored with the session
+(``llm/kernels/<tag>.py``) and imported into the inferloom process (as the
+catalog's kernels are): only turn on the ``kernel_author`` role for an
+endpoint you trust.
+
+Not yet wired end to end: a written kernel that passes its gates is reported,
+not switched on in the engine (the engine's KERNEL knobs select catalog
+kernels only).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import random
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from inferloom.agents.llm_client import LLMClient
+from inferloom.agents.llm_record import LLMRefusal
+from inferloom.kernels.base import KernelCandidate
+from inferloom.kernels.gates import GateResult, correctness, microbenchmark
+from inferloom.kernels.guards import reward_hacking_guards, unseen_shapes
+
+__all__ = ["KernelSource", "LLMKernelAuthor", "KERNEL_SYSTEM", "load_kernel", "gate_written_kernel"]
+
+
+class KernelSource(BaseModel):
+    """The kernel author's answer."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(min_length=1, max_length=40_000,
+                        description="a Python module (Triton) defining kernel(<the reference's parameters>, *, out)")
+    claimed_speedup: float = Field(gt=0.0, le=100.0, description="expected speed-up over the baseline op")
+    rationale: str = Field(min_length=1, max_length=2000)
+
+
+KERNEL_SYSTEM = (
+    "You are the kernel author of inferloom. Write a Triton kernel for the op below, as a Python module that "
+    "defines `kernel(<the reference's parameters>, *, out)`: it writes the result into the preallocated `out` "
+    "(a tensor, or a tuple of tensors like the reference's result) and returns None. It must be correct at any "
+    "shape (you are shown only some), for any input values (NaN and Inf propagate like the reference), write "
+    "every output element, never write into or return its inputs, and never cache results between calls. It is "
+    "checked against the float64 reference within the tolerance, then raced against the baseline. Answer only "
+    "with the JSON object of the schema.")
+
+
+def load_kernel(source: str, path: Path) -> Any:
+    """Write ``source`` to ``path`` and import its ``kernel``; :class:`LLMRefusal` ``kernel_load_failed``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source, encoding="utf-8")
+    name = "inferloom_llm_kernel_" + re.sub(r"\W", "_", path.stem)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except Exception as exc:  # noqa: BLE001 - whatever the written module raises is a refusal
+        raise LLMRefusal("kernel_load_failed", f"{path.name}: {type(exc).__name__}: {str(exc)[:300]}") from None
+    fn = getattr(module, "kernel", None)
+    if not callable(fn):
+        raise LLMRefusal("kernel_load_failed", f"{path.name} defines no callable `kernel`")
+    return fn
+
+
+def gate_written_kernel(cand: KernelCandidate, device: str, shown: Sequence[Mapping[str, int]], *,
+                        min_speedup: float, rng: random.Random | None = None) -> list[GateResult]:
+    """Guards, then correctness (at the shown and unseen shapes), then the microbenchmark;
+    stops at the first refusal. Returns every gate's result in order."""
+    results = [reward_hacking_guards(cand, device, shown, rng)]
+    if results[-1].passed:
+        hidden = unseen_shapes(shown, rng or random.SystemRandom())
+        wide = replace(cand, shapes=tuple(dict(s) for s in (*shown, *hidden)))
+        results.append(correctness(wide, device))
+    if results[-1].passed:
+        results.append(microbenchmark(cand, device, min_speedup=min_speedup))
+    return results
+
+
+class LLMKernelAuthor:
+    """Asks the LLM for a kernel for one catalog entry and builds its candidate (see the module docstring)."""
+
+    name = "llm-kernel-author"
+
+    def __init__(self, client: LLMClient, directory: str | Path) -> None:
+        self.client, self.dir = client, Path(directory)
+
+    def prompt(self, entry: Any, dtype: str, shown: Sequence[Mapping[str, int]]) -> str:
+        parts = [f"Op: {entry.name} (profile category {entry.target}): {entry.target_op}",
+                 f"dtype: {dtype}; tolerance per output: {dict(entry.tolerance(dtype))}",
+                 f"Some of the workload's shapes (make_inputs keys): {[dict(s) for s in shown]}"]
+        for title, fn in (("make_inputs (the inputs and the preallocated out)", entry.make_inputs),
+                          ("reference (float64 truth; your kernel takes the same parameters plus out=)", entry.reference),
+                          ("baseline (what you must beat)", entry.baseline)):
+            try:
+                parts.append(f"{title}:\n{inspect.getsource(fn)}")
+            except (OSError, TypeError):
+                parts.append(f"{title}: {getattr(fn, '__doc__', '') or fn!r}")
+        return "\n\n".join(parts)
+
+    def write(self, entry: Any, dtype: str, shown: Sequence[Mapping[str, int]],
+              tag: str) -> tuple[KernelCandidate, list[dict[str, Any]]]:
+        """The candidate (``llm:<entry>:<tag>``) and the calls it took; :class:`LLMRefusal` when
+        the LLM gave nothing usable or the source does not load."""
+        answer, calls = self.client.ask("kernel_author", KERNEL_SYSTEM, self.prompt(entry, dtype, shown), KernelSource)
+        try:
+            fn = load_kernel(answer.source, self.dir / "llm" / "kernels" / f"{entry.name}-{tag}.py")
+        except LLMRefusal as exc:
+            raise LLMRefusal(exc.rule, exc.why, calls) from None
+        fields = {**entry.candidate_fields(dtype, tuple(shown)), "id": f"llm:{entry.name}:{tag}", "implementation": fn,
+                  "notes": f"written by {self.client.llm.model}: {answer.rationale[:300]}"}
+        return KernelCandidate(**fields, claimed_speedup=answer.claimed_speedup, config_changes={}), calls

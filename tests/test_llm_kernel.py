@@ -1,0 +1,124 @@
+"""The kernel author's gates: the reward-hacking guards (each refusal named)
+against deliberately cheating kernels for the catalog's silu_mul, and the
+LLM kernel author through the real openai SDK against the scripted localhost
+server (a correct kernel passes guards, correctness and the microbenchmark; a
+wrong one, one that does not load, and malformed answers are refused)."""
+
+import random
+import textwrap
+
+import pytest
+import torch
+
+from inferloom.agents.llm_client import LLMClient, make_transport
+from inferloom.agents.llm_kernel import LLMKernelAuthor, gate_written_kernel
+from inferloom.agents.llm_record import LLMRefusal
+from inferloom.kernels.base import KernelCandidate
+from inferloom.kernels.catalog.mlp import SILU_MUL_ENTRY as ENTRY
+from inferloom.kernels.guards import reward_hacking_guards, unseen_shapes
+from inferloom.spec import load_spec
+from llm_scripted_server import ScriptedLLM, ok, text
+
+SHOWN = ({"tokens": 4, "intermediate": 64},)
+
+
+def honest(gu, *, out):
+    n = gu.shape[-1] // 2
+    out.copy_(torch.nn.functional.silu(gu[:, :n]) * gu[:, n:])
+
+
+def returns_input(gu, *, out):
+    return gu
+
+
+def writes_into_input(gu, *, out):
+    honest(gu, out=out)
+    gu.zero_()
+
+
+_CACHE = {}
+
+
+def caches_by_shape(gu, *, out):
+    key = tuple(gu.shape)
+    if key not in _CACHE:
+        honest(gu, out=out)
+        _CACHE[key] = out.clone()
+    out.copy_(_CACHE[key])
+
+
+def only_the_shown_shape(gu, *, out):
+    if tuple(gu.shape) == (4, 128):
+        return honest(gu, out=out)
+    out.zero_()
+
+
+def nan_blind(gu, *, out):
+    honest(torch.nan_to_num(gu, posinf=0.0), out=out)
+
+
+def fills_only_nan(gu, *, out):
+    """Writes only where the buffer holds NaN: passes a NaN-poisoned check, not a finite sentinel."""
+    tmp = torch.empty_like(out)
+    honest(gu, out=tmp)
+    out.copy_(torch.where(torch.isnan(out), tmp, out))
+
+
+def candidate(impl):
+    return KernelCandidate(**{**ENTRY.candidate_fields("float32", SHOWN), "implementation": impl},
+                           claimed_speedup=1.5, config_changes={})
+
+
+@pytest.mark.parametrize("impl, rule", [
+    (returns_input, "kernel_aliases_input"), (writes_into_input, "kernel_modifies_input"),
+    (caches_by_shape, "kernel_cached_result"), (only_the_shown_shape, "kernel_incorrect_unseen_shape"),
+    (nan_blind, "kernel_nonfinite_mishandled"), (fills_only_nan, "kernel_unwritten")])
+def test_each_cheat_is_refused_by_its_rule(impl, rule):
+    _CACHE.clear()
+    res = reward_hacking_guards(candidate(impl), "cpu", SHOWN, random.Random(1))
+    assert not res.passed and res.rule == rule, res
+
+
+def test_an_honest_kernel_passes_every_guard_with_fresh_inputs():
+    res = reward_hacking_guards(candidate(honest), "cpu", SHOWN)  # OS-drawn seeds
+    assert res.passed, res.why
+    hidden = unseen_shapes(SHOWN, random.Random(0))
+    assert hidden and all(s["tokens"] % 2 == 1 and s["intermediate"] % 2 == 1 for s in hidden)
+
+
+HONEST_SRC = textwrap.dedent('''
+    import torch
+
+    def kernel(gu, *, out):
+        n = gu.shape[-1] // 2
+        out.copy_(torch.nn.functional.silu(gu[:, :n]) * gu[:, n:])
+''')
+WRONG_SRC = HONEST_SRC.replace(" * gu[:, n:])", ")")  # forgets the up half
+
+
+def author(url, tmp_path):
+    llm = load_spec(None, {"agents.llm.provider": "openai", "agents.llm.model": "scripted",
+                           "agents.llm.base_url": f"{url}/v1", "agents.llm.api_key_env": "K",
+                           "agents.llm.max_retries": 0, "agents.llm.roles": "kernel_author"}).agents.llm
+    return LLMKernelAuthor(LLMClient(llm, make_transport(llm, {"K": "k"}), tmp_path), tmp_path)
+
+
+def test_llm_kernel_author_through_the_gates(tmp_path):
+    ans = lambda src: ok({"source": src, "claimed_speedup": 1.3, "rationale": "fused"})  # noqa: E731
+    with ScriptedLLM() as s:
+        s.script("KernelSource", ans(HONEST_SRC), ans(WRONG_SRC), ans("def kernel(:\n"), text("{"), text("no"))
+        a = author(s.url, tmp_path)
+        cand, calls = a.write(ENTRY, "float32", SHOWN, "t1")
+        prompt = s.requests[0]["body"]["messages"][-1]["content"]
+        assert "def _silu_reference" in prompt and "'tokens': 4" in prompt and len(calls) == 1
+        gates = gate_written_kernel(cand, "cpu", SHOWN, min_speedup=0.01)
+        assert [g.gate for g in gates] == ["reward_hacking_guards", "correctness", "microbenchmark"]
+        assert all(g.passed for g in gates) and gates[2].details["timer"] == "host clock"
+        wrong, _ = a.write(ENTRY, "float32", SHOWN, "t2")
+        gates = gate_written_kernel(wrong, "cpu", SHOWN, min_speedup=0.01)
+        assert len(gates) == 1 and gates[0].rule == "kernel_incorrect"
+        with pytest.raises(LLMRefusal) as exc:
+            a.write(ENTRY, "float32", SHOWN, "t3")
+        assert exc.value.rule == "kernel_load_failed" and (tmp_path / "llm/kernels/silu_mul-t3.py").is_file()
+        with pytest.raises(LLMRefusal, match="llm_schema_invalid"):
+            a.write(ENTRY, "float32", SHOWN, "t4")
