@@ -16,8 +16,7 @@ __all__ = ["run"]
 def run(args: argparse.Namespace, console: Any, err: Any) -> int:
     plan = load_fleet(args.fleet, out=args.out, kb=args.kb)
     if args.plan:
-        console.print_json(json.dumps({"out": str(plan.out), "sessions": [
-            {k: v for k, v in s.to_dict().items() if k != "spec"} for s in plan.sessions]}))
+        console.print_json(json.dumps({"out": str(plan.out), "sessions": [s.public() for s in plan.sessions]}))
         return 0
     progress = progress_printer(args, err)
     progress(f"fleet: {len(plan.sessions)} sessions in {plan.out}; `inferloom fleet {args.fleet}"

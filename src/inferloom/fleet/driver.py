@@ -61,7 +61,7 @@ def _check_plan_file(plan: FleetPlan) -> None:
             if o and o.get("spec_hash") != s.spec_hash and (plan.session_dir(s) / "state.json").exists():
                 raise FleetError(f"{plan.out}: session {s.name} was started with another spec (fleet_plan.json); "
                                  "keep the fleet file as it was, or give this fleet another --out")
-    write_json_atomic(path, {"sessions": [s.to_dict() for s in plan.sessions], "kb": redact_url(plan.kb)})
+    write_json_atomic(path, {"sessions": [s.public() for s in plan.sessions], "kb": redact_url(plan.kb)})
 
 
 def _ensure_ray(address: str | None, num_cpus: float | None, num_gpus: int | None,

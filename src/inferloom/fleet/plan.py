@@ -13,7 +13,7 @@ Format (every key optional except ``matrix`` or ``sessions``; unknown keys refus
       devices: [cpu]                 # default: each spec's own device
       budgets: [{minutes: 2, trials: 2}]
     sessions:                        # and/or one by one
-      - {workload: examples/llama-tiny.yaml, device: cpu, budget: {minutes: 2, trials: 2}, name: one}
+      - {workload: examples/llama-tiny.yaml, device: cpu, budget: {minutes: 2, trials: 2}, name: one, env: {}}
 
 Each planned session is an ordinary session directory ``OUT/sessions/NAME``.
 Warm starts: sessions whose workloads share a KB group (model, framework,
@@ -65,6 +65,10 @@ class PlannedSession:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def public(self) -> dict[str, Any]:
+        """What fleet_plan.json and ``--plan`` show: no spec body, and the env's names only (values may be secrets)."""
+        return {**{k: v for k, v in self.__dict__.items() if k != "spec"}, "env": sorted(self.env)}
 
 
 @dataclass
@@ -132,7 +136,7 @@ def _defaults(raw: Any, where: str) -> dict[str, Any]:
 
 
 def _one(file: Path, where: str, wl: Any, device: Any, budget: Any, d: Mapping[str, Any],
-         name: str | None = None) -> PlannedSession:
+         name: str | None = None, env: Any = None) -> PlannedSession:
     wname, path, sets = _workload(wl, file.parent, f"{where}.workload")
     overrides = dict(sets)
     if device is not None:
@@ -149,7 +153,8 @@ def _one(file: Path, where: str, wl: Any, device: Any, budget: Any, d: Mapping[s
     auto = f"{wname}-{dev}-{minutes:g}m{trials}t"
     return PlannedSession(name=_slug(name) if name else auto, spec=spec.model_dump(mode="json"), device=dev,
                           budget_minutes=minutes, max_trials=trials, cycles=d["cycles"], sweep=d["sweep"],
-                          cpus=1.0 if gpu else float(d["cpus"]), gpus=1 if gpu else 0, env=dict(d["env"]),
+                          cpus=1.0 if gpu else float(d["cpus"]), gpus=1 if gpu else 0,
+                          env={**d["env"], **{str(k): str(v) for k, v in _mapping(env or {}, f"{where}.env").items()}},
                           group=f"{spec.model}|{spec.framework}|{spec.dtype}|{dev}", spec_hash=spec_hash(spec))
 
 
@@ -186,10 +191,11 @@ def load_fleet(path: str | Path, out: str | Path | None = None, kb: str | None =
     if not isinstance(sessions, list):
         raise FleetError("sessions: expected a list of {workload, device, budget, name}")
     for i, e in enumerate(sessions):
-        e = _mapping(e, f"sessions[{i}]", {"workload", "device", "budget", "name"})
+        e = _mapping(e, f"sessions[{i}]", {"workload", "device", "budget", "name", "env"})
         if "workload" not in e:
             raise FleetError(f"sessions[{i}]: no workload; expected a spec path or {{name, spec, set}}")
-        planned.append(_one(file, f"sessions[{i}]", e["workload"], e.get("device"), e.get("budget"), d, e.get("name")))
+        planned.append(_one(file, f"sessions[{i}]", e["workload"], e.get("device"), e.get("budget"), d, e.get("name"),
+                            e.get("env")))
     if len(planned) > MAX_SESSIONS:
         raise FleetError(f"fleet file '{path}': {len(planned)} sessions; at most {MAX_SESSIONS}")
     seen: dict[str, int] = {}
