@@ -174,3 +174,34 @@ def test_postgresql_restarted_mid_fleet_delays_the_writes_and_loses_none(tmp_pat
     for n in ("a", "b"):  # no session gave up on the KB
         assert not [e for e in L.read_entries(plan.session_dir(n)) if e["kind"] == L.ERROR
                     and "knowledge base" in str(e.get("what"))]
+
+
+TINY = ("{model: llama-tiny, framework: transformers, device: cpu, traffic.concurrency: 2, "
+        "traffic.output_len: 8, traffic.num_prompts: 2, protocol.min_pairs: 3, protocol.max_pairs: 3, "
+        "protocol.warmup_runs: 1, quality.eval_prompts: 2, quality.heldout_prompts: 2, quality.prompt_len: 8, "
+        "quality.continuation_len: 8, traffic.input_len: %d}")
+
+
+@pytest.mark.slow
+def test_two_real_llama_tiny_sessions_share_the_postgresql_kb(tmp_path, pg_url):
+    """The real engine through Ray into PostgreSQL. Budgets this small close after PRELUDE (no trial, so no
+    winner to replay); the second session still starts warm from the first: it finds the first's recipe in
+    its KB lookup and takes the device ceilings the first measured from the KB instead of measuring them."""
+    p = tmp_path / "fleet.yaml"
+    p.write_text("defaults: {budget_minutes: 0.3, max_trials: 1, cycles: 1, sweep: false}\nmatrix:\n  workloads:\n"
+                 f"    - {{name: first, set: {TINY % 16}}}\n    - {{name: second, set: {TINY % 24}}}\n")
+    plan = load_fleet(p, out=tmp_path / "out", kb=pg_url)
+    first, second = plan.sessions
+    assert second.after == first.name
+    res = run_fleet(plan, poll_s=1.0)
+    assert res.ok, [s.line() for s in res.statuses]
+    st1, st2 = (_check_session(plan.session_dir(s)) for s in (first, second))
+    with RecipeStore(pg_url) as store:
+        recipes = store.list_recipes()
+    assert len(recipes) == 1 and sorted(recipes[0].session_ids) == sorted([st1.session_id, st2.session_id])
+    lookup = next(e for e in L.read_entries(plan.session_dir(second)) if e["kind"] == "kb_lookup")
+    tier0 = lookup["result"]["tiers"][0]  # the exact key: the first session's recipe was there
+    assert tier0["matched_id"] == recipes[0].id or "recipe exists" in tier0["note"], tier0
+    assert st1.extra.ceilings.cached is not True and st2.extra.ceilings.cached is True
+    if recipes[0].winner:  # the first one kept something after all: the second replayed it
+        assert st2.extra.warm_replay.recipe_id == recipes[0].id
