@@ -37,8 +37,10 @@ def _free_port() -> int:
 class PgCluster:
     """initdb + pg_ctl start on a temp dir; :meth:`url` gives a fresh database's SQLAlchemy URL."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, fsync: bool = False) -> None:
+        """``fsync``: durable commits (the benchmark); the tests run without (faster, nothing to keep)."""
         self.bin = bindir
+        self.fsync = fsync
         self.root = Path(tempfile.mkdtemp(prefix="inferloom-pg-"))
         self.data, self.log = self.root / "data", self.root / "server.log"
         self.port = _free_port()
@@ -66,7 +68,8 @@ class PgCluster:
         return p
 
     def start(self) -> None:
-        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        opts += "" if self.fsync else " -c fsync=off"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "-t", "60", "start")
 
     def stop(self, mode: str = "fast") -> None:
