@@ -1,6 +1,8 @@
 """`inferloom fleet`: the fleet file, its plan and order, session status (fast; no Ray here)."""
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
 
@@ -8,6 +10,7 @@ import pytest
 
 from inferloom.fleet import FleetError, load_fleet
 from inferloom.fleet.status import fleet_status
+from inferloom.fleet.worker import run_session
 from inferloom.phases.runner import start
 from inferloom.spec import load_spec
 
@@ -105,3 +108,28 @@ def test_status_reads_each_session_directory(tmp_path):
     done, pending = fleet_status(plan)
     assert done.status == "done" and done.phase == "DONE" and done.trials_used == 1 and done.breakdown
     assert "done:" in done.line() and pending.status == "pending"
+
+
+def test_worker_runs_a_session_once_per_directory_and_a_failure_is_data(tmp_path):
+    p = _write(tmp_path, "sessions:\n  - {name: s, workload: {set: {model: llama-tiny, framework: synthetic}}, "
+                         "budget: {trials: 1}}\n  - {name: bad, workload: {set: {model: llama-tiny, framework: "
+                         "synthetic}}, env: {INFERLOOM_SYNTHETIC_DELAY_S: oops}}\n")
+    plan = load_fleet(p, out=tmp_path / "o")
+    s, bad = (x.to_dict() for x in plan.sessions)
+    logs = str(plan.out / "logs")
+    kb = f"sqlite:///{tmp_path / 'kb.sqlite'}"
+    (plan.out / "logs").mkdir(parents=True)
+    with open(plan.out / "logs" / "s.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another worker holds the session
+        busy = run_session(s, str(plan.session_dir("s")), kb, logs)
+    assert busy["ok"] is False and "being run by another worker" in busy["error"]
+    assert not (plan.session_dir("s") / "state.json").exists()
+    first = run_session(s, str(plan.session_dir("s")), kb, logs)
+    assert first["ok"] and first["attempt"] == 1 and first["stop_reason"]
+    again = run_session(s, str(plan.session_dir("s")), kb, logs)  # closed: nothing more is run
+    assert again["ok"] and again["session_id"] == first["session_id"] and again["attempt"] == 2
+    assert "already closed" in (plan.out / "logs" / "s.log").read_text()
+    failed = run_session(bad, str(plan.session_dir("bad")), kb, logs)
+    assert failed["ok"] is False and "oops" in failed["error"] and failed["session_id"] is None
+    assert [x.status for x in fleet_status(plan)] == ["done", "failed"]
+    assert "INFERLOOM_SYNTHETIC_DELAY_S" not in os.environ  # the session's env does not leak into the worker

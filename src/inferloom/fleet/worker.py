@@ -12,6 +12,7 @@ KB's retry warnings go to ``OUT/logs/NAME.log``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -64,12 +65,25 @@ def run_session(entry: Mapping[str, Any], session_dir: str, kb_url: str | None, 
     name = entry["name"]
     d, logdir = Path(session_dir), Path(logs)
     logdir.mkdir(parents=True, exist_ok=True)
+    with open(logdir / f"{name}.lock", "a+", encoding="utf-8") as lock:
+        try:  # one process per session directory: a dead holder's lock is released by the kernel
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return {"name": name, "ok": False, "attempt": 0,
+                    "error": f"{d} is being run by another worker (see {logdir / (name + '.worker.json')}); "
+                             "wait for it, or stop it, then run the fleet again"}
+        return _run_locked(entry, d, logdir, kb_url)
+
+
+def _run_locked(entry: Mapping[str, Any], d: Path, logdir: Path, kb_url: str | None) -> dict[str, Any]:
+    name = entry["name"]
     result_file = logdir / f"{name}.result.json"
     result_file.unlink(missing_ok=True)
     worker_file = logdir / f"{name}.worker.json"
     attempt = 1 + (json.loads(worker_file.read_text())["attempt"] if worker_file.exists() else 0)
     write_json_atomic(worker_file, {"pid": os.getpid(), "host": socket.gethostname(), "attempt": attempt,
-                                    "started_at": time.time()})
+                                    "started_at": time.time(),  # Ray gives a GPU task its own device(s):
+                                    "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
     out: dict[str, Any] = {"name": name, "attempt": attempt}
     with open(logdir / f"{name}.log", "a", encoding="utf-8", buffering=1) as log, \
             _environment(entry.get("env") or {}), _kb_log(log):
