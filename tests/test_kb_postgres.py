@@ -89,3 +89,9 @@ def test_a_server_that_stays_away_is_one_line_naming_it(pg_cluster, pg_url, monk
     assert isinstance(e.value, KBError) and "\n" not in msg
     assert f"127.0.0.1:{pg_cluster.port}" in msg and "can't be reached" in msg and "INFERLOOM_KB_RETRY_S" in msg
     store.close()
+
+
+def test_a_plain_postgresql_url_uses_psycopg_3(pg_url):
+    with RecipeStore(pg_url.replace("postgresql+psycopg://", "postgresql://")) as s:
+        assert s.db.engine.dialect.driver == "psycopg"
+        assert s.list_recipes() == []

@@ -24,7 +24,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import ray
+try:
+    import ray
+except ImportError:  # an optional dependency (the `fleet` extra): run_fleet says so
+    ray = None
 
 from inferloom.fleet.plan import FleetError, FleetPlan, PlannedSession
 from inferloom.fleet.report import write_fleet_report
@@ -94,6 +97,9 @@ def run_fleet(plan: FleetPlan, *, address: str | None = None, num_cpus: float | 
               num_gpus: int | None = None, progress: Callable[[str], None] = lambda _m: None,
               poll_s: float = 2.0) -> FleetResult:
     """Run every unfinished session of ``plan``; returns when all have finished (closed or failed)."""
+    if ray is None:
+        raise FleetError("inferloom fleet needs Ray, which is not installed: pip install 'inferloom[fleet]' "
+                         "(ray, and psycopg for a PostgreSQL KB)")
     started_at = time.time()
     kb_url = to_url(plan.kb) if plan.kb else default_kb_url()
     plan.out.mkdir(parents=True, exist_ok=True)
@@ -140,7 +146,7 @@ def run_fleet(plan: FleetPlan, *, address: str | None = None, num_cpus: float | 
                 s = pending.pop(ref)
                 try:
                     result = ray.get(ref)
-                except ray.exceptions.RayError as exc:  # retries exhausted (worker died each time), or Ray itself
+                except ray.exceptions.RayError as exc:  # type: ignore[union-attr]  # retries exhausted (worker died each time), or Ray itself
                     result = {"name": s.name, "ok": False,
                               "error": f"{type(exc).__name__} after {MAX_RETRIES} retries: "
                                        f"{str(exc).splitlines()[0] if str(exc) else ''}; rerun the fleet to resume it"}

@@ -171,6 +171,8 @@ class Database:
         except ArgumentError:
             raise KBError(f"KB URL {redact_text(url)!r}: not a SQL URL; expected sqlite:///PATH, a file path, or "
                           "postgresql://USER@HOST/DB (set INFERLOOM_KB or pass the KB location)") from None
+        if u.drivername == "postgresql":  # no driver named: psycopg 3 (the `fleet` extra), not psycopg2
+            u = u.set(drivername="postgresql+psycopg")
         self.is_sqlite = u.get_backend_name() == "sqlite"
         self.where = u.render_as_string(hide_password=True)
         kwargs: dict[str, Any] = {}
