@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from inferloom.phases.runner import resume, start
+from inferloom.redact import redact_text
 from inferloom.session.atomic import write_json_atomic
 from inferloom.session.state import Phase, load_state
 from inferloom.spec import WorkloadSpec
@@ -88,7 +89,7 @@ def _run_locked(entry: Mapping[str, Any], d: Path, logdir: Path, kb_url: str | N
     with open(logdir / f"{name}.log", "a", encoding="utf-8", buffering=1) as log, \
             _environment(entry.get("env") or {}), _kb_log(log):
         def progress(msg: str) -> None:
-            log.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
+            log.write(f"{time.strftime('%H:%M:%S')} {redact_text(msg)}\n")  # no password in a log
 
         try:
             if (d / "state.json").exists():
@@ -104,7 +105,7 @@ def _run_locked(entry: Mapping[str, Any], d: Path, logdir: Path, kb_url: str | N
                 out["error"] = f"stopped in phase {st.phase.value} without closing"
         except Exception as exc:  # a session's failure is data: the fleet goes on
             progress("failed:\n" + traceback.format_exc())
-            out.update(ok=False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            out.update(ok=False, error=redact_text(f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"))
             try:
                 out["session_id"] = load_state(d).session_id
             except Exception:  # no state yet: the session never started
