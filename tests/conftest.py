@@ -1,6 +1,9 @@
-"""Test isolation: every test gets its own knowledge base file (never ~/.cache)."""
+"""Test isolation: every test gets its own knowledge base file (never ~/.cache); the throwaway PostgreSQL
+cluster (tests/pg_cluster.py) for the KB and fleet tests that ask for it."""
 
 import pytest
+
+from pg_cluster import PgCluster, find_bin
 
 
 @pytest.fixture(autouse=True)
@@ -11,8 +14,6 @@ def _isolated_kb(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def pg_cluster():
     """A throwaway PostgreSQL cluster (temp dir, local port, non-root user), stopped after the run."""
-    from pg_cluster import PgCluster, find_bin
-
     bindir = find_bin()
     if bindir is None:
         pytest.skip("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb) and `make postgresql` "
