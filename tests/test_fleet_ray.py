@@ -16,8 +16,11 @@ import ray
 from inferloom.fleet import load_fleet
 from inferloom.fleet.driver import run_fleet
 from inferloom.kb import RecipeStore
+from inferloom.phases.runner import start
 from inferloom.session import ledger as L
 from inferloom.session.state import load_state
+from inferloom.spec import WorkloadSpec
+from inferloom.workloads.synthetic import SyntheticAdapter
 
 SYN = "{model: llama-tiny, framework: synthetic, device: cpu, seed: %d}"
 
@@ -205,3 +208,35 @@ def test_two_real_llama_tiny_sessions_share_the_postgresql_kb(tmp_path, pg_url):
     assert st1.extra.ceilings.cached is not True and st2.extra.ceilings.cached is True
     if recipes[0].winner:  # the first one kept something after all: the second replayed it
         assert st2.extra.warm_replay.recipe_id == recipes[0].id
+
+
+class _Killed(BaseException):
+    """Stands in for a kill: nothing in the session catches it."""
+
+
+def test_a_rerun_resumes_a_session_an_earlier_run_left_unfinished(tmp_path, pg_url):
+    class DiesInFramework(SyntheticAdapter):
+        runs = 0
+
+        def run(self, handle, seed):
+            DiesInFramework.runs += 1
+            if DiesInFramework.runs == 40:
+                raise _Killed()
+            return super().run(handle, seed)
+
+    plan = load_fleet(_fleet(tmp_path, f"sessions:\n  - {{name: cut, workload: {{set: {SYN % 5}}}}}\n", delay="0"),
+                      out=tmp_path / "out", kb=pg_url)
+    s = plan.sessions[0]
+    d = plan.session_dir(s)
+    with pytest.raises(_Killed):  # an earlier fleet run whose worker died and whose retries ran out
+        start(d, WorkloadSpec.model_validate(s.spec), budget_minutes=s.budget_minutes, max_trials=s.max_trials,
+              adapter=DiesInFramework(), kb_url=pg_url)
+    before = load_state(d)
+    assert before.phase.value != "DONE"
+    res = run_fleet(plan, poll_s=0.5)
+    assert res.ok and res.skipped == []
+    st = _check_session(d)
+    assert st.session_id == before.session_id  # the same session, continued
+    assert "resuming" in (plan.out / "logs" / "cut.log").read_text()
+    with RecipeStore(pg_url) as store:
+        assert [sid for r in store.list_recipes() for sid in r.session_ids] == [st.session_id]
