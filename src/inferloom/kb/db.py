@@ -19,23 +19,34 @@ read with a plain ``BEGIN``. Transactions are short: one recipe, no I/O
 inside. WAL needs a local filesystem (not NFS); a fleet shares a PostgreSQL
 server instead, where writes lock the recipe row (``SELECT ... FOR UPDATE``)
 and retry once when two sessions create the same recipe at once.
+
+A lost server (PostgreSQL restarted, a network blip): every :class:`RecipeStore`
+call is one idempotent transaction, retried by :meth:`Database.retrying` while
+the server can't be reached, for up to ``$INFERLOOM_KB_RETRY_S`` seconds (default
+120), each retry logged (logger ``inferloom.kb``) with what failed; then one
+:class:`KBUnavailable` line. Pooled connections are pinged before use, so a
+restarted server's dead connections are replaced rather than failing a write.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from sqlalchemy import (
     Column, Connection, Engine, Float, Index, Integer, MetaData, PrimaryKeyConstraint, String, Table, Text,
     UniqueConstraint, create_engine, event, select,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError, DBAPIError, IntegrityError, InterfaceError, NoSuchModuleError, OperationalError, SQLAlchemyError,
+)
 from sqlalchemy.pool import StaticPool
 
 from inferloom.errors import InferloomError
@@ -43,16 +54,33 @@ from inferloom.kb.key import KEY_FIELDS
 from inferloom.redact import redact_text
 
 __all__ = [
-    "SCHEMA_VERSION", "KBError", "default_kb_url", "metadata", "recipes", "ceilings", "schema_version",
-    "INDEX_ORDER", "dumps", "loads", "Database", "MIGRATIONS",
+    "SCHEMA_VERSION", "KBError", "KBUnavailable", "default_kb_url", "retry_seconds", "metadata", "recipes", "ceilings",
+    "schema_version", "INDEX_ORDER", "dumps", "loads", "Database", "MIGRATIONS",
 ]
 
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
+DEFAULT_RETRY_S = 120.0
+log = logging.getLogger("inferloom.kb")
+T = TypeVar("T")
 
 
 class KBError(InferloomError, RuntimeError):
     """The KB cannot be used: one line naming the file (or URL), what is wrong, what to do."""
+
+
+class KBUnavailable(KBError):
+    """The KB server could not be reached (refused, lost, restarting): retried by :meth:`Database.retrying`."""
+
+
+def retry_seconds() -> float:
+    """How long a KB call retries while its server can't be reached (``$INFERLOOM_KB_RETRY_S``, default 120)."""
+    raw = os.environ.get("INFERLOOM_KB_RETRY_S", "")
+    try:
+        v = float(raw) if raw else DEFAULT_RETRY_S
+    except ValueError:
+        raise KBError(f"INFERLOOM_KB_RETRY_S={raw!r}: expected a number of seconds (e.g. 120)") from None
+    return v if math.isfinite(v) and v >= 0 else DEFAULT_RETRY_S
 
 
 def default_kb_url() -> str:
@@ -158,6 +186,8 @@ class Database:
         except ArgumentError:
             raise KBError(f"KB URL {redact_text(url)!r}: not a SQL URL; expected sqlite:///PATH, a file path, or "
                           "postgresql://USER@HOST/DB (set INFERLOOM_KB or pass the KB location)") from None
+        if u.drivername == "postgresql":  # no driver named: psycopg 3 (the `fleet` extra), not psycopg2
+            u = u.set(drivername="postgresql+psycopg")
         self.is_sqlite = u.get_backend_name() == "sqlite"
         self.where = u.render_as_string(hide_password=True)
         kwargs: dict[str, Any] = {}
@@ -177,6 +207,8 @@ class Database:
             else:
                 kwargs["poolclass"] = StaticPool
             kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+        else:
+            kwargs["pool_pre_ping"] = True  # a restarted server's dead connections are replaced, not used
         try:
             self.engine: Engine = create_engine(u, **kwargs)
         except (NoSuchModuleError, ImportError) as exc:
@@ -187,7 +219,34 @@ class Database:
                           "sqlite:///PATH, a file path, or postgresql://USER@HOST/DB") from None
         if self.is_sqlite:
             _sqlite_events(self.engine)
-        self._ensure_schema()
+        self.retrying(self._ensure_schema, "opening")
+
+    def unreachable(self, exc: BaseException) -> bool:
+        """Is ``exc`` a lost or refused connection to a KB server (worth retrying)?"""
+        if self.is_sqlite:
+            return False
+        return isinstance(exc, (OperationalError, InterfaceError)) or (
+            isinstance(exc, DBAPIError) and exc.connection_invalidated)
+
+    def retrying(self, fn: Callable[[], T], doing: str) -> T:
+        """``fn()`` (one idempotent transaction), again while the server can't be
+        reached, for up to :func:`retry_seconds`; each retry is logged."""
+        deadline = time.monotonic() + retry_seconds()
+        wait, tries = 0.5, 0
+        while True:
+            try:
+                return fn()
+            except KBUnavailable as exc:
+                tries += 1
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KBUnavailable(f"{exc} (gave up after {tries} tries, {retry_seconds():g} s; "
+                                        "INFERLOOM_KB_RETRY_S sets how long)") from None
+                log.warning("KB %s: %s unreachable (%s); retry %d in %.1f s", self.where, doing, exc, tries,
+                            min(wait, left))
+                self.engine.dispose()  # the pool's connections died with the server
+                time.sleep(min(wait, left))
+                wait = min(wait * 2, 5.0)
 
     def error(self, exc: BaseException, doing: str) -> KBError:
         """Turn a driver error into a one-line :class:`KBError`."""
@@ -201,7 +260,10 @@ class Database:
             hint = "another process held the KB too long; retry"
         else:
             hint = "check the KB location (INFERLOOM_KB) and that the database is reachable"
-        return KBError(f"KB {kind} {self.where}: {doing} failed ({redact_text(msg)}); {hint}")
+        cls = KBUnavailable if self.unreachable(exc) else KBError
+        if cls is KBUnavailable:
+            hint = "the database server can't be reached; check that it is running"
+        return cls(f"KB {kind} {self.where}: {doing} failed ({redact_text(msg)}); {hint}")
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -7,15 +7,21 @@ and never removes a winner. Every write is one short transaction on one
 recipe (``BEGIN IMMEDIATE`` on SQLite), so concurrent sessions writing one KB
 serialize instead of corrupting it or losing updates. Recording the same
 session twice changes nothing (a resumed CLOSE may record again).
+
+Each public call is retried whole while a KB server can't be reached
+(:meth:`~inferloom.kb.db.Database.retrying`): a PostgreSQL restart mid-fleet
+delays a write instead of losing it, and a write whose commit landed before
+the connection dropped is found already recorded on the retry.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
@@ -40,6 +46,19 @@ class RecordResult:
     rule: str              # 'keep', or the strict rule it failed (e.g. 'final-quality-failed')
     reason: str            # one line
     already_recorded: bool = False
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _retried(doing: str) -> Callable[[F], F]:
+    """Run the method again while the KB server can't be reached (one idempotent transaction)."""
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: "RecipeStore", *a: Any, **kw: Any) -> Any:
+            return self.db.retrying(lambda: fn(self, *a, **kw), doing)
+        return wrapper  # type: ignore[return-value]
+    return deco
 
 
 def _key_where(key: WorkloadKey) -> list[Any]:
@@ -97,6 +116,7 @@ class RecipeStore:
         raise AssertionError("unreachable")
 
     # ------------------------------------------------------------ writes
+    @_retried("writing")
     def record_session(self, key: WorkloadKey, breakdown: Mapping[str, Any], session_id: str,
                        lessons: list[Any] | None = None, failures: list[Mapping[str, Any]] | None = None) -> RecordResult:
         """Record a finished session's breakdown under ``key``.
@@ -156,6 +176,7 @@ class RecipeStore:
         key = WorkloadKey.from_session(manifest, state)
         return key, self.record_session(key, breakdown, session_id)
 
+    @_retried("writing")
     def mark_drift(self, key_or_id: WorkloadKey | int | str, note: str, session_id: str | None = None,
                    expected_winner: str | None = None) -> R.Recipe:
         """Mark a recipe's winner ``drift`` (it did not reproduce). Pass the key of
@@ -182,6 +203,7 @@ class RecipeStore:
 
         return self._modify(key, fn)[0]
 
+    @_retried("writing")
     def promote(self, key: WorkloadKey, winner: Mapping[str, Any], promotion: Mapping[str, Any]) -> R.Recipe:
         """A person's approval (``inferloom promote``): ``winner`` (from the session's breakdown, the strict
         rules already passed: :func:`~inferloom.kb.recipe.winner_from_breakdown`) becomes the recipe's winner
@@ -206,6 +228,7 @@ class RecipeStore:
         rec.id = rid
         return rec
 
+    @_retried("writing")
     def put_ceiling(self, device: str, *, mem_bw_bytes_per_s: float, matmul_flops_per_s: float,
                     dtype: str = "bfloat16", measured_at: float | None = None,
                     details: Mapping[str, Any] | None = None) -> Ceiling:
@@ -243,16 +266,19 @@ class RecipeStore:
         return changed
 
     # ------------------------------------------------------------ reads
+    @_retried("reading")
     def get_ceiling(self, device: str, dtype: str = "bfloat16") -> Ceiling | None:
         with self.db.read() as conn:
             r = conn.execute(select(ceilings).where(ceilings.c.device == device, ceilings.c.dtype == dtype)).first()
         return None if r is None else row_to_ceiling(r)
 
+    @_retried("reading")
     def list_ceilings(self) -> list[Ceiling]:
         with self.db.read() as conn:
             rows = conn.execute(select(ceilings).order_by(ceilings.c.device, ceilings.c.dtype)).all()
         return [row_to_ceiling(r) for r in rows]
 
+    @_retried("reading")
     def get(self, key: WorkloadKey) -> R.Recipe | None:
         """The recipe filed exactly under ``key``, or None."""
         with self.db.read() as conn:
@@ -280,6 +306,7 @@ class RecipeStore:
             raise KBError(f"KB {self.db.where}: no recipe {key_or_id}; see `inferloom kb list`")
         return got
 
+    @_retried("reading")
     def list_recipes(self, *, with_winner: bool | None = None, status: str | None = None) -> list[R.Recipe]:
         """All recipes ordered by key; optionally only those with (without) a winner, or of a status."""
         q = select(recipes).order_by(*[recipes.c[f] for f in KEY_FIELDS])
@@ -290,11 +317,13 @@ class RecipeStore:
         with self.db.read() as conn:
             return [row_to_recipe(r) for r in conn.execute(q)]
 
+    @_retried("reading")
     def lookup(self, key: WorkloadKey, min_confidence: float = 0.0) -> LookupResult:
         """Relaxed lookup; see :func:`inferloom.kb.lookup.lookup`."""
         return lookup(self, key, min_confidence)
 
     # ------------------------------------------------------------ export / import
+    @_retried("reading")
     def export_document(self) -> dict[str, Any]:
         """Every recipe and ceiling as one JSON-ready document (the format
         :meth:`import_json` reads; the caller writes it to a file)."""
@@ -303,6 +332,7 @@ class RecipeStore:
                "ceilings": [c.to_dict() for c in self.list_ceilings()]}
         return json.loads(dumps(doc))
 
+    @_retried("importing")
     def import_json(self, path: str | Path) -> ImportResult:
         """Merge an exported document into this KB under the same strict rules
         (an imported winner enters only if its recorded evidence passes them and

@@ -23,7 +23,7 @@ from typing import Any
 from inferloom.report.fmt import esc
 from inferloom.report.html_sections import section_bodies
 
-__all__ = ["SECTIONS", "render_html"]
+__all__ = ["SECTIONS", "PAGE_CSS", "render_html"]
 
 
 # id -> heading, in page order.
@@ -84,6 +84,8 @@ svg.chart .lbl { font-size: 12px; }
 svg.chart .small { font-size: 11px; fill: #5f6670; }
 svg.chart .lbl, svg.chart .small { paint-order: stroke; stroke: #ffffff; stroke-width: 3px; stroke-linejoin: round; }
 """
+
+PAGE_CSS = _CSS  # the one page style: the fleet report (inferloom.fleet.report) uses it too
 
 
 def render_html(b: dict[str, Any], *, manifest: dict[str, Any] | None = None, title: str | None = None) -> str:
