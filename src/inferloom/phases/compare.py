@@ -17,9 +17,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.measure import protocol as proto
 from inferloom.measure import quality as Q
+from inferloom.measure import task_gate as TG
+from inferloom.measure.tolerance import tolerance_for
 from inferloom.measure.metrics import get_metric, output_tokens_per_s
 from inferloom.spec import objective_label
-from inferloom.workloads.base import AdapterError, OwnObjective, OwnQualityGate, RunRecord
+from inferloom.workloads.base import AdapterError, OwnObjective, OwnQualityGate, RunRecord, resolve_config
 
 __all__ = ["QUALITY_PROBE_FAILED", "References", "compare", "stock_references", "warmup", "compile_overhead", "timed_pairs"]
 
@@ -37,6 +39,7 @@ class References:
 
     def __init__(self) -> None:
         self.sets: dict[str, Q.Reference] = {}
+        self.tasks: dict[str, TG.TaskReference] = {}  # stock's task-gate answers (quality.task)
 
 
 def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], names: Sequence[str],
@@ -51,6 +54,12 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
     try:
         for n in missing:
             refs.sets[n] = Q.capture_reference(adapter, h, n, sets[n], spec.quality.continuation_len)
+        gate = spec.quality.task
+        if gate is not None:
+            items = TG.load_task_items(gate.file)
+            for n in missing:
+                progress(f"task gate: stock's answers on the {n} split ({len(items[n])} items)")
+                refs.tasks[n] = TG.capture_task_reference(adapter, h, n, items[n], gate.max_new_tokens)
     finally:
         if handle is None:
             adapter.release(h)
@@ -94,6 +103,11 @@ def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int,
     metric = adapter.objective_metric if isinstance(adapter, OwnObjective) else metric
     return proto.run_paired(lambda s: adapter.run(h_a, s), lambda s: adapter.run(h_b, s), settings,
                             seed_base=seed_base, on_pair=_on_pair, stop_early=stop_early, metric=metric)
+
+
+def _stock_config(adapter: Any, spec: Any) -> dict[str, Any]:
+    """Stock's knob values (each knob's default, the spec's pinned values over them)."""
+    return resolve_config(adapter.knob_space(), {}, getattr(spec, "pinned", {}) or {})
 
 
 def compare(
@@ -159,12 +173,17 @@ def compare(
             tq = time.perf_counter()
             if stock_is_base:
                 stock_references(adapter, spec, base_cfg, quality_sets, refs, progress, handle=handles[0])
-            th = Q.QualityThresholds.from_spec(spec.quality)
+            th, tolerance = tolerance_for(spec.quality, _stock_config(adapter, spec), cand_cfg)
             verdicts = []
             try:
                 for name in quality_sets:
-                    progress(f"quality contract: {labels[1]} against stock's reference on the {name} set")
-                    verdicts.append(Q.evaluate(adapter, handles[1], refs.sets[name], th))
+                    progress(f"quality contract: {labels[1]} against stock's reference on the {name} set "
+                             f"({tolerance['name']} tolerance)")
+                    v = Q.evaluate(adapter, handles[1], refs.sets[name], th)
+                    v.details["tolerance"] = tolerance
+                    if name in refs.tasks:
+                        v = TG.merge_task(v, TG.evaluate_task(adapter, handles[1], refs.tasks[name], spec.quality.task))
+                    verdicts.append(v)
             except Exception as exc:  # noqa: BLE001 - a probe that crashes is a failed contract, never a crash
                 # e.g. on CUDA a forced SDPA kernel that runs the timed (unpadded) batches but has
                 # no kernel for the padded quality prompts' attention mask.
@@ -174,7 +193,7 @@ def compare(
                 q = {"evaluated": True, "passed": False, "rule": QUALITY_PROBE_FAILED, "error": msg,
                      "sets": [v.to_dict() for v in verdicts], "failed": [msg], "seconds": time.perf_counter() - tq}
             else:
-                q = {"evaluated": True, "passed": all(v.passed for v in verdicts),
+                q = {"evaluated": True, "passed": all(v.passed for v in verdicts), "tolerance": tolerance,
                      "sets": [v.to_dict() for v in verdicts],
                      "failed": [v.message for v in verdicts if not v.passed], "seconds": time.perf_counter() - tq}
         out["quality"] = q
