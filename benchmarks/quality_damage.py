@@ -16,9 +16,11 @@ resamples that a threshold rejects is printed; thresholds are chosen so that it
 stays at most 1%.
 
     # the trained tiny model, CPU (docs/quality.md's table)
-    PYTHONPATH=src .venv/bin/python benchmarks/quality_damage.py --model llama-tiny-trained
+    PYTHONPATH=src .venv/bin/python benchmarks/quality_damage.py --model llama-tiny-trained \
+        --json docs/results/quality_damage_tiny_trained.json
     # the random 8B-shaped preset scaled down for CPU (hidden 512, 4 layers, vocab 4096)
-    PYTHONPATH=src .venv/bin/python benchmarks/quality_damage.py --model 8b-scaled
+    PYTHONPATH=src .venv/bin/python benchmarks/quality_damage.py --model 8b-scaled \
+        --json docs/results/quality_damage_8b_scaled_cpu.json
     # the random 8B-shaped preset itself, on one GPU (bf16 stock, about 10 minutes on an H200)
     PYTHONPATH=src .venv/bin/python benchmarks/quality_damage.py --model llama-3.1-8b --device cuda \\
         --dtype bfloat16 --json docs/results/quality_damage_8b.json
@@ -172,7 +174,10 @@ def main() -> None:
     ap.add_argument("--continuation", type=int, default=32)
     ap.add_argument("--max-drop", type=float, default=0.02)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     t0 = time.time()
     model = scaled_8b_dir() if args.model == "8b-scaled" else args.model
     ov = {"device": args.device, "dtype": args.dtype, "quality.eval_prompts": args.prompts,

@@ -84,7 +84,7 @@ def accuracy(model, tok, items, max_new: int = 9, batch: int = 64) -> dict[str, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=2500)
+    ap.add_argument("--steps", type=int, default=1400)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--corpus-share", type=float, default=0.15)

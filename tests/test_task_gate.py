@@ -110,3 +110,8 @@ def test_char_tokenizer_round_trips_digits_one_token_each():
     tok = T.build_char_tokenizer()
     ids = tok("12+3=\n")["input_ids"]
     assert ids[0] == 1 and len(ids) == 7 and tok.decode(ids, skip_special_tokens=True) == "12+3=\n"
+
+
+def test_spec_refuses_a_task_gate_outside_the_transformers_engine():
+    with pytest.raises(SpecError, match="quality.task .*needs framework transformers, got synthetic"):
+        load_spec(None, {"framework": "synthetic", "quality.task": {"file": "llama-tiny-trained"}})

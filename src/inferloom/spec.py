@@ -175,6 +175,13 @@ class WorkloadSpec(_Strict):
             raise ValueError("serving.arrival poisson needs serving.request_rate")
         return self
 
+    @model_validator(mode="after")
+    def _task_gate_framework(self) -> "WorkloadSpec":
+        if self.quality.task is not None and self.framework != "transformers":
+            raise ValueError(f"quality.task (the task-accuracy gate) needs framework transformers, got {self.framework}: "
+                             "the other adapters have no in-process tokenizer for its prompts yet")
+        return self
+
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
