@@ -44,7 +44,7 @@ import torch
 from inferloom.measure import quality as Q
 from inferloom.measure import task_gate as TG
 from inferloom.models.trained import TRAINED_PRESETS, task_eval_file
-from inferloom.spec import load_spec
+from inferloom.spec import NumericsToleranceSpec, QualitySpec, field_default, load_spec
 from inferloom.workloads.transformers_engine import TransformersEngine
 
 HARMLESS = [("stock, second build", {}), ("eager attention", {"attn_implementation": "eager"}),
@@ -131,20 +131,25 @@ def summary(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in ("top1_agreement", "mean_kl", "greedy_agreement")}
 
 
-def false_rejection(rows, stock_t, cand_t, th, max_drop: float, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
-    """Share of bootstrap resamples (of prompts; of task items) that each check rejects."""
+def false_rejection(rows, stock_t, cand_t, ths: dict, max_drop: float, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Per threshold set in ``ths`` (name -> thresholds dict), the share of
+    bootstrap resamples (of prompts; of task items) that each check rejects."""
     rng = random.Random(seed)
-    fails = {"top1_agreement": 0, "mean_kl": 0, "greedy_agreement": 0, "task": 0}
+    fails = {name: {"top1_agreement": 0, "mean_kl": 0, "greedy_agreement": 0} for name in ths}
+    task_fails = 0
     for _ in range(n_boot):
         s = summary([rows[rng.randrange(len(rows))] for _ in rows])
-        fails["top1_agreement"] += s["top1_agreement"] < th.min_top1_agreement
-        fails["mean_kl"] += s["mean_kl"] > th.max_mean_kl
-        fails["greedy_agreement"] += s["greedy_agreement"] < th.min_greedy_agreement
+        for name, th in ths.items():
+            fails[name]["top1_agreement"] += s["top1_agreement"] < th["min_top1_agreement"]
+            fails[name]["mean_kl"] += s["mean_kl"] > th["max_mean_kl"]
+            fails[name]["greedy_agreement"] += s["greedy_agreement"] < th["min_greedy_agreement"]
         if stock_t:
             idx = [rng.randrange(len(stock_t)) for _ in stock_t]
             d = TG.paired_drop([stock_t[i] for i in idx], [cand_t[i] for i in idx], 0.95)
-            fails["task"] += d["task_drop_upper"] > max_drop
-    return {k: v / n_boot for k, v in fails.items()}
+            task_fails += d["task_drop_upper"] > max_drop
+    out = {name: {k: v / n_boot for k, v in f.items()} for name, f in fails.items()}
+    out["task"] = task_fails / n_boot
+    return out
 
 
 def scaled_8b_dir() -> str:
@@ -165,6 +170,39 @@ def scaled_8b_dir() -> str:
     return str(out)
 
 
+_CHECKS = ("min_top1_agreement", "max_mean_kl", "min_greedy_agreement")
+DEFAULT = {k: field_default(QualitySpec, k) for k in _CHECKS}  # the contract's default thresholds
+NUMERICS = {k: field_default(NumericsToleranceSpec, k) for k in _CHECKS}  # quality.numerics' defaults
+
+
+def rejected_by(r: dict, th: dict, max_drop: float) -> str:
+    """The checks that reject row ``r`` under thresholds ``th`` (and the task gate), or ``pass``."""
+    out = [name for name, bad in (("top-1", r["top1_agreement"] < th["min_top1_agreement"]),
+                                  ("KL", r["mean_kl"] > th["max_mean_kl"]),
+                                  ("greedy", r["greedy_agreement"] < th["min_greedy_agreement"]),
+                                  ("task", r.get("task_drop_upper", 0.0) > max_drop)) if bad]
+    return ", ".join(out) or "pass"
+
+
+def render(doc: dict) -> str:
+    """The Markdown table of a result document (also: ``--render FILE.json``)."""
+    lines = ["| candidate | top-1 | mean KL | greedy | task acc (stock) | drop bound | McNemar p "
+             "| rejected by (default) | rejected by (numerics tolerance) | false rejection (bootstrap) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in doc["results"]:
+        task = (f"{r['task_accuracy']:.3f} ({r['task_accuracy_stock']:.3f}) | {r['task_drop_upper']:.3f} | "
+                f"{r['task_mcnemar_p']:.2g}") if "task_accuracy" in r else "- | - | -"
+        fr = r.get("false_rejection")
+        frs = "-"
+        if fr:
+            worst = {name: max(fr[name].values()) for name in ("default", "numerics")}
+            frs = f"default {worst['default']:.1%}, numerics {worst['numerics']:.1%}, task {fr['task']:.1%}"
+        lines.append(f"| {r['candidate']} | {r['top1_agreement']:.4f} | {r['mean_kl']:.3g} | {r['greedy_agreement']:.3f} "
+                     f"| {task} | {rejected_by(r, DEFAULT, doc['max_drop'])} | {rejected_by(r, NUMERICS, doc['max_drop'])} "
+                     f"| {frs} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="llama-tiny-trained", help="a preset, a trained preset, a directory or 8b-scaled")
@@ -175,7 +213,11 @@ def main() -> None:
     ap.add_argument("--max-drop", type=float, default=0.02)
     ap.add_argument("--json", default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    ap.add_argument("--render", default=None, help="print the table of an earlier --json result and exit")
     args = ap.parse_args()
+    if args.render:
+        print(render(json.loads(Path(args.render).read_text())))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.time()
@@ -216,7 +258,8 @@ def main() -> None:
         if items:
             r.update(TG.paired_drop(stock_t, cand_t, 0.95))
         if damage is None:
-            r["false_rejection"] = false_rejection(rows, stock_t, cand_t, th, args.max_drop)
+            r["false_rejection"] = false_rejection(rows, stock_t, cand_t, {"default": DEFAULT, "numerics": NUMERICS},
+                                                   args.max_drop)
         results.append(r)
         print(json.dumps(r), flush=True)
 
@@ -229,17 +272,13 @@ def main() -> None:
     eng.close()
     print(f"\n{args.model} on {args.device} ({args.dtype}), {len(prompts)} prompts x {args.continuation} tokens, "
           f"tie margin {margin:.3g}; {len(items or [])} task items; {time.time() - t0:.0f} s\n")
-    print("| candidate | top-1 | mean KL | greedy | task acc (stock) | drop bound | McNemar p |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in results:
-        task = (f"{r['task_accuracy']:.3f} ({r['task_accuracy_stock']:.3f}) | {r['task_drop_upper']:.3f} | "
-                f"{r['task_mcnemar_p']:.2g}") if "task_accuracy" in r else "- | - | -"
-        print(f"| {r['candidate']} | {r['top1_agreement']:.4f} | {r['mean_kl']:.3g} | {r['greedy_agreement']:.3f} | {task} |")
+    doc = {"model": args.model, "device": args.device, "dtype": args.dtype, "prompts": len(prompts),
+           "continuation": args.continuation, "tie_margin": margin, "task_items": len(items or []),
+           "max_drop": args.max_drop, "cpu_count": os.cpu_count(), "torch": torch.__version__,
+           "wall_s": round(time.time() - t0, 1), "results": results}
+    print(render(doc))
     if args.json:
-        Path(args.json).write_text(json.dumps({"model": args.model, "device": args.device, "dtype": args.dtype,
-                                               "prompts": len(prompts), "continuation": args.continuation,
-                                               "tie_margin": margin, "task_items": len(items or []),
-                                               "cpu_count": os.cpu_count(), "results": results}, indent=1) + "\n")
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

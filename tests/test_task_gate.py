@@ -69,7 +69,7 @@ def test_load_task_items_splits_and_rejects_bad_lines(tmp_path):
 def test_numerics_tolerance_applies_only_to_watched_knob_changes(tmp_path):
     spec = load_spec(None, {"quality.numerics": {"max_mean_kl": 0.2}})
     th, why = tolerance_for(spec.quality, {"dtype": "float32", "micro_batch": 8}, {"dtype": "bfloat16", "micro_batch": 8})
-    assert why["name"] == NUMERICS and th.max_mean_kl == 0.2 and "dtype float32 -> bfloat16" in why["why"]
+    assert why["name"] == NUMERICS and th.max_mean_kl == 0.2 and why["why"].startswith("dtype float32 -> bfloat16: quality.numerics")
     th, why = tolerance_for(spec.quality, {"dtype": "float32", "micro_batch": 8}, {"dtype": "float32", "micro_batch": 1})
     assert why["name"] == EXACT and th.max_mean_kl == 0.01
     plain = load_spec(None, {})
@@ -115,3 +115,19 @@ def test_char_tokenizer_round_trips_digits_one_token_each():
 def test_spec_refuses_a_task_gate_outside_the_transformers_engine():
     with pytest.raises(SpecError, match="quality.task .*needs framework transformers, got synthetic"):
         load_spec(None, {"framework": "synthetic", "quality.task": {"file": "llama-tiny-trained"}})
+
+
+def test_the_report_says_which_tolerance_a_kept_change_passed():
+    from inferloom.report.breakdown import breakdown_from_ledger
+    from inferloom.report.markdown import render_report
+    from inferloom.session import ledger as L
+
+    tol = {"name": "numerics", "why": "dtype float32 -> bfloat16: quality.numerics thresholds and the task gate"}
+    entries = [{"kind": L.MEASUREMENT, "seq": 3, "ts": 1.0, "action": "try_config",
+                "quality": {"evaluated": True, "passed": True, "tolerance": tol}},
+               {"kind": L.VERDICT, "seq": 4, "ts": 2.0, "trial": 1, "cycle": 1, "changes": {"dtype": "bfloat16"}, "kept": True,
+                "ratio": 1.2, "ci_low": 1.1, "ci_high": 1.3, "quality_passed": True, "measurement_seq": 3,
+                "outcome": "keep", "lesson": ""}]
+    b = breakdown_from_ledger(entries)
+    assert b["action_path"][0]["quality_tolerance"].startswith("numerics tolerance (dtype float32 -> bfloat16")
+    assert "quality passed the numerics tolerance (dtype float32 -> bfloat16" in render_report(b)

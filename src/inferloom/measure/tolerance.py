@@ -37,5 +37,5 @@ def tolerance_for(q: Any, stock: Mapping[str, Any], cand: Mapping[str, Any]) -> 
     th = QualityThresholds(min_top1_agreement=q.numerics.min_top1_agreement, max_mean_kl=q.numerics.max_mean_kl,
                            min_greedy_agreement=q.numerics.min_greedy_agreement, tie_margin=base.tie_margin)
     gate = "and the task gate" if q.task is not None else "without a task gate (none declared)"
-    return th, {"name": NUMERICS, "why": f"numerics-changing ({', '.join(changes)}): quality.numerics thresholds {gate}",
+    return th, {"name": NUMERICS, "why": f"{', '.join(changes)}: quality.numerics thresholds {gate}",
                 "changes": changes}

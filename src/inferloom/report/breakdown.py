@@ -21,11 +21,11 @@ def _decision(m: dict[str, Any]) -> dict[str, Any]:
 
 def _tolerance(m: dict[str, Any] | None) -> str | None:
     """The tolerance a measurement's quality verdict was judged against
-    (``exact`` or ``numerics: why``), None when quality wasn't evaluated."""
+    (``exact tolerance`` or ``numerics tolerance (why)``), None when quality wasn't evaluated."""
     t = ((m or {}).get("quality") or {}).get("tolerance")
     if not isinstance(t, dict):
         return None
-    return str(t.get("name")) + (f" ({t['why']})" if t.get("name") != "exact" and t.get("why") else "")
+    return f"{t.get('name')} tolerance" + (f" ({t['why']})" if t.get("name") != "exact" and t.get("why") else "")
 
 
 def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
