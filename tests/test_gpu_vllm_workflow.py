@@ -26,7 +26,7 @@ def test_example_vllm_specs_load_and_validate_without_a_gpu():
     assert (tput.framework, tput.model, tput.device, tput.dtype) == ("vllm", "llama-3.1-8b", "cuda", "bfloat16")
     assert (tput.traffic.concurrency, tput.traffic.input_len, tput.traffic.output_len) == (64, 256, 128)
     assert tput.serving.python == "/tmp/vllm-py" and tput.objective == "output_tokens_per_s"
-    assert tput.quality.precision is not None and tput.serving.extra_args == []  # nothing by hand
+    assert tput.quality.numerics is not None and tput.serving.extra_args == []  # nothing by hand
     good = load_spec(ROOT / "examples" / "llama-3.1-8b-h200-vllm-goodput.yaml")
     assert good.objective == "goodput" and good.serving.arrival == "poisson" and good.serving.request_rate
     assert good.serving.slo_ttft_ms and good.serving.slo_tpot_ms

@@ -13,9 +13,7 @@ from inferloom.measure.quality_floor import (
     HARD_LIMITS,
     apply_floor,
     candidate_thresholds,
-    declared_tolerance,
     floor_from_quality,
-    precision_changes,
 )
 from inferloom.spec import load_spec
 
@@ -37,17 +35,17 @@ def test_a_server_that_fails_the_fixed_threshold_against_itself_passes_over_its_
     fixed = _judge(H200_AA, Q.QualityThresholds.from_spec(q))
     assert not fixed.passed and fixed.failed_check == "top1_agreement"
     # ... the floor does not: its disagreement is the server's own
-    th, info = candidate_thresholds(q, H200_AA)
+    th, info = candidate_thresholds(q, H200_AA, {}, {})
     assert _judge(H200_AA, th).passed
     assert th.min_top1_agreement == pytest.approx(0.9609 - 0.02)
     assert th.max_mean_kl == pytest.approx(0.0495 + 0.01)
     assert th.min_greedy_agreement == pytest.approx(0.875 - 0.2)
-    assert info["floor"] == H200_AA and info["capped"] == [] and info["tolerance"] == "declared"
+    assert info["floor"] == H200_AA and info["capped"] == [] and info["tolerance"] == "exact"
     assert info["declared"]["min_top1_agreement"] == 0.98 and info["used"]["min_top1_agreement"] < 0.98
 
 
 def test_real_damage_still_fails_over_the_floor():
-    th, _ = candidate_thresholds(_quality(), H200_AA)
+    th, _ = candidate_thresholds(_quality(), H200_AA, {}, {})
     # a little worse than the server's own noise allows on each check, one at a time
     for check, value in (("top1_agreement", 0.93), ("mean_kl", 0.07), ("greedy_agreement", 0.6)):
         v = _judge({**H200_AA, check: value}, th)
@@ -58,9 +56,9 @@ def test_real_damage_still_fails_over_the_floor():
 
 def test_a_perfect_aa_leaves_the_declared_contract_and_a_floor_never_tightens_it():
     q = _quality()
-    th, info = candidate_thresholds(q, {"top1_agreement": 1.0, "mean_kl": 0.0, "greedy_agreement": 1.0})
+    th, info = candidate_thresholds(q, {"top1_agreement": 1.0, "mean_kl": 0.0, "greedy_agreement": 1.0}, {}, {})
     assert th == Q.QualityThresholds.from_spec(q) and info["used"] == info["declared"]
-    none, info = candidate_thresholds(q, None)
+    none, info = candidate_thresholds(q, None, {}, {})
     assert none == Q.QualityThresholds.from_spec(q) and info["floor"] is None
 
 
@@ -79,19 +77,21 @@ def test_a_broken_aa_cannot_open_the_gate_past_the_hard_limits():
                                                                           "top1_agreement"]
 
 
-def test_a_precision_change_is_judged_by_the_declared_precision_tolerance_over_the_floor():
-    assert precision_changes({"quantization": "fp8", "max_num_seqs": 8, "dtype": "auto"},
-                             {"quantization": "default", "max_num_seqs": 0, "dtype": "auto"},
-                             {"quantization", "kv_cache_dtype", "dtype"}) == ["quantization"]
-    q = _quality(precision={"min_top1_agreement": 0.95, "max_mean_kl": 0.05, "min_greedy_agreement": 0.6})
-    th, which = declared_tolerance(q, ["quantization"])
+def test_a_numerics_change_is_judged_by_the_declared_numerics_tolerance_over_the_floor():
+    stock = {"quantization": "default", "max_num_seqs": 0, "dtype": "auto"}
+    fp8 = {**stock, "quantization": "fp8", "max_num_seqs": 8}
+    q = _quality(numerics={"min_top1_agreement": 0.95, "max_mean_kl": 0.05, "min_greedy_agreement": 0.6})
+    th, info = candidate_thresholds(q, None, stock, fp8)
     assert (th.min_top1_agreement, th.max_mean_kl, th.min_greedy_agreement) == (0.95, 0.05, 0.6)
-    assert th.tie_margin == q.tie_margin and "quality.precision" in which
-    th, info = candidate_thresholds(q, H200_AA, ["quantization"])
-    assert th.max_mean_kl == pytest.approx(0.0995) and "quantization" in info["tolerance"]
-    # no declared precision tolerance: the contract's own thresholds (fail-closed), said so
-    th, which = declared_tolerance(_quality(), ["kv_cache_dtype"])
-    assert th == Q.QualityThresholds.from_spec(_quality()) and "declares no quality.precision" in which
+    assert th.tie_margin == q.tie_margin and info["tolerance"] == "numerics" and "quantization" in info["tolerance_why"]
+    th, info = candidate_thresholds(q, H200_AA, stock, fp8)
+    assert th.max_mean_kl == pytest.approx(0.0995) and info["tolerance"] == "numerics"
+    # a change of no numerics knob: the contract's own thresholds, over the floor
+    th, info = candidate_thresholds(q, None, stock, {**stock, "max_num_seqs": 8})
+    assert th == Q.QualityThresholds.from_spec(q) and info["tolerance"] == "exact"
+    # no declared numerics tolerance: the contract's own thresholds (fail-closed), said so
+    th, info = candidate_thresholds(_quality(), None, stock, fp8)
+    assert th == Q.QualityThresholds.from_spec(_quality()) and "no quality.numerics" in info["tolerance_why"]
 
 
 def test_floor_from_the_aa_compare_record():
@@ -128,7 +128,7 @@ def test_calibration_on_log_probs_an_aa_level_difference_passes_and_damage_fails
 
     aa = measure(noisy(0.15, 1))
     assert aa["top1_agreement"] < 0.98  # the fixed contract would reject stock against itself
-    th, _ = candidate_thresholds(_quality(), aa)
+    th, _ = candidate_thresholds(_quality(), aa, {}, {})
     same = measure(noisy(0.15, 2))
     assert not _judge(same, Q.QualityThresholds()).passed and _judge(same, th).passed
     for damaged in (noisy(0.3, 3),  # an error twice the server's own noise (a wrong kernel, a bad scale)

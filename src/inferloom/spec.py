@@ -18,15 +18,18 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from inferloom.errors import InferloomError
 from inferloom.inputs import InputError, load_yaml
 from inferloom.models.presets import PRESETS
+from inferloom.models.trained import TRAINED_PRESETS, trained_preset_dir
 from inferloom.spec_custom import CustomKnob, CustomSpec, PatchPolicySpec
+from inferloom.spec_quality import NumericsToleranceSpec, TaskGateSpec
 from inferloom.spec_fields import _n, _Strict, check_bounds, field_default
 from inferloom.spec_llm import AgentsSpec, LLMSpec
 from inferloom.spec_paths import resolve_override, resolve_spec_paths
 
 __all__ = [
-    "SpecError", "objective_label", "Traffic", "QualitySpec", "PrecisionTolerance", "ProtocolSpec", "ServingSpec",
+    "SpecError", "objective_label", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec",
     "WorkloadSpec", "CustomKnob", "CustomSpec", "PatchPolicySpec", "load_spec", "spec_hash",
-    "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY", "AgentsSpec", "LLMSpec",
+    "KernelSpec", "TaskGateSpec", "NumericsToleranceSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY",
+    "AgentsSpec", "LLMSpec",
 ]
 
 
@@ -66,17 +69,6 @@ class Traffic(_Strict):
         return v
 
 
-class PrecisionTolerance(_Strict):
-    """The quality tolerance declared for knobs that lower the arithmetic
-    precision (fp8 weights, fp8 KV cache, a narrower dtype): a candidate that
-    changes one of them is judged with these thresholds instead of the
-    contract's own (docs/quality.md, "Server A/A floor")."""
-
-    min_top1_agreement: float = Field(0.95, ge=0.0, le=1.0)
-    max_mean_kl: float = Field(0.05, ge=0.0)
-    min_greedy_agreement: float = Field(0.6, ge=0.0, le=1.0)
-
-
 class QualitySpec(_Strict):
     """The quality contract. Defaults are justified in docs/quality.md."""
 
@@ -89,9 +81,8 @@ class QualitySpec(_Strict):
     max_mean_kl: float = Field(0.01, ge=0.0)
     min_greedy_agreement: float = Field(0.8, ge=0.0, le=1.0)
     tie_margin: float = Field(0.1, ge=0.0, description="nats: a flip between tokens this close in stock's log-probs is a tie-break")
-    precision: PrecisionTolerance | None = Field(
-        None, description="the tolerance declared for precision-lowering knobs (fp8 weights, fp8 KV cache); "
-        "unset: they are judged by the thresholds above")
+    task: TaskGateSpec | None = Field(None, description="optional task-accuracy gate (docs/quality.md)")
+    numerics: NumericsToleranceSpec | None = Field(None, description="optional tolerance for numerics-changing candidates")
 
     @field_validator("prompts_file")
     @classmethod
@@ -169,7 +160,7 @@ class ServingSpec(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    model: str = Field("llama-tiny", description="synthetic preset name or local HF model directory")
+    model: str = Field("llama-tiny", description="synthetic preset name, trained preset (llama-tiny-trained) or local HF model directory")
     framework: Literal["transformers", "synthetic", "custom", "vllm"] = "transformers"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -203,15 +194,24 @@ class WorkloadSpec(_Strict):
             raise ValueError("serving.arrival poisson needs serving.request_rate")
         return self
 
+    @model_validator(mode="after")
+    def _task_gate_framework(self) -> "WorkloadSpec":
+        if self.quality.task is not None and self.framework != "transformers":
+            raise ValueError(f"quality.task (the task-accuracy gate) needs framework transformers, got {self.framework}: "
+                             "the other adapters have no in-process tokenizer for its prompts yet")
+        return self
+
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
         if v in PRESETS:
             return v
+        if v in TRAINED_PRESETS:  # shipped with the package: its directory
+            return str(trained_preset_dir(v))
         p = Path(v).expanduser()
         if not p.is_dir():
             raise ValueError(
-                "expected a preset (" + ", ".join(sorted(PRESETS)) + ") or a local model directory"
+                "expected a preset (" + ", ".join(sorted([*PRESETS, *TRAINED_PRESETS])) + ") or a local model directory"
             )
         if not (p / "config.json").is_file():
             raise ValueError(f"directory {v} has no config.json; expected a Hugging Face model directory")

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from inferloom.models.presets import PRESETS
+from inferloom.models.trained import TRAINED_PRESETS
 
 __all__ = ["SPEC_DIR_PATHS", "resolve_spec_paths", "resolve_path_value", "resolve_override", "absolute"]
 
@@ -47,6 +48,7 @@ SPEC_DIR_PATHS: Mapping[str, str] = {
     "model": "path",
     "traffic.prompts": "path",
     "quality.prompts_file": "path",
+    "quality.task.file": "path",
     "serving.python": "program",
     "custom.repo": "path",
     "custom.patches.dir": "path",
@@ -54,7 +56,8 @@ SPEC_DIR_PATHS: Mapping[str, str] = {
 }
 
 # values that are names, not paths
-_NOT_PATHS: Mapping[str, frozenset[str]] = {"model": frozenset(PRESETS), "traffic.prompts": frozenset({"random"})}
+_NOT_PATHS: Mapping[str, frozenset[str]] = {"model": frozenset(PRESETS) | frozenset(TRAINED_PRESETS), "traffic.prompts": frozenset({"random"}),
+                                             "quality.task.file": frozenset(TRAINED_PRESETS)}
 
 
 def absolute(value: str, base: str | Path) -> str:

@@ -66,10 +66,10 @@ def server_priors(workload: Mapping[str, Any], stock_fraction: float | None = No
         ("fp8-weights", {"quantization": "fp8"}, amdahl_limit(w, 2.0) - 1.0,
          f"weights are {w * 100:.0f}% of a decode step's bytes; fp8 halves them (Amdahl: x{amdahl_limit(w, 2.0):.2f} "
          "on the floor; measured x1.36 over stock bf16 on an H200, FACTS.md); lowers precision: judged by "
-         "quality.precision over the A/A floor"),
+         "quality.numerics over the A/A floor"),
         ("fp8-kv-cache", {"kv_cache_dtype": "fp8"}, amdahl_limit(kv, 2.0) - 1.0,
          f"the KV cache is {kv * 100:.0f}% of a decode step's bytes; fp8 halves it (Amdahl: "
-         f"x{amdahl_limit(kv, 2.0):.2f}); lowers precision: judged by quality.precision"),
+         f"x{amdahl_limit(kv, 2.0):.2f}); lowers precision: judged by quality.numerics"),
         ("async-scheduling", {"async_scheduling": True}, 0.5 * over,
          f"overhead outside the kernels' bytes is {frac_note}; overlapping scheduling with execution hides "
          "part of it (guess: half)"),

@@ -18,9 +18,10 @@ stock may exceed the A/A's by at most the declared allowance:
 With a perfect A/A (1, 0, 1) these are the declared thresholds exactly; the
 floor only ever relaxes them, by what the server measured against itself.
 The declared allowance is the contract's own thresholds, or, for a candidate
-that lowers precision (fp8 weights, fp8 KV cache: :func:`precision_changes`),
-the spec's ``quality.precision`` tolerance where it declares one (else the
-contract's own: fail-closed).
+that changes numerics (fp8 weights, fp8 KV cache, dtype), the spec's
+``quality.numerics`` tolerance where it declares one
+(:func:`inferloom.measure.tolerance.tolerance_for`; else the contract's own:
+fail-closed).
 
 **Guard rails** (so a broken A/A cannot open the gate): a threshold is never
 relaxed past :data:`HARD_LIMITS` (top-1 0.85, KL 0.25 nats, greedy 0.4),
@@ -36,12 +37,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Collection, Mapping
+from typing import Any, Mapping
 
 from inferloom.measure.quality import QualityThresholds
+from inferloom.measure.tolerance import tolerance_for
 
-__all__ = ["FLOOR_CHECKS", "HARD_LIMITS", "declared_tolerance", "apply_floor", "candidate_thresholds",
-           "floor_from_quality", "precision_changes"]
+__all__ = ["FLOOR_CHECKS", "HARD_LIMITS", "apply_floor", "candidate_thresholds", "floor_from_quality"]
 
 #: the checks the floor adjusts: name -> (threshold field, higher_is_better)
 FLOOR_CHECKS: Mapping[str, tuple[str, bool]] = {
@@ -51,27 +52,6 @@ FLOOR_CHECKS: Mapping[str, tuple[str, bool]] = {
 }
 #: the loosest each threshold may become through a floor, whatever the A/A measured
 HARD_LIMITS: Mapping[str, float] = {"min_top1_agreement": 0.85, "max_mean_kl": 0.25, "min_greedy_agreement": 0.4}
-
-
-def precision_changes(cand: Mapping[str, Any], ref: Mapping[str, Any], precision_knobs: Collection[str]) -> list[str]:
-    """The precision-lowering knobs (``precision_knobs``) whose value in
-    ``cand`` differs from the reference configuration's, sorted."""
-    return sorted(k for k in precision_knobs if k in cand and str(cand[k]) != str(ref.get(k, cand[k])))
-
-
-def declared_tolerance(quality: Any, precision: Collection[str] = ()) -> tuple[QualityThresholds, str]:
-    """``(thresholds, which)``: the contract's declared thresholds, or for a
-    candidate that changes a precision knob (``precision`` non-empty) the
-    spec's ``quality.precision`` tolerance (``which`` says which applied)."""
-    th = QualityThresholds.from_spec(quality)
-    tol = getattr(quality, "precision", None)
-    if not precision:
-        return th, "declared"
-    if tol is None:
-        return th, f"declared (changes precision: {', '.join(precision)}; the spec declares no quality.precision)"
-    th = dataclasses.replace(th, min_top1_agreement=tol.min_top1_agreement, max_mean_kl=tol.max_mean_kl,
-                             min_greedy_agreement=tol.min_greedy_agreement)
-    return th, f"quality.precision (changes precision: {', '.join(precision)})"
 
 
 def _usable(name: str, v: Any) -> bool:
@@ -117,14 +97,16 @@ def apply_floor(th: QualityThresholds, floor: Mapping[str, Any] | None) -> tuple
     return out, info
 
 
-def candidate_thresholds(quality: Any, floor: Mapping[str, Any] | None,
-                         precision: Collection[str] = ()) -> tuple[QualityThresholds, dict[str, Any]]:
+def candidate_thresholds(quality: Any, floor: Mapping[str, Any] | None, stock: Mapping[str, Any],
+                         cand: Mapping[str, Any]) -> tuple[QualityThresholds, dict[str, Any]]:
     """The thresholds a candidate is judged with on one prompt set: the
-    declared tolerance for it (:func:`declared_tolerance`) relaxed by that
-    set's A/A ``floor`` (:func:`apply_floor`); ``info`` says which and why."""
-    th, which = declared_tolerance(quality, precision)
+    tolerance declared for it (:func:`~inferloom.measure.tolerance.tolerance_for`:
+    the contract's, or ``quality.numerics`` for a numerics change) relaxed by
+    that set's A/A ``floor`` (:func:`apply_floor`); ``info`` says which and why."""
+    th, tolerance = tolerance_for(quality, stock, cand)
     th, info = apply_floor(th, floor)
-    info["tolerance"] = which
+    info["tolerance"] = tolerance["name"]
+    info["tolerance_why"] = tolerance["why"]
     return th, info
 
 

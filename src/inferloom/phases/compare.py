@@ -19,11 +19,13 @@ from typing import Any, Callable, Mapping, Sequence
 from inferloom.measure import protocol as proto
 from inferloom.measure import quality as Q
 from inferloom.measure import quality_floor as QF
+from inferloom.measure import task_gate as TG
+from inferloom.measure.tolerance import tolerance_for
 from inferloom.measure.metrics import get_metric, output_tokens_per_s
 from inferloom.measure.reference_store import load_references, save_references
 from inferloom.platform_audit import EnergyMeter
 from inferloom.spec import objective_label
-from inferloom.workloads.base import AdapterError, OwnObjective, OwnQualityGate, RunRecord, ServerReuse
+from inferloom.workloads.base import AdapterError, OwnObjective, OwnQualityGate, RunRecord, ServerReuse, resolve_config
 
 __all__ = ["QUALITY_PROBE_FAILED", "References", "compare", "reference_sets", "stock_references", "warmup",
            "compile_overhead", "timed_pairs"]
@@ -43,6 +45,7 @@ class References:
     def __init__(self, path: Path | None = None) -> None:
         self.sets: dict[str, Q.Reference] = {}
         self.config: dict[str, Any] | None = None  # the stock configuration they came from
+        self.tasks: dict[str, TG.TaskReference] = {}  # stock's task-gate answers (quality.task)
         self.path = path  # a session's quality_refs.pt: loaded before capturing, written after (reference_store)
 
 
@@ -57,29 +60,37 @@ def reference_sets(adapter: Any, needed: Sequence[str]) -> tuple[str, ...]:
 def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], names: Sequence[str],
                      refs: References, progress: Progress, handle: Any = None) -> References:
     """Capture the missing references with ``handle`` (a prepared stock) or a fresh stock handle."""
+    gate = spec.quality.task
     missing = [n for n in names if n not in refs.sets]
-    if not missing or isinstance(adapter, OwnQualityGate):  # the workload's own gate judges quality
+    tasks = [n for n in names if gate is not None and n not in refs.tasks]  # the task gate's answers: not stored
+    if (not missing and not tasks) or isinstance(adapter, OwnQualityGate):  # the workload's own gate judges quality
         return refs
-    if refs.path is not None:  # a resumed session: the references it started with, if stock is the same
+    if refs.path is not None and missing:  # a resumed session: the references it started with, if stock is the same
         stored = load_references(refs.path, stock_cfg)
         if stored:
             refs.config = dict(stock_cfg)
             refs.sets.update({n: r for n, r in stored.items() if n not in refs.sets})
             missing = [n for n in names if n not in refs.sets]
-            if not missing:
-                progress(f"quality: stock's reference outputs read from {refs.path.name}")
+            progress(f"quality: stock's reference outputs read from {refs.path.name}")
+            if not missing and not tasks:
                 return refs
-    progress(f"quality: capturing stock's reference outputs ({', '.join(missing)})")
+    if missing:
+        progress(f"quality: capturing stock's reference outputs ({', '.join(missing)})")
     refs.config = dict(stock_cfg)
     sets = Q.quality_prompt_sets(spec, adapter)
     h = handle if handle is not None else adapter.prepare(dict(stock_cfg))
     try:
         for n in missing:
             refs.sets[n] = Q.capture_reference(adapter, h, n, sets[n], spec.quality.continuation_len)
+        if tasks:
+            items = TG.load_task_items(gate.file)
+            for n in tasks:
+                progress(f"task gate: stock's answers on the {n} split ({len(items[n])} items)")
+                refs.tasks[n] = TG.capture_task_reference(adapter, h, n, items[n], gate.max_new_tokens)
     finally:
         if handle is None:
             adapter.release(h)
-    if refs.path is not None:
+    if refs.path is not None and missing:
         save_references(refs.path, stock_cfg, refs.sets)
     return refs
 
@@ -133,6 +144,11 @@ def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int,
                             seed_base=seed_base, on_pair=_on_pair, stop_early=stop_early, metric=metric)
 
 
+def _stock_config(adapter: Any, spec: Any) -> dict[str, Any]:
+    """Stock's knob values (each knob's default, the spec's pinned values over them)."""
+    return resolve_config(adapter.knob_space(), {}, getattr(spec, "pinned", {}) or {})
+
+
 def compare(
     adapter: Any,
     spec: Any,
@@ -156,9 +172,9 @@ def compare(
     reported. Quality is judged on each of ``quality_sets`` against ``refs``
     (captured from the base handle when ``stock_is_base`` and missing), with
     the thresholds relaxed per set by ``quality_floor`` (the server's own A/A
-    values per set: ``measure.quality_floor``) and the spec's precision
-    tolerance for a candidate that lowers precision (the adapter's
-    ``precision_knobs``)."""
+    values per set: ``measure.quality_floor``) over the tolerance declared for
+    the candidate (``quality.numerics`` when it changes a numerics knob from
+    stock: ``measure.tolerance``)."""
     t0 = time.perf_counter()
     out: dict[str, Any] = {"base_config": dict(base_cfg), "candidate_config": dict(cand_cfg), "seed_base": seed_base}
     handles: list[Any] = []
@@ -203,14 +219,19 @@ def compare(
             tq = time.perf_counter()
             if stock_is_base:
                 stock_references(adapter, spec, base_cfg, quality_sets, refs, progress, handle=handles[0])
-            prec = QF.precision_changes(cand_cfg, refs.config or base_cfg, getattr(adapter, "precision_knobs", ()))
+            th, tolerance = tolerance_for(spec.quality, _stock_config(adapter, spec), cand_cfg)
             verdicts = []
             try:
                 for name in quality_sets:
-                    progress(f"quality contract: {labels[1]} against stock's reference on the {name} set")
-                    th, floor_info = QF.candidate_thresholds(spec.quality, (quality_floor or {}).get(name), prec)
-                    verdicts.append(Q.evaluate(adapter, handles[1], refs.sets[name], th))
-                    verdicts[-1].details["thresholds"] = floor_info
+                    progress(f"quality contract: {labels[1]} against stock's reference on the {name} set "
+                             f"({tolerance['name']} tolerance)")
+                    th_set, floor_info = QF.apply_floor(th, (quality_floor or {}).get(name))  # the A/A floor
+                    v = Q.evaluate(adapter, handles[1], refs.sets[name], th_set)
+                    v.details["tolerance"] = tolerance
+                    v.details["thresholds"] = {**floor_info, "tolerance": tolerance["name"]}
+                    if name in refs.tasks:
+                        v = TG.merge_task(v, TG.evaluate_task(adapter, handles[1], refs.tasks[name], spec.quality.task))
+                    verdicts.append(v)
             except Exception as exc:  # noqa: BLE001 - a probe that crashes is a failed contract, never a crash
                 # e.g. on CUDA a forced SDPA kernel that runs the timed (unpadded) batches but has
                 # no kernel for the padded quality prompts' attention mask.
@@ -220,7 +241,7 @@ def compare(
                 q = {"evaluated": True, "passed": False, "rule": QUALITY_PROBE_FAILED, "error": msg,
                      "sets": [v.to_dict() for v in verdicts], "failed": [msg], "seconds": time.perf_counter() - tq}
             else:
-                q = {"evaluated": True, "passed": all(v.passed for v in verdicts),
+                q = {"evaluated": True, "passed": all(v.passed for v in verdicts), "tolerance": tolerance,
                      "sets": [v.to_dict() for v in verdicts],
                      "failed": [v.message for v in verdicts if not v.passed], "seconds": time.perf_counter() - tq}
         out["quality"] = q

@@ -25,6 +25,22 @@ def _decision(m: dict[str, Any]) -> dict[str, Any]:
     return (m.get("protocol") or {}).get("decision") or {}
 
 
+def _tolerance(m: dict[str, Any] | None) -> str | None:
+    """The tolerance a measurement's quality verdict was judged against
+    (``exact tolerance`` or ``numerics tolerance (why)``), None when quality wasn't evaluated."""
+    t = ((m or {}).get("quality") or {}).get("tolerance")
+    if not isinstance(t, dict):
+        return None
+    return f"{t.get('name')} tolerance" + (f" ({t['why']})" if t.get("name") != "exact" and t.get("why") else "")
+
+
+def _tolerance_key(m: dict[str, Any] | None) -> dict[str, str]:
+    """``{"quality_tolerance": ...}`` when the measurement recorded one, else
+    nothing (sessions from before tolerances render byte-identically)."""
+    t = _tolerance(m)
+    return {} if t is None else {"quality_tolerance": t}
+
+
 def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """Everything in the breakdown comes from ledger entries; each number cites its seq."""
     meas = [e for e in entries if e["kind"] == L.MEASUREMENT]
@@ -35,6 +51,7 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     stock = next((m for m in meas if m.get("action") == "measure_stock"), None)
     final = next((m for m in meas if m.get("action") == "final_compare"), None)
     out: dict[str, Any] = {"schema_version": BREAKDOWN_SCHEMA_VERSION}
+    by_seq = {m["seq"]: m for m in meas}
     if stock and stock.get("protocol"):
         out["stock"] = {"objective_median": median_objective(stock, "value_a", "value_b"),
                         "noise": stock.get("noise"), "ledger_seq": stock["seq"]}
@@ -46,12 +63,14 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
                         "ratio": d.get("ratio"), "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"),
                         "n_pairs": d.get("n_pairs"), "protocol_verdict": final.get("verdict"),
                         "quality_passed": q.get("passed") if q.get("evaluated") else None,
-                        "quality_failed": q.get("failed", []), "ledger_seq": final["seq"]}
+                        "quality_failed": q.get("failed", []), "ledger_seq": final["seq"],
+                        **_tolerance_key(final)}
     else:
         out["final"] = {"ratio": 1.0, "note": "nothing was kept: the final stack is stock"}
     out["action_path"] = [{"trial": v["trial"], "cycle": v["cycle"], "changes": v["changes"], "ratio": v.get("ratio"),
                            "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high"), "lesson": v.get("lesson"),
-                           "quality_passed": v.get("quality_passed"), "ledger_seq": v["seq"]}
+                           "quality_passed": v.get("quality_passed"), "ledger_seq": v["seq"],
+                           **_tolerance_key(by_seq.get(v.get("measurement_seq")))}
                           for v in verdicts if v.get("kept")]
     out["rejected"] = [{"trial": v["trial"], "changes": v["changes"], "outcome": v["outcome"], "ratio": v.get("ratio"),
                         "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high"), "lesson": v.get("lesson"),

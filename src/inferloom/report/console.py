@@ -71,8 +71,12 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
             s.add_row(
                 f"quality ({qs['set_name']})",
                 ("PASS" if qs["passed"] else f"FAIL: {qs['message']}")
-                + f"  top1 {v['top1_agreement']:.4f}, KL {v['mean_kl']:.3g}, greedy {v['greedy_agreement']:.3f}",
+                + f"  top1 {v['top1_agreement']:.4f}, KL {v['mean_kl']:.3g}, greedy {v['greedy_agreement']:.3f}"
+                + (f", task {v['task_accuracy']:.3f} vs stock {v['task_accuracy_stock']:.3f} (drop <= "
+                   f"{v['task_drop_upper']:.4f})" if "task_accuracy" in v else ""),
             )
+        if isinstance(q.get("tolerance"), dict):
+            s.add_row("quality tolerance", f"{q['tolerance'].get('name')}: {q['tolerance'].get('why')}")
     else:
         s.add_row("quality", "not evaluated")
     tm = res.get("timings", {})

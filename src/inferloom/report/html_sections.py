@@ -55,7 +55,8 @@ def _summary(b: dict[str, Any]) -> str:
         r = float(f["ratio"])
         cls = "good" if (num(f.get("ci_low")) or 0) > 1 else "bad" if (num(f.get("ci_high")) or 2) < 1 else ""
         q = f.get("quality_passed")
-        qtag = ('<span class="tag good">held-out quality: pass</span>' if q else
+        tol = f" ({esc(f['quality_tolerance'])})" if f.get("quality_tolerance") else ""
+        qtag = (f'<span class="tag good">held-out quality: pass{tol}</span>' if q else
                 '<span class="tag bad">held-out quality: FAIL</span>' if q is False else
                 '<span class="tag">held-out quality: not evaluated</span>')
         out.append(f'<div class="headline"><div>Final stack vs stock (paired, the headline)</div>'
@@ -139,7 +140,9 @@ def _action_path(b: dict[str, Any]) -> str:
         q = a.get("quality_passed")
         rows.append([esc(a.get("trial")), esc(a.get("cycle")), _changes(a.get("changes")), pct_safe(r),
                      f"[{pct_safe(a.get('ci_low'))}, {pct_safe(a.get('ci_high'))}]", ratio_x(c),
-                     "pass" if q else "FAIL" if q is False else "unscored", _cite(a.get("ledger_seq"))])
+                     ("pass" if q else "FAIL" if q is False else "unscored")
+                     + (f" ({esc(a['quality_tolerance'])})" if q and a.get("quality_tolerance") else ""),
+                     _cite(a.get("ledger_seq"))])
     out.append(_table([("trial", True), ("cycle", True), ("change", False), ("gain vs the stack before", True),
                        ("interval", True), ("cumulative", True), ("quality", False), ("ledger", False)], rows))
     return "".join(out)

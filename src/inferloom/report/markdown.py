@@ -32,6 +32,7 @@ def render_report(b: dict[str, Any]) -> str:
         lines.append(f"- **Final stack vs stock: x{f['ratio']:.3f} ({pct(f['ratio'])}), interval [{pct(f['ci_low'])}, {pct(f['ci_high'])}]**, "
                      f"{f['n_pairs']} pairs, protocol {f['protocol_verdict']}, held-out quality "
                      f"{'pass' if f['quality_passed'] else 'FAIL' if f['quality_passed'] is False else 'not evaluated'} "
+                     + (f"against the {f['quality_tolerance']} " if f.get("quality_tolerance") else "") +
                      f"({f['objective_median']:,.1f} vs {f['stock_median_same_run']:,.1f} {unit}; ledger #{f['ledger_seq']}).")
     elif never:
         lines.append("- Nothing was measured against stock: no baseline, no A/A noise floor, nothing kept "
@@ -47,7 +48,9 @@ def render_report(b: dict[str, Any]) -> str:
     lines += ["", "## Kept, in order", ""]
     for a in b.get("action_path", []):
         lines.append(f"- trial {a['trial']} (cycle {a['cycle']}): `{changes_text(a['changes'])}` {pct(a['ratio'])} "
-                     f"[{pct(a['ci_low'])}, {pct(a['ci_high'])}] vs the stack before it (ledger #{a['ledger_seq']})")
+                     f"[{pct(a['ci_low'])}, {pct(a['ci_high'])}] vs the stack before it"
+                     + (f", quality passed the {a['quality_tolerance']}" if a.get("quality_tolerance") else "")
+                     + f" (ledger #{a['ledger_seq']})")
     if not b.get("action_path"):
         lines.append("- nothing")
     lines += ["", "## Rejected, and why", ""]

@@ -59,7 +59,7 @@ from inferloom.workloads.handle_pool import HandlePool
 from inferloom.workloads.prompts import random_prompts
 from inferloom.workloads.server_process import ServerProcess, free_port, servers_cpu_seconds, wait_quiet
 from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_server_flags
-from inferloom.workloads.vllm_knobs import PRECISION_KNOBS, vllm_knobs
+from inferloom.workloads.vllm_knobs import vllm_knobs
 from inferloom.workloads.vllm_launch import (
     SERVED_NAME,
     check_launchable,
@@ -75,7 +75,6 @@ __all__ = ["VLLMAdapter", "VLLMHandle", "from_spec"]
 
 class VLLMAdapter:
     name = "vllm"
-    precision_knobs = PRECISION_KNOBS  # judged with the spec's quality.precision tolerance
 
     def __init__(self, spec: Any, log_dir: str | Path | None = None,
                  progress: Callable[[str], None] | None = None) -> None:

@@ -24,7 +24,7 @@ ALL = frozenset({"cpu", "cuda", "rocm"})
 _TRI = ("default", "on", "off")
 
 #: knobs that lower the arithmetic precision: a candidate changing one is judged
-#: with the spec's ``quality.precision`` tolerance (``measure.quality_floor``)
+#: with the spec's ``quality.numerics`` tolerance (``measure.quality_floor``)
 PRECISION_KNOBS = frozenset({"quantization", "kv_cache_dtype", "dtype"})
 #: knob -> the environment variable that sets it when the server lacks its flag
 #: (servers before ~0.12; vLLM >= 0.13 deprecated the variable and 0.26 ignores it
