@@ -15,23 +15,27 @@
 #                    (default 540, under the call's limit); leaves $OUT/NAME.tgz and $OUT/NAME.log
 #
 # The lead calls it through the device's `run`, back to back (the machine goes back after 30 s idle,
-# and /tmp with it; each call carries at most 64 MiB: one 60 MiB part per call):
-#   call 1  carry [".whl/vllm/c0"]                 bash benchmarks/gpu_vllm_session.sh bundle
-#   call 2  carry [".whl/vllm/c1"]                 bash benchmarks/gpu_vllm_session.sh bundle
-#   call 3  carry [".whl/vllm/c2"]                 bash benchmarks/gpu_vllm_session.sh bundle
-#   call 4  carry [".whl/vllm/c3", ".whl/py"]      bash benchmarks/gpu_vllm_session.sh bundle model session tput
-#   call 5+ carry [".whl/py", ".gpu/tput"]         bash benchmarks/gpu_vllm_session.sh session tput
-# or, with no resume between calls (the session detached, followed by calls back to back):
-#   call 4  carry [".whl/vllm/c3", ".whl/py"]      bash benchmarks/gpu_vllm_session.sh bundle model start tput follow tput
-#   call 5+ (no carry)                             bash benchmarks/gpu_vllm_session.sh follow tput
+# and /tmp with it). A call carries at most 64 MiB *with the repository* (about 10 MB), so the bundle
+# travels in parts of 48 MiB, one per call (re-split from vllm-lean-bundle.sh's 60 MiB parts, below):
+#   calls 1-4  carry [".whl/vllm/cN"] (N = 0..3)     bash benchmarks/gpu_vllm_session.sh bundle
+#              (call 1 may also run `model`: it needs only torch)
+#   call 5     carry [".whl/vllm/c4", ".whl/py"]     bash benchmarks/gpu_vllm_session.sh bundle model start tput follow tput
+#   call 6+    (no carry)                           bash benchmarks/gpu_vllm_session.sh follow tput
+# `start` runs the session detached (setsid): it outlives each call while the machine stays warm, so
+# no resume and no server restart happen between calls; `follow` prints it until it ends or the call's
+# time is nearly up, and packs $OUT/NAME.tgz. (Or, resuming across calls instead:
+#   carry [".whl/py", ".gpu/tput"]                  bash benchmarks/gpu_vllm_session.sh session tput)
 #   profile: carry [".whl/py"]                      bash benchmarks/gpu_vllm_session.sh profile stock
-#   goodput: SPEC=examples/llama-3.1-8b-h200-vllm-goodput.yaml bash benchmarks/gpu_vllm_session.sh session goodput
-# (c3 is the last, smaller part, with SHA256: c3 + .whl/py stays under 64 MiB.) When the machine went back
-# between calls, unpack the last $OUT/NAME.tgz into .gpu/ here (`tar xzf NAME.tgz -C .gpu`) and carry
-# .gpu/NAME: the session resumes from that copy, but the bundle (calls 1-4) must be carried again.
+#   goodput: SPEC=examples/llama-3.1-8b-h200-vllm-goodput.yaml ... start goodput follow goodput
+# When the machine went back between calls, unpack the last $OUT/NAME.tgz into .gpu/ here (`tar xzf
+# NAME.tgz -C .gpu`) and carry .gpu/NAME with `session NAME`: it resumes from that copy, but the bundle
+# (calls 1-5) must be carried again.
 #
 # Here, once (repository root; .whl/ and .gpu/ are git-ignored):
-#   bash ../shared/gpu/vllm-lean-bundle.sh .whl/vllm        # the 4 parts c0..c3, ~5 min
+#   bash ../shared/gpu/vllm-lean-bundle.sh /tmp/vl60         # 4 parts of 60 MiB, ~5 min; then 48 MiB parts:
+#   cat /tmp/vl60/c*/lean-vllm.tar.xz.part-* > /tmp/lv.tar.xz && (cd /tmp && split -b 48M -d -a 2 lv.tar.xz p-) \
+#     && i=0 && for f in /tmp/p-*; do mkdir -p .whl/vllm/c$i; mv $f .whl/vllm/c$i/lean-vllm.tar.xz.part-${f#/tmp/p-}; \
+#     i=$((i+1)); done && cp /tmp/vl60/c3/SHA256 .whl/vllm/c$((i-1))/      # SHA256 names lean-vllm.tar.xz
 #   for p in pydantic==2.14.4 pydantic_core==2.50.5 annotated-types typing-inspection "typing-extensions>=4.16" \
 #            optuna sqlalchemy alembic colorlog Mako greenlet; do
 #     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -50,12 +54,12 @@ bundle() {
   for d in .whl/vllm/c*; do [ -d "$d" ] && cp -n "$d"/* "$VL"/ && echo "bundle: copied $d ($(du -sh "$d" | cut -f1))"; done
   local have; have=$(ls "$VL"/lean-vllm.tar.xz.part-* 2>/dev/null | wc -l)
   if [ ! -f "$VL/SHA256" ]; then
-    echo "bundle: $have part(s) in $VL, SHA256 not yet (it comes with the last part, c3): carry the next" \
+    echo "bundle: $have part(s) in $VL, SHA256 not yet (it comes with the last part): carry the next" \
          "part in the next call, back to back (the machine and /tmp go back after 30 s idle)"; return 0; fi
   local i=0; for p in "$VL"/lean-vllm.tar.xz.part-*; do
     [ "$p" = "$VL/lean-vllm.tar.xz.part-$(printf %02d $i)" ] || {
       echo "bundle: part $(printf %02d $i) missing in $VL (have: $(cd "$VL" && ls lean-vllm.tar.xz.part-* | tr '\n' ' '))." \
-           "The machine went back between calls: carry .whl/vllm/c0..c3 again, one per call, back to back"; return 1; }
+           "The machine went back between calls: carry .whl/vllm/c0..c4 again, one per call, back to back"; return 1; }
     i=$((i+1)); done
   (cd "$VL" && cat lean-vllm.tar.xz.part-* > lean-vllm.tar.xz && sha256sum -c SHA256) || {
     echo "bundle: checksum failed: rebuild the parts (../shared/gpu/vllm-lean-bundle.sh) and carry them again"; return 1; }
@@ -91,7 +95,7 @@ EOF
 
 session() {
   local name=${1:?session NAME}
-  [ -x "$VPY" ] || { echo "session: $VPY is missing: run the bundle step first (calls 1-4 of the header)"; return 1; }
+  [ -x "$VPY" ] || { echo "session: $VPY is missing: run the bundle step first (calls 1-5 of the header)"; return 1; }
   pywheels || return 1
   export PYTHONPATH=$PWD/src:/tmp/site
   local KB=${KB:-/tmp/inferloom-kb.sqlite}
@@ -119,7 +123,7 @@ session() {
 start() {  # the session as a detached process (setsid): it outlives this call while the machine stays warm,
   # so calls that follow it (back to back: `follow NAME`) cost no resume and no server restart
   local name=${1:?start NAME}
-  [ -x "$VPY" ] || { echo "start: $VPY is missing: run the bundle step first (calls 1-4 of the header)"; return 1; }
+  [ -x "$VPY" ] || { echo "start: $VPY is missing: run the bundle step first (calls 1-5 of the header)"; return 1; }
   pywheels || return 1
   export PYTHONPATH=$PWD/src:/tmp/site
   local KB=${KB:-/tmp/inferloom-kb.sqlite}
