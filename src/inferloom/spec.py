@@ -17,15 +17,17 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from inferloom.errors import InferloomError
 from inferloom.inputs import InputError, load_yaml
+from inferloom.models.diffusion_presets import DIFFUSION_PRESETS
 from inferloom.models.presets import PRESETS
 from inferloom.spec_custom import CustomKnob, CustomSpec, PatchPolicySpec
+from inferloom.spec_diffusion import DiffusionSpec
 from inferloom.spec_fields import _n, _Strict, check_bounds, field_default
 from inferloom.spec_paths import resolve_override, resolve_spec_paths
 
 __all__ = [
     "SpecError", "objective_label", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec",
     "WorkloadSpec", "CustomKnob", "CustomSpec", "PatchPolicySpec", "load_spec", "spec_hash",
-    "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY",
+    "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY", "DiffusionSpec",
 ]
 
 
@@ -37,9 +39,10 @@ class SpecError(InferloomError, ValueError):
 #: ``traffic.concurrency``, per framework: ONE rule (:attr:`WorkloadSpec.requests_per_run`),
 #: used by every adapter and by the spec's description. vLLM uses 5: every vLLM
 #: result in docs/benchmarks.md and docs/loadgen.md was measured so; the
-#: in-process adapters use 4 (a custom entrypoint sets its own load).
+#: in-process adapters use 4 (a custom entrypoint sets its own load; an image
+#: workload's run is ``diffusion.batch_size`` x ``diffusion.batches_per_run`` images).
 REQUESTS_PER_CONCURRENCY: Mapping[str, int] = MappingProxyType(
-    {"transformers": 4, "synthetic": 4, "custom": 4, "vllm": 5})
+    {"transformers": 4, "synthetic": 4, "custom": 4, "vllm": 5, "diffusers": 1})
 
 
 class Traffic(_Strict):
@@ -77,6 +80,11 @@ class QualitySpec(_Strict):
     max_mean_kl: float = Field(0.01, ge=0.0)
     min_greedy_agreement: float = Field(0.8, ge=0.0, le=1.0)
     tie_margin: float = Field(0.1, ge=0.0, description="nats: a flip between tokens this close in stock's log-probs is a tie-break")
+    # images (framework: diffusers): each image against stock's on the same prompt and noise seed
+    min_psnr_db: float = Field(30.0, ge=0.0, le=200.0, description="images: PSNR (dB) of every decoded image vs stock's, at least")
+    min_ssim: float = Field(0.95, ge=-1.0, le=1.0, description="images: SSIM of every decoded image vs stock's, at least")
+    max_latent_rel_err: float = Field(
+        0.05, ge=0.0, le=100.0, description="images: relative L2 error of every final latent vs stock's, at most")
 
     @field_validator("prompts_file")
     @classmethod
@@ -139,7 +147,7 @@ class ServingSpec(_Strict):
 
 class WorkloadSpec(_Strict):
     model: str = Field("llama-tiny", description="synthetic preset name or local HF model directory")
-    framework: Literal["transformers", "synthetic", "custom", "vllm"] = "transformers"
+    framework: Literal["transformers", "synthetic", "custom", "vllm", "diffusers"] = "transformers"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     seed: int = _n(0, 0, 2**31 - 1, "seed of prompts, searches and adapters")
@@ -151,6 +159,27 @@ class WorkloadSpec(_Strict):
     pinned: dict[str, Any] = Field(default_factory=dict)
     custom: CustomSpec | None = Field(None, description="framework: custom only (docs/custom.md)")
     serving: ServingSpec = ServingSpec()
+    diffusion: DiffusionSpec | None = Field(None, description="framework: diffusers only (docs/diffusers.md); "
+                                            "filled with its defaults for framework: diffusers")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _diffusion_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("framework") == "diffusers" and data.get("diffusion") is None:
+            return {**data, "diffusion": {}}
+        return data
+
+    @model_validator(mode="after")
+    def _diffusers(self) -> "WorkloadSpec":
+        image_model = self.model in DIFFUSION_PRESETS or (Path(self.model) / "model_index.json").is_file()
+        if self.framework == "diffusers" and not image_model:
+            raise ValueError("framework 'diffusers' needs a diffusion preset (" + ", ".join(sorted(DIFFUSION_PRESETS))
+                             + ") or a local diffusers pipeline directory (with model_index.json)")
+        if self.framework != "diffusers" and self.diffusion is not None:
+            raise ValueError(f"a 'diffusion' section needs framework: diffusers, got framework: {self.framework}")
+        if self.framework != "diffusers" and self.model in DIFFUSION_PRESETS:
+            raise ValueError(f"model {self.model} is a diffusion pipeline preset; it needs framework: diffusers")
+        return self
 
     @model_validator(mode="after")
     def _custom(self) -> "WorkloadSpec":
@@ -174,14 +203,15 @@ class WorkloadSpec(_Strict):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        if v in PRESETS:
+        if v in PRESETS or v in DIFFUSION_PRESETS:
             return v
         p = Path(v).expanduser()
         if not p.is_dir():
             raise ValueError(
-                "expected a preset (" + ", ".join(sorted(PRESETS)) + ") or a local model directory"
+                "expected a preset (" + ", ".join(sorted(PRESETS)) + "), a diffusion preset ("
+                + ", ".join(sorted(DIFFUSION_PRESETS)) + ") or a local model directory"
             )
-        if not (p / "config.json").is_file():
+        if not (p / "config.json").is_file() and not (p / "model_index.json").is_file():
             raise ValueError(f"directory {v} has no config.json; expected a Hugging Face model directory")
         return str(p.resolve())
 
@@ -275,6 +305,8 @@ def objective_label(spec: "WorkloadSpec | Mapping[str, Any]") -> str:
     def get(obj: Any, key: str, default: Any = None) -> Any:
         return obj.get(key, default) if isinstance(obj, Mapping) else getattr(obj, key, default)
 
+    if get(spec, "framework") == "diffusers":
+        return "images/s"
     if get(spec, "framework") == "custom":
         c = get(spec, "custom") or {}
         name = str(get(c, "objective") or "objective")

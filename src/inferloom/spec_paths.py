@@ -36,6 +36,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from inferloom.models.diffusion_presets import DIFFUSION_PRESETS
 from inferloom.models.presets import PRESETS
 
 __all__ = ["SPEC_DIR_PATHS", "resolve_spec_paths", "resolve_path_value", "resolve_override", "absolute"]
@@ -47,6 +48,7 @@ SPEC_DIR_PATHS: Mapping[str, str] = {
     "model": "path",
     "traffic.prompts": "path",
     "quality.prompts_file": "path",
+    "diffusion.prompts_file": "path",
     "serving.python": "program",
     "custom.repo": "path",
     "custom.patches.dir": "path",
@@ -54,7 +56,7 @@ SPEC_DIR_PATHS: Mapping[str, str] = {
 }
 
 # values that are names, not paths
-_NOT_PATHS: Mapping[str, frozenset[str]] = {"model": frozenset(PRESETS), "traffic.prompts": frozenset({"random"})}
+_NOT_PATHS: Mapping[str, frozenset[str]] = {"model": frozenset(PRESETS) | frozenset(DIFFUSION_PRESETS), "traffic.prompts": frozenset({"random"})}
 
 
 def absolute(value: str, base: str | Path) -> str:

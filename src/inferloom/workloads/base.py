@@ -26,7 +26,7 @@ Adapters never decide keep / revert: only ``inferloom.measure.protocol`` does.
 Optional hooks: an adapter may also offer any of the small Protocols below
 (:class:`ServerLogs`, :class:`RejectedFlags`, :class:`RecoveryOptions`,
 :class:`DeclaredProfile`, :class:`OwnQualityGate`, :class:`OwnObjective`,
-:class:`GreedyLogprobs`, :class:`ApproximateScores`, :class:`SourceTrees`).
+:class:`GreedyLogprobs`, :class:`ApproximateScores`, :class:`SourceTrees`, :class:`ImageOutputs`).
 Callers test for one with ``isinstance(adapter, Hook)``; an adapter without it
 gets the generic behaviour each one's docstring names.
 """
@@ -56,6 +56,7 @@ __all__ = [
     "GreedyLogprobs",
     "ApproximateScores",
     "SourceTrees",
+    "ImageOutputs",
     "OPTIONAL_HOOKS",
 ]
 
@@ -364,5 +365,24 @@ class SourceTrees(Protocol):
     protected: Any
 
 
+@runtime_checkable
+class ImageOutputs(Protocol):
+    """An image generator: the quality contract compares its images with stock's.
+
+    ``draw(seed, n)``: ``n`` items ``[prompt_index, noise_seed]`` drawn from
+    ``seed`` (the quality sets' items; the same seed gives the same items).
+    ``generate_images(handle, items)``: one image per item ``[prompt_index,
+    noise_seed]`` through the configuration's real pipeline, returning float32
+    CPU tensors ``{"latents": [n, C, h, w] (final), "trajectory": [n, steps,
+    C, h, w] (the latents after each denoising step), "images": [n, H, W, 3]
+    in [0, 1]}``; the same item gives the same initial noise under every
+    configuration. With it, :mod:`inferloom.measure.image_quality` replaces
+    the token-level contract (PSNR, SSIM, latent and per-step divergence)."""
+
+    def draw(self, seed: int, n: int) -> list[list[int]]: ...
+
+    def generate_images(self, handle: Any, items: list[list[int]]) -> dict[str, Any]: ...
+
+
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
-                                    OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees)
+                                    OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ImageOutputs)
