@@ -36,8 +36,10 @@ __all__ = [
     "SCHEDULERS",
     "is_pipeline_dir",
     "preset_family",
+    "pipeline_info",
     "build_pipeline",
     "build_denoiser",
+    "build_vae",
     "byte_clip_tokenizer",
 ]
 
@@ -117,6 +119,19 @@ def preset_family(model: str) -> str:
     return "sd3" if "transformer" in index else "unet"
 
 
+def pipeline_info(model: str) -> dict[str, str]:
+    """``model_type`` (the family) and ``architecture`` (the denoiser's class) of a preset or a local directory."""
+    family = preset_family(model)
+    arch = "UNet2DConditionModel" if family == "unet" else "SD3Transformer2DModel"
+    if model not in DIFFUSION_PRESETS:
+        import json
+
+        index = json.loads((Path(model) / "model_index.json").read_text(encoding="utf-8"))
+        entry = index.get("transformer") or index.get("unet")
+        arch = str(entry[1]) if isinstance(entry, list) and len(entry) == 2 else "unknown"
+    return {"model_type": family, "architecture": arch}
+
+
 def byte_clip_tokenizer(max_length: int = 77) -> Any:
     """A real CLIPTokenizer over a byte-level vocabulary (no merges: a token per character)."""
     from transformers import CLIPTokenizer
@@ -138,16 +153,29 @@ def _seeded(seed: int, build: Any) -> Any:
     return build()
 
 
-def build_denoiser(model: str, device: str = "meta", dtype: Any = None) -> Any:
-    """The preset's denoiser alone (``meta``: shapes without memory, for cost counting)."""
+def _component(model: str, device: str, cls: Any, preset_key: str, subfolder: str) -> Any:
     import torch
+
+    with torch.device(device):
+        if model in DIFFUSION_PRESETS:
+            return cls(**DIFFUSION_PRESETS[model][preset_key])
+        return cls.from_config(cls.load_config(str(Path(model) / subfolder)))
+
+
+def build_denoiser(model: str, device: str = "meta") -> Any:
+    """The denoiser alone, from its config (``meta``: shapes without memory, for cost counting)."""
     from diffusers import SD3Transformer2DModel, UNet2DConditionModel
 
-    p = DIFFUSION_PRESETS[model]
-    cls = UNet2DConditionModel if p["family"] == "unet" else SD3Transformer2DModel
-    with torch.device(device):
-        m = cls(**p["denoiser"])
-    return m if dtype is None else m.to(dtype)
+    if preset_family(model) == "unet":
+        return _component(model, device, UNet2DConditionModel, "denoiser", "unet")
+    return _component(model, device, SD3Transformer2DModel, "denoiser", "transformer")
+
+
+def build_vae(model: str, device: str = "meta") -> Any:
+    """The VAE alone, from its config."""
+    from diffusers import AutoencoderKL
+
+    return _component(model, device, AutoencoderKL, "vae", "vae")
 
 
 def build_pipeline(model: str, dtype: Any, device: str, seed: int, scheduler: str = "default") -> Any:

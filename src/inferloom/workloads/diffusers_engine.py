@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import json
 import os
 import platform
 import random
@@ -34,7 +33,13 @@ from typing import Any, Mapping
 
 import torch
 
-from inferloom.models.diffusion_presets import DIFFUSION_PRESETS, SCHEDULERS, build_pipeline, preset_family
+from inferloom.models.diffusion_presets import (
+    DIFFUSION_PRESETS,
+    SCHEDULERS,
+    build_pipeline,
+    pipeline_info,
+    preset_family,
+)
 from inferloom.models.presets import parse_dtype
 from inferloom.provenance import cpu_model
 from inferloom.spec import WorkloadSpec
@@ -223,7 +228,7 @@ class DiffusersEngine:
             "python_version": platform.python_version(), "device": self.device,
             "device_name": torch.cuda.get_device_name(0) if self.device == "cuda" else cpu_model(),
             "cpu_count": os.cpu_count(), "startup_threads": self._startup_threads, "model": self.spec.model,
-            "model_info": {"model_type": self.family, "architecture": _architecture(self.spec.model, self.family)},
+            "model_info": pipeline_info(self.spec.model),
             "dtype": self.spec.dtype,
             "workload": {"height": d.height, "width": d.width, "steps": d.steps, "guidance_scale": d.guidance_scale,
                          "scheduler": d.scheduler, "batch_size": d.batch_size, "images_per_run": d.images_per_run},
@@ -249,17 +254,6 @@ class DiffusersEngine:
     def close(self) -> None:
         for h in list(self._handles.values()):
             self.release(h)
-
-
-def _architecture(model: str, family: str) -> str:
-    if model in DIFFUSION_PRESETS:
-        return "UNet2DConditionModel" if family == "unet" else "SD3Transformer2DModel"
-    try:
-        with open(os.path.join(model, "model_index.json"), encoding="utf-8") as f:
-            index = json.load(f)
-        return str((index.get("transformer") or index.get("unet") or [None, "unknown"])[1])
-    except (OSError, ValueError, IndexError, TypeError):
-        return "unknown"
 
 
 def _quiet() -> None:
