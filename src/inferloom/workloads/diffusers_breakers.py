@@ -2,8 +2,9 @@
 image quality contract: every one must fail it, while stock against itself
 and legitimate numerics changes (dtype, fused or forced kernels) pass.
 
-* ``wrong_timesteps``: the denoiser is told a timestep 10% off the
-  scheduler's (a scheduler or timestep-embedding bug).
+* ``wrong_timesteps``: the denoiser is given the timestep on the wrong
+  scale (divided by 1000: a sigma in [0, 1] where the model expects t in
+  [0, 1000], a common scheduler-integration bug).
 * ``dropped_block``: one transformer block (MMDiT) or the UNet's middle
   attention is skipped (a layer lost in a rewrite).
 * ``int4_noise``: every denoiser weight matrix rounded to 4 bits per tensor
@@ -35,9 +36,9 @@ def _wrong_timesteps(pipe: Any) -> None:
 
     def shifted(*args: Any, **kwargs: Any) -> Any:
         if "timestep" in kwargs:
-            kwargs["timestep"] = kwargs["timestep"] * 0.9
+            kwargs["timestep"] = kwargs["timestep"] / 1000.0
         else:
-            args = (args[0], args[1] * 0.9, *args[2:])
+            args = (args[0], args[1] / 1000.0, *args[2:])
         return forward(*args, **kwargs)
 
     den.forward = shifted

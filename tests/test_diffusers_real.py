@@ -1,0 +1,101 @@
+"""framework: diffusers end to end on a real diffusers pipeline on CPU (an SD3
+MMDiT with seeded random weights, 32x32, 2 steps): `inferloom bench` A/A, a
+keep, a quality rejection, and a short `inferloom optimize` session."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from inferloom.bench import run_bench
+from inferloom.session import ledger as L
+from inferloom.session.state import Phase, load_state
+from inferloom.spec import load_spec
+
+TINY = {"framework": "diffusers", "model": "sd3-tiny", "device": "cpu", "diffusion.height": "32",
+        "diffusion.width": "32", "diffusion.steps": "2", "quality.eval_prompts": "2", "quality.heldout_prompts": "2",
+        "protocol.min_pairs": "3", "protocol.max_pairs": "7"}
+
+
+def _spec(**kw):
+    return load_spec(None, {**TINY, **kw})
+
+
+@pytest.mark.slow
+def test_bench_aa_measures_the_noise_and_stock_reproduces_its_own_images(tmp_path):
+    out = tmp_path / "aa.json"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("framework: diffusers\nmodel: sd3-tiny\ndevice: cpu\n"
+                    "diffusion: {height: 32, width: 32, steps: 2}\nquality: {eval_prompts: 2, heldout_prompts: 2}\n"
+                    "protocol: {min_pairs: 3, max_pairs: 3}\n")
+    p = subprocess.run([sys.executable, "-m", "inferloom.cli", "bench", str(spec), "--aa", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "images/s" in p.stderr + p.stdout
+    res = json.loads(out.read_text())
+    assert res["verdict"] == "noise-measured" and res["noise"]["n_pairs"] == 3
+    for pair in res["protocol"]["pairs"]:
+        assert pair["a"]["output_tokens"] == pair["a"]["expected_output_tokens"] == 2  # images
+    q = res["quality"]
+    assert q["passed"] and [s["set_name"] for s in q["sets"]] == ["eval", "heldout"]
+    assert all(s["values"]["identical_images"] == 2 for s in q["sets"])
+
+
+class _SplitStock:
+    """A deployment whose stock splits classifier-free guidance into two denoiser calls per step."""
+
+    def knob_space(self):
+        return [dataclasses.replace(k, default="split") if k.name == "cfg_mode" else k for k in super().knob_space()]
+
+
+@pytest.mark.slow
+def test_bench_keeps_batched_cfg_over_a_split_stock():
+    from inferloom.workloads.diffusers_engine import DiffusersEngine
+
+    eng = type("SplitStockEngine", (_SplitStock, DiffusersEngine), {})(_spec(**{"diffusion.steps": "4"}))
+    res = run_bench(eng.spec, {"cfg_mode": "batched"}, adapter=eng)
+    eng.close()
+    assert res["numerics_changing_knobs"] == ["cfg_mode"]
+    assert res["protocol"]["verdict"] == "keep", res["protocol"]["decision"]
+    assert res["quality"]["passed"] and res["verdict"] == "keep"
+
+
+@pytest.mark.slow
+def test_bench_rejects_a_dropped_block_on_quality():
+    from inferloom.workloads.diffusers_breakers import BreakableEngine
+
+    eng = BreakableEngine(_spec())
+    res = run_bench(eng.spec, {"breakage": "dropped_block"}, adapter=eng)
+    eng.close()
+    assert res["verdict"] == "reject-quality", res["quality"]
+    assert res["quality"]["failed"] and "eval:" in res["quality"]["failed"][0]
+
+
+@pytest.mark.slow
+def test_optimize_session_on_a_tiny_pipeline(tmp_path):
+    d = tmp_path / "session"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("framework: diffusers\nmodel: sd3-tiny\ndevice: cpu\n"
+                    "diffusion: {height: 32, width: 32, steps: 2}\nquality: {eval_prompts: 2, heldout_prompts: 2}\n"
+                    "protocol: {min_pairs: 3, max_pairs: 3}\npinned: {compile_mode: 'off'}\n")
+    p = subprocess.run([sys.executable, "-m", "inferloom.cli", "optimize", str(spec), "--budget-minutes", "4",
+                        "--max-trials", "2", "--no-kb", "--no-sweep", "--out", str(d)],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    st = load_state(d)
+    assert st.phase == Phase.DONE and st.stop_reason and st.used.trials >= 1
+    entries = L.read_entries(d)
+    stock = [e for e in entries if e["kind"] == L.MEASUREMENT and e.get("action") == "measure_stock"]
+    assert len(stock) == 1
+    roof = [e for e in entries if e["kind"] == "roofline" and e.get("stock")]
+    if roof:  # ceilings measured: the stock sits under the per-step image roofline
+        assert roof[0]["stock"]["unit"] == "images/s" and roof[0]["stock"]["denoise_step"]["flops"] > 0
+    verdicts = [e for e in entries if e["kind"] == L.VERDICT]
+    assert verdicts and all(v["protocol_verdict"] for v in verdicts)
+    quality = [m["quality"] for m in entries if m["kind"] == L.MEASUREMENT and (m.get("quality") or {}).get("sets")]
+    assert quality and all("min_psnr_db" in s["values"] for q in quality for s in q["sets"])
+    v = subprocess.run([sys.executable, "-m", "inferloom.cli", "verify", str(d)], capture_output=True, text=True,
+                       timeout=300)
+    assert v.returncode == 0, v.stdout[-3000:] + v.stderr[-2000:]
