@@ -64,11 +64,10 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
     elif q.get("evaluated"):
         for qs in q.get("sets", []):
             v = qs["values"]
-            s.add_row(
-                f"quality ({qs['set_name']})",
-                ("PASS" if qs["passed"] else f"FAIL: {qs['message']}")
-                + f"  top1 {v['top1_agreement']:.4f}, KL {v['mean_kl']:.3g}, greedy {v['greedy_agreement']:.3f}",
-            )
+            shown = (f"  PSNR >= {v['min_psnr_db']:.1f} dB, SSIM >= {v['min_ssim']:.4f}, latent err <= "
+                     f"{v['max_latent_rel_err']:.3g}" if "min_psnr_db" in v else  # images
+                     f"  top1 {v['top1_agreement']:.4f}, KL {v['mean_kl']:.3g}, greedy {v['greedy_agreement']:.3f}")
+            s.add_row(f"quality ({qs['set_name']})", ("PASS" if qs["passed"] else f"FAIL: {qs['message']}") + shown)
     else:
         s.add_row("quality", "not evaluated")
     tm = res.get("timings", {})
