@@ -81,7 +81,7 @@ def test_optimize_session_on_a_tiny_pipeline(tmp_path):
                     "diffusion: {height: 32, width: 32, steps: 2}\nquality: {eval_prompts: 2, heldout_prompts: 2}\n"
                     "protocol: {min_pairs: 3, max_pairs: 3}\npinned: {compile_mode: 'off'}\n")
     p = subprocess.run([sys.executable, "-m", "inferloom.cli", "optimize", str(spec), "--budget-minutes", "4",
-                        "--max-trials", "2", "--no-kb", "--no-sweep", "--out", str(d)],
+                        "--max-trials", "2", "--no-kb", "--out", str(d)],
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     st = load_state(d)
@@ -92,6 +92,8 @@ def test_optimize_session_on_a_tiny_pipeline(tmp_path):
     roof = [e for e in entries if e["kind"] == "roofline" and e.get("stock")]
     if roof:  # ceilings measured: the stock sits under the per-step image roofline
         assert roof[0]["stock"]["unit"] == "images/s" and roof[0]["stock"]["denoise_step"]["flops"] > 0
+    sweep = [e for e in entries if e["kind"] == L.PHASE and e.get("phase") == "SWEEP"]
+    assert sweep and all("no traffic grid" in e["reason"] for e in sweep)
     verdicts = [e for e in entries if e["kind"] == L.VERDICT]
     assert verdicts and all(v["protocol_verdict"] for v in verdicts)
     quality = [m["quality"] for m in entries if m["kind"] == L.MEASUREMENT and (m.get("quality") or {}).get("sets")]

@@ -103,7 +103,9 @@ def _summary(b: dict[str, Any]) -> str:
     rf = (b.get("roofline") or {})
     if (rf.get("stock") or {}).get("fraction") is not None:
         st_ = rf["stock"]
-        rows.append(("Roofline", f"stock at {st_['fraction'] * 100:.1f}% of the {number(st_.get('ceiling_tok_per_s'), ',.0f')} tok/s "
+        img = b.get("objective_label") == "images/s"
+        ceil_txt = number(st_.get("ceiling_tok_per_s"), ",.4g" if img else ",.0f") + (" images/s" if img else " tok/s")
+        rows.append(("Roofline", f"stock at {st_['fraction'] * 100:.1f}% of the {ceil_txt} "
                      f"ceiling, headroom {ratio_x(st_.get('headroom'), 2)} {_cite((rf.get('ledger_seqs') or [None])[0])}"))
     out.append('<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>")
     sc, fc = b.get("stock_config") or {}, b.get("final_config") or {}
