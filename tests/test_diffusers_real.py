@@ -2,7 +2,6 @@
 MMDiT with seeded random weights, 32x32, 2 steps): `inferloom bench` A/A, a
 keep, a quality rejection, and a short `inferloom optimize` session."""
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from inferloom.spec import load_spec
 
 TINY = {"framework": "diffusers", "model": "sd3-tiny", "device": "cpu", "diffusion.height": "32",
         "diffusion.width": "32", "diffusion.steps": "2", "quality.eval_prompts": "2", "quality.heldout_prompts": "2",
-        "protocol.min_pairs": "3", "protocol.max_pairs": "7"}
+        "protocol.min_pairs": "3", "protocol.max_pairs": "7", "pinned": {"cpu_threads": 1}}
 
 
 def _spec(**kw):
@@ -29,7 +28,7 @@ def test_bench_aa_measures_the_noise_and_stock_reproduces_its_own_images(tmp_pat
     spec = tmp_path / "spec.yaml"
     spec.write_text("framework: diffusers\nmodel: sd3-tiny\ndevice: cpu\n"
                     "diffusion: {height: 32, width: 32, steps: 2}\nquality: {eval_prompts: 2, heldout_prompts: 2}\n"
-                    "protocol: {min_pairs: 3, max_pairs: 3}\n")
+                    "protocol: {min_pairs: 3, max_pairs: 3}\npinned: {cpu_threads: 1}\n")
     p = subprocess.run([sys.executable, "-m", "inferloom.cli", "bench", str(spec), "--aa", "--out", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -43,24 +42,15 @@ def test_bench_aa_measures_the_noise_and_stock_reproduces_its_own_images(tmp_pat
     assert all(s["values"]["identical_images"] == 2 for s in q["sets"])
 
 
-class _SplitStock:
-    """A deployment whose stock splits classifier-free guidance into two denoiser calls per step."""
-
-    def knob_space(self):
-        return [dataclasses.replace(k, default="split") if k.name == "cfg_mode" else k for k in super().knob_space()]
-
-
 @pytest.mark.slow
-def test_bench_keeps_batched_cfg_over_a_split_stock():
-    from inferloom.workloads.diffusers_engine import DiffusersEngine
-
-    # enough work per run (4 images x 6 steps) that scheduler noise on a busy CPU stays below the 2x effect
-    eng = type("SplitStockEngine", (_SplitStock, DiffusersEngine), {})(_spec(**{
-        "diffusion.steps": "6", "diffusion.batches_per_run": "4", "protocol.max_pairs": "15"}))
-    res = run_bench(eng.spec, {"cfg_mode": "batched"}, adapter=eng)
-    eng.close()
-    assert res["numerics_changing_knobs"] == ["cfg_mode"]
+def test_bench_keeps_float32_over_a_float16_stock_on_a_cpu():
+    # a float16 deployment on a CPU: float16 convolutions and GEMMs have no fast CPU kernels, float32 runs
+    # 3-5x faster (measured on the 2-core developer machine); one thread keeps a busy machine's noise low
+    spec = _spec(**{"dtype": "float16", "protocol.max_pairs": "15"})
+    res = run_bench(spec, {"dtype": "float32"})
+    assert res["numerics_changing_knobs"] == ["dtype"]
     assert res["protocol"]["verdict"] == "keep", res["protocol"]["decision"]
+    assert res["protocol"]["decision"]["ratio"] > 1.5
     assert res["quality"]["passed"] and res["verdict"] == "keep"
 
 
@@ -81,7 +71,7 @@ def test_optimize_session_on_a_tiny_pipeline(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text("framework: diffusers\nmodel: sd3-tiny\ndevice: cpu\n"
                     "diffusion: {height: 32, width: 32, steps: 2}\nquality: {eval_prompts: 2, heldout_prompts: 2}\n"
-                    "protocol: {min_pairs: 3, max_pairs: 3}\npinned: {compile_mode: 'off'}\n")
+                    "protocol: {min_pairs: 3, max_pairs: 3}\npinned: {compile_mode: 'off', cpu_threads: 1}\n")
     p = subprocess.run([sys.executable, "-m", "inferloom.cli", "optimize", str(spec), "--budget-minutes", "4",
                         "--max-trials", "2", "--no-kb", "--out", str(d)],
                        capture_output=True, text=True, timeout=900)
