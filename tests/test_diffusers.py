@@ -176,3 +176,21 @@ def test_the_contract_passes_stock_and_split_cfg_and_rejects_a_dropped_block(eng
     d = verdicts["dropped"]
     assert not d.passed and d.failed_check in ("min_psnr_db", "min_ssim", "max_latent_rel_err"), d.values
     assert len(d.details["step_rel_err"]) == 2 and d.details["step_rel_err"][-1] > 0
+
+
+def test_a_local_pipeline_directory_runs_and_names_its_denoiser(tmp_path):
+    from inferloom.models.diffusion_presets import build_pipeline, pipeline_info
+    from inferloom.workloads.diffusers_engine import DiffusersEngine
+
+    d = tmp_path / "tiny-unet-pipeline"
+    build_pipeline("sd-unet-tiny", torch.float32, "cpu", 0).save_pretrained(d)
+    assert pipeline_info(str(d)) == {"model_type": "unet", "architecture": "UNet2DConditionModel"}
+    e = DiffusersEngine(_spec(model=str(d), **{"diffusion.scheduler": "euler"}))
+    h = e.prepare({})
+    try:
+        assert type(h.pipe.scheduler).__name__ == "EulerDiscreteScheduler"
+        rec = e.run(h, 1)
+        assert rec.success and rec.output_tokens == 2, rec.error
+    finally:
+        e.close()
+    assert WorkloadKey.from_spec(e.spec, hardware="x").model == "tiny-unet-pipeline@32x32/steps2/batch1"

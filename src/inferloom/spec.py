@@ -81,10 +81,10 @@ class QualitySpec(_Strict):
     min_greedy_agreement: float = Field(0.8, ge=0.0, le=1.0)
     tie_margin: float = Field(0.1, ge=0.0, description="nats: a flip between tokens this close in stock's log-probs is a tie-break")
     # images (framework: diffusers): each image against stock's on the same prompt and noise seed
-    min_psnr_db: float = Field(35.0, ge=0.0, le=200.0, description="images: PSNR (dB) of every decoded image vs stock's, at least")
-    min_ssim: float = Field(0.98, ge=-1.0, le=1.0, description="images: SSIM of every decoded image vs stock's, at least")
-    max_latent_rel_err: float = Field(
-        0.03, ge=0.0, le=100.0, description="images: relative L2 error of every final latent vs stock's, at most")
+    min_psnr_db: float = _n(35.0, 0.0, 200.0, "images: the lowest PSNR (dB) of a decoded image vs stock's allowed")
+    min_ssim: float = Field(0.98, ge=-1.0, le=1.0, description="images: the lowest SSIM of a decoded image vs stock's allowed")
+    max_latent_rel_err: float = _n(0.03, 0.0, 100.0, "images: the largest relative L2 error of a final latent vs stock's "
+                                   "allowed")
 
     @field_validator("prompts_file")
     @classmethod

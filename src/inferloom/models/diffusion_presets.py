@@ -184,11 +184,12 @@ def build_pipeline(model: str, dtype: Any, device: str, seed: int, scheduler: st
     import torch
 
     if model not in DIFFUSION_PRESETS:
-        pipe = diffusers.DiffusionPipeline.from_pretrained(model, torch_dtype=dtype, local_files_only=True)
+        pipe = diffusers.DiffusionPipeline.from_pretrained(model, local_files_only=True)  # float32, then cast
         if scheduler != "default":
             family = preset_family(model)
             pipe.scheduler = getattr(diffusers, SCHEDULERS[family][scheduler]).from_config(pipe.scheduler.config)
-        return pipe.to(device)
+        pipe.set_progress_bar_config(disable=True)
+        return pipe.to(device=device, dtype=dtype)
     p = DIFFUSION_PRESETS[model]
     sched = getattr(diffusers, SCHEDULERS[p["family"]][scheduler]).from_config(_SCHEDULER_ARGS[p["family"]])
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
