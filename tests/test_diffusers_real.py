@@ -32,7 +32,7 @@ def test_bench_aa_measures_the_noise_and_stock_reproduces_its_own_images(tmp_pat
     p = subprocess.run([sys.executable, "-m", "inferloom.cli", "bench", str(spec), "--aa", "--out", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "images/s" in p.stderr + p.stdout
+    assert "images/s" in p.stderr + p.stdout and "worst image: PSNR 100.0 dB" in p.stdout + p.stderr
     res = json.loads(out.read_text())
     assert res["verdict"] == "noise-measured" and res["noise"]["n_pairs"] == 3
     for pair in res["protocol"]["pairs"]:
@@ -71,7 +71,7 @@ def test_optimize_session_on_a_tiny_pipeline(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text("framework: diffusers\nmodel: sd3-tiny\ndevice: cpu\n"
                     "diffusion: {height: 32, width: 32, steps: 2}\nquality: {eval_prompts: 2, heldout_prompts: 2}\n"
-                    "protocol: {min_pairs: 3, max_pairs: 3}\npinned: {compile_mode: 'off', cpu_threads: 1}\n")
+                    "protocol: {min_pairs: 5, max_pairs: 5}\npinned: {compile_mode: 'off', cpu_threads: 1}\n")
     p = subprocess.run([sys.executable, "-m", "inferloom.cli", "optimize", str(spec), "--budget-minutes", "4",
                         "--max-trials", "2", "--no-kb", "--out", str(d)],
                        capture_output=True, text=True, timeout=900)
