@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from inferloom.spec import load_spec
-from inferloom.workloads.base import Knob, RunRecord, WorkloadAdapter, resolve_config
+from inferloom.workloads.base import ImageOutputs, Knob, RunRecord, WorkloadAdapter, resolve_config
 
 
 def _synthetic():
@@ -28,6 +28,15 @@ def _custom(tmp_path_factory):
     return CustomAdapter(tiny_custom_spec(tmp_path_factory.mktemp("custom")))
 
 
+def _diffusers():
+    # a real diffusers pipeline (a tiny MMDiT with seeded random weights) on CPU
+    from inferloom.workloads.diffusers_engine import DiffusersEngine
+
+    return DiffusersEngine(load_spec(None, {"framework": "diffusers", "model": "sd3-tiny", "device": "cpu",
+                                            "diffusion.height": "32", "diffusion.width": "32",
+                                            "diffusion.steps": "2"}))
+
+
 def _vllm(tmp_path_factory):
     # a real vLLM CPU server per prepare (skips, saying why, only without the vLLM environment)
     from _vllm_env import require_vllm, spec_overrides, tiny_model_dir
@@ -42,8 +51,8 @@ def _vllm(tmp_path_factory):
     return VLLMAdapter(spec, tmp_path_factory.mktemp("vllm-logs"))
 
 
-@pytest.fixture(params=[_synthetic, _transformers, _custom, pytest.param(_vllm, marks=pytest.mark.slow)],
-                ids=["synthetic", "transformers", "custom", "vllm"], scope="module")
+@pytest.fixture(params=[_synthetic, _transformers, _custom, pytest.param(_vllm, marks=pytest.mark.slow), _diffusers],
+                ids=["synthetic", "transformers", "custom", "vllm", "diffusers"], scope="module")
 def adapter(request, tmp_path_factory):
     a = request.param(tmp_path_factory) if request.param in (_vllm, _custom) else request.param()
     yield a
@@ -91,6 +100,21 @@ class TestConformance:
         assert all(len(p) == 5 for p in adapter.prompts(3, 2, 5))
 
     def test_quality_probes(self, adapter):
+        if isinstance(adapter, ImageOutputs):
+            # an image generator answers the image contract: the same items give the same images
+            h = adapter.prepare(resolve_config(adapter.knob_space(), {}))
+            try:
+                items = adapter.draw(11, 2)
+                assert items == adapter.draw(11, 2) and items != adapter.draw(12, 2)
+                out, again = adapter.generate_images(h, items), adapter.generate_images(h, items)
+                assert out["images"].shape[0] == 2 and out["images"].shape[-1] == 3
+                assert out["trajectory"].shape[:2] == (2, adapter.spec.diffusion.steps)
+                assert torch.equal(out["trajectory"][:, -1], out["latents"])
+                assert torch.equal(out["images"], again["images"])
+                assert 0.0 <= float(out["images"].min()) and float(out["images"].max()) <= 1.0
+            finally:
+                adapter.release(h)
+            return
         if callable(getattr(adapter, "gate_quality", None)):
             # a custom workload answers quality with its own gate, fail-closed, over the timed runs
             h = adapter.prepare(resolve_config(adapter.knob_space(), {}))

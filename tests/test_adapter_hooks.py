@@ -36,6 +36,12 @@ def _custom(tmp):
     return CustomAdapter(tiny_custom_spec(tmp))
 
 
+def _diffusers(_tmp):
+    from inferloom.workloads.diffusers_engine import DiffusersEngine
+
+    return DiffusersEngine(load_spec(None, {"framework": "diffusers", "model": "sd3-tiny", "device": "cpu"}))
+
+
 def _vllm(_tmp):
     from inferloom.workloads.vllm_adapter import VLLMAdapter
 
@@ -48,10 +54,11 @@ EXPECTED = {
     "transformers": {"GreedyLogprobs", "CrossKnobRules"},
     "custom": {"OwnQualityGate", "OwnObjective", "SourceTrees"},
     "vllm": {"ServerLogs", "RejectedFlags", "RecoveryOptions", "ApproximateScores", "ServerReuse"},
+    "diffusers": {"OwnObjective", "ImageOutputs"},
 }
 
 
-@pytest.mark.parametrize("make", [_synthetic, _transformers, _custom, _vllm], ids=list(EXPECTED))
+@pytest.mark.parametrize("make", [_synthetic, _transformers, _custom, _vllm, _diffusers], ids=list(EXPECTED))
 def test_an_adapter_with_any_member_of_a_hook_satisfies_the_hook(make, tmp_path, request):
     adapter = make(tmp_path)
     try:
@@ -72,7 +79,7 @@ def test_an_adapter_with_any_member_of_a_hook_satisfies_the_hook(make, tmp_path,
 
 
 def test_every_hook_is_a_runtime_checkable_protocol_with_a_contract():
-    assert len(OPTIONAL_HOOKS) == 11
+    assert len(OPTIONAL_HOOKS) == 12
     for hook in OPTIONAL_HOOKS:
         assert getattr(hook, "_is_runtime_protocol", False), hook
         assert hook.__doc__ and len(hook.__doc__) > 40, hook

@@ -9,7 +9,7 @@ from inferloom.phases import strategy as S
 from inferloom.phases.context import WorkloadStrategy
 from inferloom.spec import load_spec
 
-STRATEGIES = [S.ConfigStrategy, S.CustomStrategy]
+STRATEGIES = [S.ConfigStrategy, S.CustomStrategy, S.ImageStrategy]
 METHODS = ("bind", "framework_step", "close_measure")
 
 
@@ -38,3 +38,5 @@ def test_the_spec_picks_the_strategy():
     assert isinstance(S.strategy_for(load_spec(None, {"model": "llama-tiny"})), S.ConfigStrategy)
     custom = S.strategy_for(type("Spec", (), {"framework": "custom"})())
     assert isinstance(custom, S.CustomStrategy) and custom.sweep_skip_reason
+    image = S.strategy_for(load_spec(None, {"framework": "diffusers", "model": "sd3-tiny"}))
+    assert isinstance(image, S.ImageStrategy) and "no traffic grid" in image.sweep_skip_reason

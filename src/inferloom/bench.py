@@ -70,8 +70,11 @@ def run_bench(
         cand_cfg = resolve_config(knobs, candidate, spec.pinned)
         if not aa and cand_cfg == stock_cfg:
             raise ConfigError("the candidate equals the stock configuration; give at least one --candidate key=value that differs")
-        progress(f"workload: {spec.model}, device {spec.resolved_device()}, dtype {spec.dtype}, "
-                 f"concurrency {spec.traffic.concurrency}, {spec.traffic.input_len} in / {spec.traffic.output_len} out"
+        d = spec.diffusion
+        shape = (f"{d.width}x{d.height}, {d.steps} steps, batch {d.batch_size}, {d.images_per_run} images per run"
+                 if d is not None else f"concurrency {spec.traffic.concurrency}, {spec.traffic.input_len} in / "
+                 f"{spec.traffic.output_len} out")
+        progress(f"workload: {spec.model}, device {spec.resolved_device()}, dtype {spec.dtype}, {shape}"
                  + (f"; result -> {out_hint}" if out_hint else ""))
         b_label = "stock-2" if aa else "candidate"
         result: dict[str, Any] = {

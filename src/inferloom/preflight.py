@@ -33,6 +33,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Mapping
 
+from inferloom.models.diffusion_presets import DIFFUSION_PRESETS, is_pipeline_dir
 from inferloom.models.presets import PRESETS
 from inferloom.process_group import run_in_group
 from inferloom.spec import SpecError
@@ -119,7 +120,10 @@ def _check_custom(spec: Any) -> None:
 
 
 def _check_files(spec: Any) -> None:
-    if spec.framework != "custom" and spec.model not in PRESETS and not os.path.isfile(
+    if spec.framework == "diffusers":
+        if spec.model not in DIFFUSION_PRESETS and not is_pipeline_dir(spec.model):
+            raise SpecError(f"model: {spec.model} is not a diffusers pipeline directory (no model_index.json)")
+    elif spec.framework != "custom" and spec.model not in PRESETS and not os.path.isfile(
             os.path.join(spec.model, "config.json")):
         raise SpecError(f"model: {spec.model} is not a Hugging Face model directory (no config.json)")
     for field, value in (("traffic.prompts", spec.traffic.prompts), ("quality.prompts_file", spec.quality.prompts_file)):

@@ -17,10 +17,12 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from inferloom.errors import InferloomError
 from inferloom.inputs import InputError, load_yaml
+from inferloom.models.diffusion_presets import DIFFUSION_PRESETS
 from inferloom.models.presets import PRESETS
 from inferloom.models.trained import TRAINED_PRESETS, trained_preset_dir
 from inferloom.spec_custom import CustomKnob, CustomSpec, PatchPolicySpec
 from inferloom.spec_quality import NumericsToleranceSpec, TaskGateSpec
+from inferloom.spec_diffusion import DiffusionSpec
 from inferloom.spec_fields import _n, _Strict, check_bounds, field_default
 from inferloom.spec_llm import AgentsSpec, LLMSpec
 from inferloom.spec_paths import resolve_override, resolve_spec_paths
@@ -29,7 +31,7 @@ __all__ = [
     "SpecError", "objective_label", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec",
     "WorkloadSpec", "CustomKnob", "CustomSpec", "PatchPolicySpec", "load_spec", "spec_hash",
     "KernelSpec", "TaskGateSpec", "NumericsToleranceSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY",
-    "AgentsSpec", "LLMSpec",
+    "AgentsSpec", "LLMSpec", "DiffusionSpec",
 ]
 
 
@@ -41,9 +43,10 @@ class SpecError(InferloomError, ValueError):
 #: ``traffic.concurrency``, per framework: ONE rule (:attr:`WorkloadSpec.requests_per_run`),
 #: used by every adapter and by the spec's description. vLLM uses 5: every vLLM
 #: result in docs/benchmarks.md and docs/loadgen.md was measured so; the
-#: in-process adapters use 4 (a custom entrypoint sets its own load).
+#: in-process adapters use 4 (a custom entrypoint sets its own load; an image
+#: workload's run is ``diffusion.batch_size`` x ``diffusion.batches_per_run`` images).
 REQUESTS_PER_CONCURRENCY: Mapping[str, int] = MappingProxyType(
-    {"transformers": 4, "synthetic": 4, "custom": 4, "vllm": 5})
+    {"transformers": 4, "synthetic": 4, "custom": 4, "vllm": 5, "diffusers": 1})
 
 
 class Traffic(_Strict):
@@ -83,6 +86,11 @@ class QualitySpec(_Strict):
     tie_margin: float = Field(0.1, ge=0.0, description="nats: a flip between tokens this close in stock's log-probs is a tie-break")
     task: TaskGateSpec | None = Field(None, description="optional task-accuracy gate (docs/quality.md)")
     numerics: NumericsToleranceSpec | None = Field(None, description="optional tolerance for numerics-changing candidates")
+    # images (framework: diffusers): each image against stock's on the same prompt and noise seed
+    min_psnr_db: float = _n(35.0, 0.0, 200.0, "images: the lowest PSNR (dB) of a decoded image vs stock's allowed")
+    min_ssim: float = Field(0.98, ge=-1.0, le=1.0, description="images: the lowest SSIM of a decoded image vs stock's allowed")
+    max_latent_rel_err: float = _n(0.03, 0.0, 100.0, "images: the largest relative L2 error of a final latent vs stock's "
+                                   "allowed")
 
     @field_validator("prompts_file")
     @classmethod
@@ -160,8 +168,9 @@ class ServingSpec(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    model: str = Field("llama-tiny", description="synthetic preset name, trained preset (llama-tiny-trained) or local HF model directory")
-    framework: Literal["transformers", "synthetic", "custom", "vllm"] = "transformers"
+    model: str = Field("llama-tiny", description="synthetic preset name, trained preset (llama-tiny-trained), diffusion "
+                       "preset or local model directory")
+    framework: Literal["transformers", "synthetic", "custom", "vllm", "diffusers"] = "transformers"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     seed: int = _n(0, 0, 2**31 - 1, "seed of prompts, searches and adapters")
@@ -174,6 +183,27 @@ class WorkloadSpec(_Strict):
     custom: CustomSpec | None = Field(None, description="framework: custom only (docs/custom.md)")
     serving: ServingSpec = ServingSpec()
     agents: AgentsSpec = AgentsSpec()
+    diffusion: DiffusionSpec | None = Field(None, description="framework: diffusers only (docs/diffusers.md); "
+                                            "filled with its defaults for framework: diffusers")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _diffusion_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("framework") == "diffusers" and data.get("diffusion") is None:
+            return {**data, "diffusion": {}}
+        return data
+
+    @model_validator(mode="after")
+    def _diffusers(self) -> "WorkloadSpec":
+        image_model = self.model in DIFFUSION_PRESETS or (Path(self.model) / "model_index.json").is_file()
+        if self.framework == "diffusers" and not image_model:
+            raise ValueError("framework 'diffusers' needs a diffusion preset (" + ", ".join(sorted(DIFFUSION_PRESETS))
+                             + ") or a local diffusers pipeline directory (with model_index.json)")
+        if self.framework != "diffusers" and self.diffusion is not None:
+            raise ValueError(f"a 'diffusion' section needs framework: diffusers, got framework: {self.framework}")
+        if self.framework != "diffusers" and self.model in DIFFUSION_PRESETS:
+            raise ValueError(f"model {self.model} is a diffusion pipeline preset; it needs framework: diffusers")
+        return self
 
     @model_validator(mode="after")
     def _custom(self) -> "WorkloadSpec":
@@ -204,16 +234,17 @@ class WorkloadSpec(_Strict):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        if v in PRESETS:
+        if v in PRESETS or v in DIFFUSION_PRESETS:
             return v
         if v in TRAINED_PRESETS:  # shipped with the package: its directory
             return str(trained_preset_dir(v))
         p = Path(v).expanduser()
         if not p.is_dir():
             raise ValueError(
-                "expected a preset (" + ", ".join(sorted([*PRESETS, *TRAINED_PRESETS])) + ") or a local model directory"
+                "expected a preset (" + ", ".join(sorted([*PRESETS, *TRAINED_PRESETS])) + "), a diffusion preset ("
+                + ", ".join(sorted(DIFFUSION_PRESETS)) + ") or a local model directory"
             )
-        if not (p / "config.json").is_file():
+        if not (p / "config.json").is_file() and not (p / "model_index.json").is_file():
             raise ValueError(f"directory {v} has no config.json; expected a Hugging Face model directory")
         return str(p.resolve())
 
@@ -307,6 +338,8 @@ def objective_label(spec: "WorkloadSpec | Mapping[str, Any]") -> str:
     def get(obj: Any, key: str, default: Any = None) -> Any:
         return obj.get(key, default) if isinstance(obj, Mapping) else getattr(obj, key, default)
 
+    if get(spec, "framework") == "diffusers":
+        return "images/s"
     if get(spec, "framework") == "custom":
         c = get(spec, "custom") or {}
         name = str(get(c, "objective") or "objective")

@@ -36,6 +36,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from inferloom.models.diffusion_presets import DIFFUSION_PRESETS
 from inferloom.models.presets import PRESETS
 from inferloom.models.trained import TRAINED_PRESETS
 
@@ -49,6 +50,7 @@ SPEC_DIR_PATHS: Mapping[str, str] = {
     "traffic.prompts": "path",
     "quality.prompts_file": "path",
     "quality.task.file": "path",
+    "diffusion.prompts_file": "path",
     "serving.python": "program",
     "custom.repo": "path",
     "custom.patches.dir": "path",
@@ -56,7 +58,8 @@ SPEC_DIR_PATHS: Mapping[str, str] = {
 }
 
 # values that are names, not paths
-_NOT_PATHS: Mapping[str, frozenset[str]] = {"model": frozenset(PRESETS) | frozenset(TRAINED_PRESETS), "traffic.prompts": frozenset({"random"}),
+_NOT_PATHS: Mapping[str, frozenset[str]] = {"model": frozenset(PRESETS) | frozenset(TRAINED_PRESETS) | frozenset(DIFFUSION_PRESETS),
+                                             "traffic.prompts": frozenset({"random"}),
                                              "quality.task.file": frozenset(TRAINED_PRESETS)}
 
 

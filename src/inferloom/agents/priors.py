@@ -116,6 +116,16 @@ DEFAULT_PRIORS: tuple[Prior, ...] = (
         _CUDA, rank=30,
     ),
     Prior(
+        "fuse-qkv", {"fuse_qkv": True}, 0.03,
+        "image pipelines: one QKV GEMM instead of three per attention (diffusers' fuse_qkv_projections; "
+        "guess)", _CUDA, rank=32,
+    ),
+    Prior(
+        "channels-last", {"channels_last": True}, 0.05,
+        "image pipelines: channels_last convolutions for the UNet and the VAE decoder (cuDNN's "
+        "preferred layout in half precision; guess)", _CUDA, rank=33, dtypes=_HALF,
+    ),
+    Prior(
         "tf32", {"tf32_matmul": True}, 0.1,
         "TF32 tensor cores for float32 matmuls: large for prefill, small for bandwidth-bound "
         "decode (guess)",

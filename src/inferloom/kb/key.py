@@ -9,11 +9,15 @@ spec before any session exists (:meth:`WorkloadKey.from_spec`, for
 same way, so a session's key equals the key of the spec it ran:
 
 * ``model``: the spec's ``model``; a local model directory is reduced to its
-  directory name (a KB moves between machines, absolute paths do not).
+  directory name (a KB moves between machines, absolute paths do not). An
+  image workload (``framework: diffusers``) appends what sizes its work:
+  ``sd3-tiny@64x64/steps4/batch1`` (resolution, denoising steps, batch), so
+  a recipe is replayed only on the same shape.
 * ``hardware``: the device's name (the GPU's name, or the CPU model on CPU).
 * ``framework``: the adapter's framework (``transformers``, ``synthetic``).
 * ``model_type`` / ``architecture``: the Hugging Face config's ``model_type``
-  and first ``architectures`` entry; ``unknown`` when there is no config.
+  and first ``architectures`` entry (a diffusion pipeline's family, ``unet``
+  or ``sd3``, and its denoiser's class); ``unknown`` when there is no config.
 * ``framework_version``: the framework library's version (for ``synthetic``,
   inferloom's own); ``unknown`` when not recorded.
 * ``precision``: the spec's ``dtype``.
@@ -26,6 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from inferloom import __version__
+from inferloom.models.diffusion_presets import pipeline_info
 from inferloom.models.presets import model_info as preset_model_info
 from inferloom.provenance import cpu_model
 
@@ -43,10 +48,13 @@ def _clean(value: Any) -> str:
     return text or UNKNOWN
 
 
-def _model_name(model: Any) -> str:
+def _model_name(model: Any, diffusion: Any = None) -> str:
     text = str(model or "").rstrip("/\\")
     if os.sep in text or (os.altsep and os.altsep in text):
         text = os.path.basename(text)
+    if diffusion:  # an image workload: its shape is part of the workload
+        d = diffusion if isinstance(diffusion, Mapping) else diffusion.model_dump()
+        text += f"@{d['width']}x{d['height']}/steps{d['steps']}/batch{d['batch_size']}"
     return _clean(text)
 
 
@@ -100,7 +108,7 @@ class WorkloadKey:
         device = manifest.get("device") or {}
         hardware = adapter.get("device_name") or device.get("name")
         return cls(
-            model=_model_name(spec.get("model") or workload.get("model") or adapter.get("model")),
+            model=_model_name(spec.get("model") or workload.get("model") or adapter.get("model"), spec.get("diffusion")),
             hardware=_clean(hardware),
             framework=_clean(framework),
             model_type=_clean(info.get("model_type")),
@@ -128,6 +136,8 @@ class WorkloadKey:
             model_info = {}
             if framework == "transformers":
                 model_info = preset_model_info(spec.model, dtype=spec.dtype)
+            elif framework == "diffusers":
+                model_info = pipeline_info(spec.model)
         if hardware is None:
             hardware = _this_device(spec)
         if framework_version is None:
@@ -135,10 +145,14 @@ class WorkloadKey:
                 import transformers
 
                 framework_version = transformers.__version__
+            elif framework == "diffusers":
+                import diffusers
+
+                framework_version = diffusers.__version__
             else:
                 framework_version = __version__
         return cls(
-            model=_model_name(spec.model),
+            model=_model_name(spec.model, getattr(spec, "diffusion", None)),
             hardware=_clean(hardware),
             framework=_clean(framework),
             model_type=_clean(model_info.get("model_type")),

@@ -16,7 +16,9 @@ in ``docs/quality.md``):
 
 The verdict names the first failed check and the measured value. The check
 functions are pure; :func:`capture_reference` and :func:`evaluate` call the
-adapter's probes.
+adapter's probes. An image generator (the ``ImageOutputs`` hook) is judged by
+:mod:`inferloom.measure.image_quality` instead (PSNR, SSIM, latent
+divergence), through the same three entry points.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Sequence
 
+from inferloom.measure import image_quality as IQ
 from inferloom.spec import QualitySpec, check_bounds, field_default
 from inferloom.workloads import prompts as P
 from inferloom.workloads.base import ApproximateScores, GreedyLogprobs
+from inferloom.workloads.image_hooks import ImageOutputs
 
 __all__ = [
     "QualityThresholds",
@@ -63,6 +67,9 @@ class QualityThresholds:
     max_mean_kl: float = _spec("max_mean_kl")
     min_greedy_agreement: float = _spec("min_greedy_agreement")
     tie_margin: float = _spec("tie_margin")
+    min_psnr_db: float = _spec("min_psnr_db")
+    min_ssim: float = _spec("min_ssim")
+    max_latent_rel_err: float = _spec("max_latent_rel_err")
 
     def __post_init__(self) -> None:
         check_bounds(QualitySpec, asdict(self), "quality")
@@ -129,6 +136,9 @@ def quality_prompt_sets(spec: Any, adapter: Any) -> dict[str, list[list[int]]]:
     from the adapter (random ids, or its texts), or from ``quality.prompts_file``.
     """
     q = spec.quality
+    if isinstance(adapter, ImageOutputs):  # items [prompt_index, noise_seed]
+        return IQ.image_sets(adapter, spec.seed, {"eval": (q.eval_prompts, EVAL_SEED_OFFSET),
+                                                  "heldout": (q.heldout_prompts, HELDOUT_SEED_OFFSET)})
     out: dict[str, list[list[int]]] = {}
     texts = None
     if q.prompts_file:
@@ -230,6 +240,11 @@ def judge(set_name: str, values: dict[str, float], th: QualityThresholds, n: int
         ("mean_kl", values["mean_kl"] <= th.max_mean_kl, "<=", th.max_mean_kl),
         ("greedy_agreement", values["greedy_agreement"] >= th.min_greedy_agreement, ">=", th.min_greedy_agreement),
     )
+    return _verdict(set_name, checks, values, th, n, positions)
+
+
+def _verdict(set_name: str, checks: Sequence[tuple[str, bool, str, float]], values: dict[str, float],
+             th: QualityThresholds, n: int, positions: int) -> QualityVerdict:
     for name, ok, op, limit in checks:
         if not ok:
             return QualityVerdict(
@@ -263,6 +278,8 @@ def capture_reference(adapter: Any, handle: Any, set_name: str, prompts: list[li
     When the adapter offers the optional ``greedy_logprobs`` probe, stock's
     decode-path log-probs are compared with its forward-path ones to measure
     the rounding noise of this model, dtype and device (``path_noise_nats``)."""
+    if isinstance(adapter, ImageOutputs):
+        return IQ.capture_image_reference(adapter, handle, set_name, prompts)  # type: ignore[return-value]
     noise = None
     if isinstance(adapter, GreedyLogprobs):
         conts, inc_lp = adapter.greedy_logprobs(handle, prompts, continuation_len)
@@ -284,6 +301,12 @@ def effective_tie_margin(ref: Reference, th: QualityThresholds) -> float:
 
 def evaluate(adapter: Any, handle: Any, ref: Reference, th: QualityThresholds) -> QualityVerdict:
     """Run the candidate's probes against a stock reference and judge them."""
+    if isinstance(ref, IQ.ImageReference):
+        values, details = IQ.compare_images(ref, adapter.generate_images(handle, ref.prompts))
+        n = len(ref.prompts)
+        v = _verdict(ref.set_name, IQ.image_checks(values, th), values, th, n, int(n * ref.trajectory.shape[1]))
+        v.details.update(details)
+        return v
     cand_conts = adapter.greedy(handle, ref.prompts, len(ref.continuations[0]))
     cand_lp = adapter.score(handle, ref.prompts, ref.continuations)
     margin = effective_tie_margin(ref, th)

@@ -214,7 +214,9 @@ def profile_step(ctx: SessionContext, st: SessionState) -> None:
                                             headroom=(roof or {}).get("headroom"),
                                             ceiling_tok_per_s=(roof or {}).get("ceiling_tok_per_s"))
     if roof:
-        ctx.progress(f"PRELUDE: roofline: stock at {roof['fraction'] * 100:.1f}% of the {roof['ceiling_tok_per_s']:,.0f} tok/s "
+        unit = roof.get("unit", "tok/s")  # images/s for an image workload
+        ceil = f"{roof['ceiling_tok_per_s']:.4g}" if unit == "images/s" else f"{roof['ceiling_tok_per_s']:,.0f}"
+        ctx.progress(f"PRELUDE: roofline: stock at {roof['fraction'] * 100:.1f}% of the {ceil} {unit} "
                    f"ceiling (headroom x{roof['headroom']:.2f})")
         for t in st.trials:  # a warm replay kept before the ceilings existed
             if t.kept and t.roofline is None:

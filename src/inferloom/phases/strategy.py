@@ -8,6 +8,9 @@
   stack also holds source patches: the workspace is bound at start, FRAMEWORK
   tries source patches first, CLOSE measures in the stock and stack trees and
   runs the rollback drill, and there is no traffic grid to sweep.
+* :class:`ImageStrategy`: an image workload (``framework: diffusers``): a
+  configuration like the first, whose shape (resolution, steps, batch) its
+  spec fixes, so there is no traffic grid to sweep either.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from inferloom.phases.custom_close import custom_close
 from inferloom.phases.framework import framework_step
 from inferloom.session.state import SessionState
 
-__all__ = ["ConfigStrategy", "CustomStrategy", "strategy_for"]
+__all__ = ["ConfigStrategy", "CustomStrategy", "ImageStrategy", "strategy_for"]
 
 
 class ConfigStrategy:
@@ -56,6 +59,16 @@ class CustomStrategy:
         custom_close(ctx, st)  # final comparison in the stock and stack trees, then the rollback drill
 
 
+class ImageStrategy(ConfigStrategy):
+    """An image workload: a configuration search; no traffic grid."""
+
+    name = "image"
+    sweep_skip_reason: str | None = ("an image workload's shape (resolution, steps, batch) is fixed by its spec: "
+                                     "no traffic grid")
+
+
 def strategy_for(spec: Any) -> WorkloadStrategy:
     """The strategy for ``spec``'s workload."""
-    return CustomStrategy() if spec.framework == "custom" else ConfigStrategy()
+    if spec.framework == "custom":
+        return CustomStrategy()
+    return ImageStrategy() if spec.framework == "diffusers" else ConfigStrategy()

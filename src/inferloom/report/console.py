@@ -39,9 +39,10 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
     s.add_column("what", style="bold")
     s.add_column("value")
     changed = {k: v for k, v in res["candidate_config"].items() if res["stock_config"].get(k) != v}
-    s.add_row("workload", f"{res['spec']['model']} on {res['adapter'].get('device', '?')}, "
-              f"{res['spec']['dtype']}, concurrency {res['spec']['traffic']['concurrency']}, "
-              f"{res['spec']['traffic']['input_len']} in / {res['spec']['traffic']['output_len']} out")
+    img, tr = res["spec"].get("diffusion"), res["spec"]["traffic"]
+    shape = (f"{img['width']}x{img['height']}, {img['steps']} steps, batch {img['batch_size']}" if img else
+             f"concurrency {tr['concurrency']}, {tr['input_len']} in / {tr['output_len']} out")
+    s.add_row("workload", f"{res['spec']['model']} on {res['adapter'].get('device', '?')}, {res['spec']['dtype']}, {shape}")
     if not aa:
         s.add_row("candidate", changes_text(changed))
     va = [p["value_a"] for p in prot.get("pairs", []) if p.get("value_a") is not None]
@@ -68,10 +69,12 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
     elif q.get("evaluated"):
         for qs in q.get("sets", []):
             v = qs["values"]
+            shown = (f"  worst image: PSNR {v['min_psnr_db']:.1f} dB, SSIM {v['min_ssim']:.4f}, latent err "
+                     f"{v['max_latent_rel_err']:.3g}" if "min_psnr_db" in v else  # images
+                     f"  top1 {v['top1_agreement']:.4f}, KL {v['mean_kl']:.3g}, greedy {v['greedy_agreement']:.3f}")
             s.add_row(
                 f"quality ({qs['set_name']})",
-                ("PASS" if qs["passed"] else f"FAIL: {qs['message']}")
-                + f"  top1 {v['top1_agreement']:.4f}, KL {v['mean_kl']:.3g}, greedy {v['greedy_agreement']:.3f}"
+                ("PASS" if qs["passed"] else f"FAIL: {qs['message']}") + shown
                 + (f", task {v['task_accuracy']:.3f} vs stock {v['task_accuracy_stock']:.3f} (drop <= "
                    f"{v['task_drop_upper']:.4f})" if "task_accuracy" in v else ""),
             )

@@ -1,7 +1,5 @@
-"""The sections of the HTML report (:mod:`inferloom.report.html`), each a
-function of the breakdown that returns its HTML (or None: no section), with
-the small HTML building blocks they share: ledger citations, tables, the
-note a section without data shows instead."""
+"""The sections of the HTML report (:mod:`inferloom.report.html`), each a function of the breakdown that
+returns its HTML (or None: no section), with the HTML building blocks they share (citations, tables, notes)."""
 
 from __future__ import annotations
 
@@ -105,7 +103,9 @@ def _summary(b: dict[str, Any]) -> str:
     rf = (b.get("roofline") or {})
     if (rf.get("stock") or {}).get("fraction") is not None:
         st_ = rf["stock"]
-        rows.append(("Roofline", f"stock at {st_['fraction'] * 100:.1f}% of the {number(st_.get('ceiling_tok_per_s'), ',.0f')} tok/s "
+        img = b.get("objective_label") == "images/s"
+        ceil_txt = number(st_.get("ceiling_tok_per_s"), ",.4g" if img else ",.0f") + (" images/s" if img else " tok/s")
+        rows.append(("Roofline", f"stock at {st_['fraction'] * 100:.1f}% of the {ceil_txt} "
                      f"ceiling, headroom {ratio_x(st_.get('headroom'), 2)} {_cite((rf.get('ledger_seqs') or [None])[0])}"))
     out.append('<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>")
     sc, fc = b.get("stock_config") or {}, b.get("final_config") or {}
@@ -349,13 +349,12 @@ def _time(b: dict[str, Any]) -> str:
     if not t:
         return _absent("No timing in the breakdown.")
     total = num(t.get("total")) or 0.0
-    rows = []
-    for k in (k for k in TIME_CATEGORIES if k in t or k != "server_startup"):
-        v = num(t.get(k)) or 0.0
-        rows.append([esc(k.replace("_", " ")), f"{v:.1f}", f"{v / total * 100:.0f}%" if total > 0 and k != "total" else ""])
-    sv = b.get("servers") or {}
+    vals = {k: num(t.get(k)) or 0.0 for k in TIME_CATEGORIES if k in t or k != "server_startup"}
+    rows = [[esc(k.replace("_", " ")), f"{v:.1f}", f"{v / total * 100:.0f}%" if total > 0 and k != "total" else ""]
+            for k, v in vals.items()]
     servers = (f"<p>{sv['starts']} server starts ({sv['restarts']} restarts, {sv['failed']} failed; compile cache warm "
-               f"{sv['compile_cache_warm']}, cold {sv['compile_cache_cold']}), one ledger entry each.</p>") if sv else ""
+               f"{sv['compile_cache_warm']}, cold {sv['compile_cache_cold']}), one ledger entry each.</p>"
+               ) if (sv := b.get("servers") or {}) else ""
     return (f"<p>Total from the close entry {_cite(b.get('close_ledger_seq'))}; the parts are sums over the measurement "
             "entries' timings" + (" (server start-up: over the server start entries)" if "server_startup" in t else "")
             + ", the harness is the rest.</p>"

@@ -74,7 +74,9 @@ def render_report(b: dict[str, Any]) -> str:
         ce = rf.get("ceilings") or {}
         lines.append(f"- Ceilings: {ce.get('memory_bandwidth_bytes_per_s', 0) / 1e9:,.1f} GB/s memory, "
                      f"{ce.get('matmul_flops_per_s', 0) / 1e12:,.2f} TFLOP/s matmul ({ce.get('device_name')}, {ce.get('measured_at')}).")
-        lines.append(f"- Stock: {st_['fraction'] * 100:.1f}% of the {st_['ceiling_tok_per_s']:,.0f} tok/s ceiling; "
+        ceil_txt = (f"{st_['ceiling_tok_per_s']:,.4g} images/s" if unit == "images/s"
+                    else f"{st_['ceiling_tok_per_s']:,.0f} tok/s")
+        lines.append(f"- Stock: {st_['fraction'] * 100:.1f}% of the {ceil_txt} ceiling; "
                      f"headroom x{st_['headroom']:.2f} (ledger #{rf['ledger_seqs'][0]}).")
         for k in rf.get("kept") or []:
             r = k["roofline"]

@@ -114,6 +114,18 @@ def _verdicts(f: Findings, entries: list[dict[str, Any]], by_seq: dict[int, dict
 def _roof(f: Findings, name: str, r: Mapping[str, Any], measured: float | None, seq: int) -> None:
     """One roofline dict: its ceiling from its own floors, the measured tok/s it used, fraction, headroom."""
     g = "ceiling fractions"
+    if r.get("unit") == "images/s":  # an image workload's roofline (measure.diffusion_costs)
+        floor = int(r["steps"]) * float(r["denoise_step"]["floor_s"]) + float(r["decode"]["floor_s"])
+        _same(f, g, f"{name} floor_s", r.get("floor_s"), floor, seq)
+        ceiling = int(r["batch"]) / float(r["floor_s"])
+        _same(f, g, f"{name} ceiling_images_per_s", r.get("ceiling_images_per_s"), ceiling, seq)
+        meas = r.get("measured_images_per_s")
+        if meas is not None:
+            if measured is not None:
+                _same(f, g, f"{name} measured_images_per_s", meas, measured, seq)
+            _same(f, g, f"{name} fraction", r.get("fraction"), float(meas) / ceiling, seq)
+            _same(f, g, f"{name} headroom", r.get("headroom"), ceiling / float(meas), seq)
+        return
     floor = float(r["prefill"]["floor_s"]) + int(r["decode_steps"]) * float(r["decode_step"]["floor_s"])
     _same(f, g, f"{name} floor_s", r.get("floor_s"), floor, seq)
     ceiling = int(r["batch"]) * int(r["output_len"]) / float(r["floor_s"])

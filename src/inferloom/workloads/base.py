@@ -35,27 +35,13 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
+from inferloom.workloads.image_hooks import ImageOutputs  # the image generator's hook, listed here too
 
 __all__ = [
-    "AdapterError",
-    "ConfigError",
-    "Knob",
-    "RunRecord",
-    "WorkloadAdapter",
-    "resolve_config",
-    "config_key",
-    "ServerLogs",
-    "RejectedFlags",
-    "RecoveryOptions",
-    "DeclaredProfile",
-    "OwnQualityGate",
-    "OwnObjective",
-    "GreedyLogprobs",
-    "ApproximateScores",
-    "SourceTrees",
-    "ServerReuse",
-    "OPTIONAL_HOOKS",
-    "CrossKnobRules",
+    "AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter", "resolve_config", "config_key",
+    "ServerLogs", "RejectedFlags", "RecoveryOptions", "DeclaredProfile", "OwnQualityGate", "OwnObjective",
+    "GreedyLogprobs", "ApproximateScores", "SourceTrees", "ServerReuse", "ImageOutputs", "OPTIONAL_HOOKS",
+    "CrossKnobRules"
 ]
 
 Platform = Literal["cpu", "cuda", "rocm"]
@@ -397,4 +383,4 @@ class CrossKnobRules(Protocol):
 
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
                                     OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ServerReuse,
-                                    CrossKnobRules)
+                                    CrossKnobRules, ImageOutputs)

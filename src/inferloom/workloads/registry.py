@@ -15,6 +15,8 @@ ADAPTERS: dict[str, str] = {
     "custom": "inferloom.workloads.custom:CustomAdapter",
     # an OpenAI-compatible vLLM server as a subprocess, from its own Python environment
     "vllm": "inferloom.workloads.vllm_adapter:from_spec",
+    # a diffusers text-to-image pipeline in this process, with the image quality contract (docs/diffusers.md)
+    "diffusers": "inferloom.workloads.diffusers_engine:DiffusersEngine",
 }
 
 
