@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from inferloom.kb.db import FLEET_KB_RETRY_S
 from inferloom.phases.runner import resume, start
 from inferloom.redact import redact_text
 from inferloom.session.atomic import write_json_atomic
@@ -87,7 +88,8 @@ def _run_locked(entry: Mapping[str, Any], d: Path, logdir: Path, kb_url: str | N
                                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
     out: dict[str, Any] = {"name": name, "attempt": attempt}
     with open(logdir / f"{name}.log", "a", encoding="utf-8", buffering=1) as log, \
-            _environment(entry.get("env") or {}), _kb_log(log):
+            _environment({"INFERLOOM_KB_RETRY_S": os.environ.get("INFERLOOM_KB_RETRY_S") or str(FLEET_KB_RETRY_S),
+                          **(entry.get("env") or {})}), _kb_log(log):
         def progress(msg: str) -> None:
             log.write(f"{time.strftime('%H:%M:%S')} {redact_text(msg)}\n")  # no password in a log
 

@@ -54,13 +54,14 @@ from inferloom.kb.key import KEY_FIELDS
 from inferloom.redact import redact_text
 
 __all__ = [
-    "SCHEMA_VERSION", "KBError", "KBUnavailable", "default_kb_url", "retry_seconds", "metadata", "recipes", "ceilings",
-    "schema_version", "INDEX_ORDER", "dumps", "loads", "Database", "MIGRATIONS",
+    "SCHEMA_VERSION", "KBError", "KBUnavailable", "default_kb_url", "retry_seconds", "FLEET_KB_RETRY_S", "metadata",
+    "recipes", "ceilings", "schema_version", "INDEX_ORDER", "dumps", "loads", "Database", "MIGRATIONS",
 ]
 
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
-DEFAULT_RETRY_S = 120.0
+DEFAULT_RETRY_S = 5.0     # a session or command: a blip is retried, a mistyped URL fails within seconds
+FLEET_KB_RETRY_S = 120.0  # a fleet's sessions (fleet/worker.py sets it): a shared server restarting is waited for
 log = logging.getLogger("inferloom.kb")
 T = TypeVar("T")
 
@@ -74,7 +75,8 @@ class KBUnavailable(KBError):
 
 
 def retry_seconds() -> float:
-    """How long a KB call retries while its server can't be reached (``$INFERLOOM_KB_RETRY_S``, default 120)."""
+    """How long a KB call retries while its server can't be reached (``$INFERLOOM_KB_RETRY_S``; default 5 s,
+    120 s in a fleet's sessions)."""
     raw = os.environ.get("INFERLOOM_KB_RETRY_S", "")
     try:
         v = float(raw) if raw else DEFAULT_RETRY_S
