@@ -238,6 +238,13 @@ def test_a_gateless_result_rejects_every_candidate(tmp_path):
     assert git("for-each-ref", "refs/heads/inferloom", cwd=repo) == ""  # nothing kept: no branch
 
 
+def _cmdline(pid):
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "(gone)"
+
+
 def _procs_in(directory):
     """Live processes whose working directory is under ``directory``."""
     out = []
@@ -287,7 +294,8 @@ def test_kill_9_then_resume_rebuilds_the_same_branch(tmp_path):
         deadline = time.time() + 5
         while _procs_in(d / "workspace") and time.time() < deadline:
             time.sleep(0.1)
-        assert not _procs_in(d / "workspace")  # no entrypoint outlives inferloom
+        left = _procs_in(d / "workspace")  # no entrypoint outlives inferloom
+        assert not left, [(pid, _cmdline(pid)) for pid in left]
         p = cli(["resume", str(d), "--quiet"] if (d / "state.json").exists() else args)
     out, err = p.communicate(timeout=400)
     assert p.returncode == 0, err

@@ -25,14 +25,18 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def die_with_parent() -> None:
-    """In the child: get SIGKILL when inferloom dies (a kill -9 leaves nothing behind). Linux only."""
+def die_with_parent(parent: int | None = None) -> None:
+    """In the child: get SIGKILL when inferloom dies (a kill -9 leaves nothing behind). Linux only.
+    ``parent``: inferloom's pid; a parent that died before the request took effect (between fork and
+    prctl) ends the child at once, since no signal would come then."""
     try:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except Exception:  # noqa: BLE001 - best effort on other platforms
         pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(137)
 
 
 def run_in_group(cmd: list[str], *, timeout: float, input: Any = None, **popen: Any) -> tuple[int | None, Any, Any]:
@@ -41,8 +45,10 @@ def run_in_group(cmd: list[str], *, timeout: float, input: Any = None, **popen: 
     err)``, returncode None when it ran past the timeout and its whole group
     was killed. An interruption kills the group and re-raises; a command that
     can't start raises ``OSError``."""
+    me = os.getpid()
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if input is not None else None, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent, **popen)
+                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=lambda: die_with_parent(me),
+                            **popen)
     try:
         out, err = proc.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:

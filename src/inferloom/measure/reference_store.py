@@ -67,6 +67,8 @@ def save_references(path: str | os.PathLike[str], config: Mapping[str, Any], set
     path = Path(path)
     keep = {}
     for n, r in sets.items():
+        if not isinstance(r, Reference):  # e.g. an image workload's references: recaptured (deterministic)
+            continue
         enc = encode_logprobs(r.logprobs)
         if "dense" in enc and enc["dense"].numel() * 4 > DENSE_MAX_BYTES:
             continue
