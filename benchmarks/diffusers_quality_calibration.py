@@ -87,6 +87,11 @@ def main() -> int:
             continue
         try:
             v = Q.evaluate(eng, h, ref, th)
+        except RuntimeError as exc:  # e.g. a fused SDPA kernel that can't take the VAE's 512-dim heads
+            msg = str(exc).strip().splitlines()[-1][:160] if str(exc).strip() else type(exc).__name__
+            print(f"| {name} | {kind} | - | - | - | - | failed to run: {msg} |", flush=True)
+            rows.append({"candidate": name, "kind": kind, "error": msg})
+            continue
         finally:
             eng.release(h)
         x = v.values
