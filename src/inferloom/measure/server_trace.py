@@ -21,10 +21,10 @@ import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from inferloom.measure.op_categories import categorize
-from inferloom.measure.trace_analysis import summarize
+from inferloom.measure.trace_analysis import summarize, union_us
 
 __all__ = ["DEVICE_CATS", "load_events", "trace_profile"]
 
@@ -53,19 +53,6 @@ def _span(e: Mapping[str, Any]) -> tuple[float, float] | None:
     except (KeyError, TypeError, ValueError):
         return None
     return (ts, ts + dur) if dur >= 0 else None
-
-
-def _union(iv: Iterable[tuple[float, float]]) -> float:
-    total, end = 0.0, None
-    start = 0.0
-    for a, b in sorted(iv):
-        if end is None or a > end:
-            if end is not None:
-                total += end - start
-            start, end = a, b
-        else:
-            end = max(end, b)
-    return total + ((end - start) if end is not None else 0.0)
 
 
 def _top_level_cpu_ops(events: list[Mapping[str, Any]]) -> list[tuple[str, float, float]]:
@@ -108,7 +95,7 @@ def trace_profile(events: list[Mapping[str, Any]], top_n: int = 15) -> dict[str,
     if not units:
         raise ValueError("the trace holds no device kernels and no CPU ops: nothing to attribute")
     wall = max(b for _, b in spans) - min(a for a, _ in spans)
-    busy = _union(spans)
+    busy = union_us(spans)
     cats, top = summarize(units, wall, busy, top_n)
     return {"source": source, "units": len(units), "wall_s": wall / 1e6, "busy_s": busy / 1e6,
             "categories": cats, "top_ops": top}

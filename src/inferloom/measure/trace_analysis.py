@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 
 from inferloom.measure.op_categories import CATEGORIES, CATEGORY_LABELS, attribute
 
-__all__ = ["MODULE_PREFIX", "ROOT_LABEL", "dur_us", "is_cpu", "host_units", "device_units", "summarize"]
+__all__ = ["MODULE_PREFIX", "ROOT_LABEL", "dur_us", "is_cpu", "host_units", "device_units", "summarize", "union_us"]
 
 MODULE_PREFIX = "module::"  # record_function label of a module's forward while profiling
 ROOT_LABEL = "inferloom::profile_run"  # record_function label around the profiled run
@@ -56,7 +56,8 @@ def _context(evt: Any) -> tuple[list[str], list[str]]:
     return ops, mods
 
 
-def _union_us(intervals: Iterable[tuple[float, float]]) -> float:
+def union_us(intervals: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, end)`` intervals (empty or reversed ones ignored), in their unit."""
     total = 0.0
     cur_s: float | None = None
     cur_e = 0.0
@@ -172,7 +173,7 @@ def device_units(
         op = ops_by_id.get(corr) if corr > 0 else None
         ops, mods = _context(op) if op is not None else ([], [])
         units.append((e.name, attribute(e.name, ops, mods), t - s))
-    return units, _union_us(intervals)
+    return units, union_us(intervals)
 
 
 def summarize(
