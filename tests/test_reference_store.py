@@ -38,6 +38,8 @@ def test_saved_references_come_back_only_for_the_same_stock(tmp_path):
     assert torch.equal(got.logprobs, ref.logprobs)
     assert load_references(tmp_path / FILE, {"a": 2}) == {}       # another stock: recaptured, not reused
     assert load_references(tmp_path / "absent.pt", {"a": 1}) == {}
+    (tmp_path / "damaged.pt").write_bytes(b"\x80\x04not a torch file")  # damaged: captured again, no traceback
+    assert load_references(tmp_path / "damaged.pt", {"a": 1}) == {}
     big = Reference("eval", [[1]], [[2]], torch.log_softmax(torch.randn(8, 32, 8192), -1))
     assert not save_references(tmp_path / "big.pt", {"a": 1}, {"eval": big})  # dense and large: not stored
 

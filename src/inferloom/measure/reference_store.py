@@ -83,14 +83,17 @@ def save_references(path: str | os.PathLike[str], config: Mapping[str, Any], set
 
 
 def load_references(path: str | os.PathLike[str], config: Mapping[str, Any]) -> dict[str, Reference]:
-    """The stored sets when they were captured from ``config``; {} when absent or from another stock."""
+    """The stored sets when they were captured from ``config``; {} when absent, damaged or from another stock."""
     import torch
 
     path = Path(path)
     if not path.is_file():
         return {}
-    data = torch.load(path, weights_only=True)
-    if data.get("config") != _key(config):
+    try:  # weights_only: plain containers and tensors, never code
+        data = torch.load(path, weights_only=True)
+        if not isinstance(data, dict) or data.get("config") != _key(config):
+            return {}
+        return {n: Reference(n, s["prompts"], s["continuations"], decode_logprobs(s["logprobs"]), s["path_noise_nats"])
+                for n, s in data["sets"].items()}
+    except Exception:  # noqa: BLE001 - a damaged file: the references are captured again, as on a first run
         return {}
-    return {n: Reference(n, s["prompts"], s["continuations"], decode_logprobs(s["logprobs"]), s["path_noise_nats"])
-            for n, s in data["sets"].items()}
