@@ -8,9 +8,15 @@ protocol uses (:func:`inferloom.measure.protocol.sequential_decision`); the
 legacy Bonferroni/bootstrap design (``--legacy``, slower) through
 :func:`inferloom.measure.protocol.decide`. Each simulated session also gets
 an A/A (stock against itself, ``max_pairs`` pairs, same noise model): its sd
-is the budget's prior, and the session keep rule (protocol keep and the
-interval's lower end clearing the A/A floor ``|ratio_AA - 1|``) is applied in
-the ``session keep`` column. Noise models (per-run log-throughput):
+is the budget's prior and its floor, and the session keep rule
+(:func:`inferloom.measure.keep_rule.session_keep`: protocol keep and the
+interval's lower end above ``(1 + min_gain)(1 + floor)``, ``floor`` from
+:func:`inferloom.measure.keep_rule.aa_floor`) is applied in the ``session keep``
+column. Two other rules are shown beside it for the choice (docs/protocol.md): ``point
+floor``, the same rule with the plain ``exp(|log ratio_AA|) - 1`` as the floor,
+and ``before``, the rule before issue 21's instance-effect fix (the protocol
+without a floor, then ``ci_low - 1 > max(min_gain, |ratio_AA - 1|)``).
+Noise models (per-run log-throughput):
 
 * ``gauss1/3/5``: Gaussian, sd 1/3/5% per run;
 * ``t3``: Student t with 3 d.f., scale 5% (heavy tails);
@@ -35,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from inferloom.measure.keep_rule import aa_floor, session_keep
 from inferloom.measure.protocol import ProtocolSettings, decide, planned_looks, sequential_decision
-from inferloom.measure.sequential import trimmed_stats
 
 MODELS: dict[str, dict[str, Any]] = {
     "gauss1": {"noise": 0.01}, "gauss3": {"noise": 0.03}, "gauss5": {"noise": 0.05},
@@ -83,30 +89,47 @@ def simulate(model: dict[str, Any], ratio: float, trials: int, pairs: int, rng: 
 
 
 def run_cell(model: dict[str, Any], ratio: float, trials: int, settings: ProtocolSettings, seed: int,
-             legacy: bool = False) -> dict[str, float]:
+             legacy: bool = False, variants: tuple[str, ...] = ("session_keep", "point_keep", "old_keep")
+             ) -> dict[str, float]:
+    """Verdict rates of one cell. ``keep``: the protocol's own keep without a floor (a bench without a
+    session); ``session_keep`` and revert / inconclusive / pairs: the session's protocol (``aa_floor`` in its
+    keep threshold) and keep rule; ``point_keep``, ``old_keep``: the alternatives."""
     rng = np.random.default_rng(seed)
     inst = rng.uniform(*model["instance"], size=trials) if "instance" in model else None
     d = simulate(model, ratio, trials, settings.max_pairs, rng, inst=inst)
     d_aa = simulate(model, 1.0, trials, settings.max_pairs, rng, aa=True, inst=inst)
     looks = planned_looks(settings)
-    counts = {"keep": 0, "revert": 0, "inconclusive": 0, "session_keep": 0}
+    counts = {"keep": 0, "revert": 0, "inconclusive": 0, "session_keep": 0, "point_keep": 0, "old_keep": 0}
     pairs = 0
     for i in range(trials):
-        aa_mean, aa_se, _ = trimmed_stats(d_aa[i], settings.trim)
-        floor = abs(math.expm1(aa_mean))
+        aa = sequential_decision(d_aa[i], settings, every_pair=True)  # the A/A's final look, as a session has it
+        noise = {"ratio": math.exp(aa.mean), "ci_low": math.exp(aa.lo), "ci_high": math.exp(aa.hi)}
+        floors = {"session_keep": aa_floor(noise), "point_keep": math.expm1(abs(aa.mean))}
         if legacy:
             for n in looks:
                 dec = decide(d[i, :n], settings, final=n == settings.max_pairs, n_looks=len(looks))
                 if dec.verdict != "continue":
                     break
-            verdict, lo, n_used = dec.verdict, dec.ci_low, dec.n_pairs
-        else:
-            st = replace(settings, prior_sd=float(np.std(d_aa[i], ddof=1)), prior_df=settings.max_pairs - 1)
-            look = sequential_decision(d[i], st)
-            verdict, lo, n_used = look.verdict, math.exp(look.lo), look.n_pairs
-        counts[verdict] += 1
-        counts["session_keep"] += verdict == "keep" and lo - 1.0 > floor
-        pairs += n_used
+            counts[dec.verdict] += 1
+            pairs += dec.n_pairs
+            counts["old_keep"] += dec.verdict == "keep" and dec.ci_low - 1.0 > abs(math.exp(aa.mean) - 1.0)
+            for key, floor in floors.items():
+                counts[key] += session_keep(protocol_verdict=dec.verdict, quality_passed=True, ci_low=dec.ci_low,
+                                            min_gain=settings.min_gain, floor=floor)
+            continue
+        st = replace(settings, prior_sd=float(np.std(d_aa[i], ddof=1)), prior_df=settings.max_pairs - 1)
+        for key, floor in floors.items():  # the session's protocol: the floor is in its keep threshold
+            if key in variants:
+                lk = sequential_decision(d[i], replace(st, floor=floor))
+                counts[key] += session_keep(protocol_verdict=lk.verdict, quality_passed=True, ci_low=math.exp(lk.lo),
+                                            min_gain=settings.min_gain, floor=floor)
+                if key == "session_keep":  # its keep is session_keep (the same rule); the rest of its verdicts
+                    counts[lk.verdict] += lk.verdict != "keep"
+                    pairs += lk.n_pairs
+        if "old_keep" in variants:  # the rule before: the protocol without a floor, then max(min_gain, |r - 1|)
+            lk = sequential_decision(d[i], st)
+            counts["old_keep"] += lk.verdict == "keep" and math.exp(lk.lo) - 1.0 > abs(math.exp(aa.mean) - 1.0)
+            counts["keep"] += lk.verdict == "keep"
     return {k: v / trials for k, v in counts.items()} | {"pairs": pairs / trials}
 
 
@@ -137,8 +160,8 @@ def main() -> None:
     print(f"settings: {settings.to_dict()}")
     print(f"{args.trials} trials per cell; Monte-Carlo standard error of a rate p: sqrt(p(1-p)/{args.trials}) "
           f"(0.22 points at 1%)\n")
-    print("| noise model | true ratio | keep | session keep | revert | inconclusive | mean pairs |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| noise model | true ratio | keep | session keep | point floor | before | revert | inconclusive | mean pairs |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     t_all = time.perf_counter()
     for mi, name in enumerate(args.models.split(",")):
         ratios = args.ratios if args.ratios != "auto" else \
@@ -146,7 +169,8 @@ def main() -> None:
         for ri, r in enumerate(float(x) for x in ratios.split(",")):
             t0 = time.perf_counter()
             c = run_cell(MODELS[name], r, args.trials, settings, seed=1_000 * mi + ri, legacy=args.legacy)
-            print(f"| {LABELS[name]} | {r:.3f} | {c['keep']:.2%} | {c['session_keep']:.2%} | {c['revert']:.1%} | "
+            print(f"| {LABELS[name]} | {r:.3f} | {c['keep']:.2%} | {c['session_keep']:.2%} | {c['point_keep']:.2%} | "
+                  f"{c['old_keep']:.2%} | {c['revert']:.1%} | "
                   f"{c['inconclusive']:.1%} | {c['pairs']:.1f} |  <!-- {time.perf_counter() - t0:.0f}s -->",
                   flush=True)
     print(f"\ntotal {time.perf_counter() - t_all:.0f}s")

@@ -8,9 +8,8 @@ gives the same output (see the Protocols in ``inferloom.agents.base``).
   configuration that was already measured: stock, the stack, every
   ``trials[i]["config"]`` and every ``measured_config_keys`` entry count as
   measured. When nothing unmeasured is left it answers ``end_phase``.
-* :class:`RuleCritic` keeps only what the protocol kept, what passed quality,
-  and whose interval's lower bound clears the noise floor; its lesson is one
-  line naming the change, the measured gain and interval, and why.
+* :class:`RuleCritic` keeps what the session's keep rule admits (measure.keep_rule);
+  its lesson is one line naming the change, the measured gain and interval, and why.
 * :class:`RuleRobustness` trips on N consecutive failed trials, two identical
   proposals in a row, or no keep for T minutes; else it returns ``None``.
 
@@ -32,6 +31,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from inferloom.agents.priors import Prior, rank_priors
 from inferloom.agents.server_priors import default_table
+from inferloom.measure.keep_rule import keep_threshold, session_keep
 from inferloom.workloads.base import ConfigError, Knob, config_key
 
 __all__ = ["RuleOrchestrator", "RuleCritic", "RuleRobustness", "knob_from_dict"]
@@ -300,9 +300,8 @@ def _pct(ratio: float) -> str:
 class RuleCritic:
     """Keep iff ``protocol_verdict == "keep"``, ``quality_passed is True`` (or,
     with ``allow_unscored=True``, ``None``: counted as an unscored keep by the
-    coordinator) and ``ci_low - 1 > noise_floor``; everything else, including
-    malformed evidence, is reverted (fail-closed). ``judge`` returns
-    ``{"decision": "keep" | "revert", "lesson": one line}``."""
+    coordinator) and ``ci_low > (1 + min_gain)(1 + noise_floor)`` (no ``min_gain``: 0; ``session_keep``);
+    all else, malformed evidence too, is reverted (fail-closed). ``judge`` gives ``{"decision", "lesson"}``."""
 
     name = "rule-critic"
 
@@ -316,8 +315,8 @@ class RuleCritic:
         verdict_text = f"{verdict} ({err[0][:200]})" if err else f"{verdict}"
         try:
             ratio, lo, hi = (float(evidence[k]) for k in ("ratio", "ci_low", "ci_high"))
-            floor = float(evidence.get("noise_floor") or 0.0)
-            if not all(math.isfinite(x) for x in (ratio, lo, hi, floor)):
+            floor, gain = float(evidence.get("noise_floor") or 0.0), float(evidence.get("min_gain") or 0.0)
+            if not all(math.isfinite(x) for x in (ratio, lo, hi, floor, gain)):
                 raise ValueError
         except (KeyError, TypeError, ValueError):
             return {"decision": "revert", "lesson": f"{what}: protocol verdict {verdict_text}, "
@@ -338,9 +337,10 @@ class RuleCritic:
             return self._revert(f"{head}, faster but {quality}: reverted")
         if passed is None and not self.allow_unscored:
             return self._revert(f"{head}, faster but has no quality verdict: reverted")
-        if not lo - 1.0 > floor:
-            return self._revert(f"{head}: reverted (lower bound {_pct(lo)} does not clear the noise floor "
-                                f"{floor * 100:.1f}%)")
+        if not session_keep(protocol_verdict=verdict, quality_passed=passed, ci_low=lo, min_gain=gain, floor=floor,
+                            allow_unscored=self.allow_unscored):
+            return self._revert(f"{head}: reverted (lower bound {_pct(lo)} does not clear the noise floor {floor * 100:.1f}% "
+                                f"on top of the minimum gain {gain * 100:.1f}%: x{keep_threshold(gain, floor):.4f})")
         scored = "quality passed" if passed is True else "quality not scored (unscored keep)"
         return {"decision": "keep", "lesson": f"{head}, {scored}: kept"}
 

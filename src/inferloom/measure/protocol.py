@@ -26,8 +26,9 @@ decision is one pure function, :func:`sequential_decision` (the statistics in
 bootstrap interval united with the t interval
 (:mod:`inferloom.measure.protocol_bootstrap`). Calibration of both: docs/protocol.md.
 
-Rule. With ``g = log(1 + min_gain)``: **keep** iff the interval's lower bound
-is above ``g``; **revert** iff its upper bound is below ``g`` or (sequential)
+Rule. With ``g = log(1 + min_gain)`` (sequential: ``log((1 + min_gain)(1 +
+floor))``, ``floor`` the session A/A's, :mod:`inferloom.measure.keep_rule`):
+**keep** iff the interval's lower bound is above ``g``; **revert** iff its upper bound is below ``g`` or (sequential)
 the futility test rejects ``target_gain``; otherwise **continue**, or
 **inconclusive** at the final look (sequential: the look that reaches the
 budget). A run that fails (``success=False``, or a record with no valid
@@ -53,6 +54,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from inferloom.measure.keep_rule import aa_floor
 from inferloom.measure.metrics import Metric, output_tokens_per_s
 from inferloom.measure.protocol_bootstrap import decide
 from inferloom.measure.protocol_types import Decision, ProtocolSettings, Verdict, planned_looks
@@ -79,7 +81,7 @@ def sequential_decision(log_ratios: Sequence[float], settings: ProtocolSettings,
         min_gain=settings.min_gain, target_gain=settings.target_gain, trim=settings.trim,
         rho=settings.spending_power, max_pairs=settings.max_pairs, prior_sd=settings.prior_sd,
         prior_df=settings.prior_df, until_decisive=not every_pair,
-        fixed_budget=settings.max_pairs if every_pair else None)
+        fixed_budget=settings.max_pairs if every_pair else None, floor=settings.floor)
     return out[-1]
 
 
@@ -94,7 +96,7 @@ def _as_decision(lk: SeqLook, d: np.ndarray, settings: ProtocolSettings, n_looks
         budget=lk.budget, sigma_budget=lk.sigma, info_fraction=lk.t, alpha_spent=lk.alpha_spent,
         beta_spent=lk.beta_spent, crit_keep_z=lk.c_z, crit_keep=lk.c_t, crit_futility=lk.f_t,
         futility_high=math.exp(lk.fut_hi) if lk.fut_hi is not None else None, futility_gain=math.exp(lk.g_fut),
-        target_gain=settings.target_gain)
+        target_gain=settings.target_gain, floor=settings.floor)
 
 
 def decision_at(log_ratios: Sequence[float], settings: ProtocolSettings, *, every_pair: bool = False) -> Decision:
@@ -232,10 +234,13 @@ def run_paired(
 
 
 def with_prior(settings: ProtocolSettings, noise: Mapping[str, Any] | None) -> ProtocolSettings:
-    """``settings`` with the A/A's per-pair sd as the budget's prior (sequential design; a noise block
-    from :func:`noise_floor`); unchanged without a usable A/A or for the bonferroni design."""
+    """``settings`` with the session's A/A in it (sequential design; a noise block from :func:`noise_floor`):
+    its per-pair sd as the budget's prior and its floor (:func:`inferloom.measure.keep_rule.aa_floor`),
+    which a keep clears on top of ``min_gain``. Unchanged without an A/A or for the bonferroni design (its
+    session still applies the floor: :func:`inferloom.measure.keep_rule.session_keep`)."""
     if settings.design != "sequential" or not noise:
         return settings
+    settings = replace(settings, floor=aa_floor(noise))
     sd, n = noise.get("sd_log_ratio"), noise.get("n_pairs")
     if not isinstance(sd, (int, float)) or not math.isfinite(sd) or sd < 0 or not isinstance(n, int) or n < 2:
         return settings

@@ -23,9 +23,12 @@ def _spec(name: str) -> Any:
 @dataclass(frozen=True)
 class ProtocolSettings:
     """Parameters of the protocol: the spec's ``protocol`` section, built with
-    :meth:`from_spec`, plus ``t_guard`` (bonferroni design) and the A/A prior
+    :meth:`from_spec`, plus ``t_guard`` (bonferroni design), the A/A prior
     ``prior_sd`` / ``prior_df`` (sequential design: the per-pair sd of the
-    session's A/A and its degrees of freedom, pooled into the pair budget).
+    session's A/A and its degrees of freedom, pooled into the pair budget) and
+    the session's A/A ``floor`` (sequential design: a keep's lower end must
+    clear ``(1 + min_gain)(1 + floor)``, :mod:`inferloom.measure.keep_rule`;
+    0 without an A/A and in results written before it).
     :class:`~inferloom.spec.ProtocolSpec` declares every default and bound
     once; direct construction (tests, benchmarks) takes the same defaults and
     is checked against the same bounds. ``min_gain`` reaches the protocol only
@@ -48,6 +51,7 @@ class ProtocolSettings:
     t_guard: bool = True  # bonferroni design: also require the Student-t interval to clear g; not a spec key
     prior_sd: float | None = None  # sequential design: the A/A's per-pair sd; not a spec key
     prior_df: int = 0
+    floor: float = 0.0  # sequential design: the session A/A's floor (keep_rule.aa_floor); not a spec key
 
     def __post_init__(self) -> None:
         spec_keys = ProtocolSpec.model_fields
@@ -55,6 +59,9 @@ class ProtocolSettings:
         if self.prior_sd is not None and not (self.prior_sd >= 0.0 and self.prior_df >= 1):
             raise ValueError(f"protocol prior_sd: expected a sd >= 0 with prior_df >= 1, got "
                              f"{self.prior_sd!r} with prior_df {self.prior_df!r}")
+        if not (isinstance(self.floor, (int, float)) and 0.0 <= self.floor < float("inf")):
+            raise ValueError(f"protocol floor: expected the A/A floor as a finite gain >= 0, got {self.floor!r}; "
+                             "it comes from the session's A/A (keep_rule.aa_floor)")
 
     @classmethod
     def from_spec(cls, spec: ProtocolSpec) -> "ProtocolSettings":
@@ -90,7 +97,9 @@ class Decision:
     mean, the interval ``mean_log +- crit_keep * se_log``, ``method``
     ``"trimmed-t"``; ``stop`` says why the run stopped (``efficacy``,
     ``futility``, ``below_min_gain``, ``budget``; None while it continues) and
-    ``reason`` says it in words; the bootstrap fields are None."""
+    ``reason`` says it in words; the bootstrap fields are None; ``floor`` is
+    the session A/A's floor the keep cleared on top of ``min_gain`` (0.0 when
+    none, and in results written before it)."""
 
     verdict: Verdict
     n_pairs: int
@@ -127,6 +136,7 @@ class Decision:
     futility_high: float | None = None
     futility_gain: float | None = None
     target_gain: float | None = None
+    floor: float = 0.0
 
     @property
     def gain_pct(self) -> float:

@@ -13,8 +13,8 @@ trimmed mean estimates it while a stall or a heavy tail is cut away.
 Budget. ``sigma = se * sqrt(n)`` (pooled with the A/A's sd when one is given,
 weighted by degrees of freedom) gives the pairs a fixed-n one-sided test at
 level ``alpha`` needs for ``power`` at ``target_gain``:
-``N = ceil(1.1 * ((z_alpha + z_power) * sigma / (log(1+target) - log(1+min_gain)))^2)``,
-clamped to ``[min_pairs, max_pairs]`` (1.1 pays for the sequential looks and
+``N = ceil(1.1 * ((z_alpha + z_power) * sigma / (log(1+target) - g))^2)``,
+clamped to ``[min_pairs, max_pairs]`` (``max_pairs`` when ``g`` reaches the target) (1.1 pays for the sequential looks and
 the trimming). The look on ``n >= N`` pairs (or on ``max_pairs``) is final.
 
 Keep (efficacy). Information fraction ``t_k = min(1, max(n_k / N_k,
@@ -24,8 +24,11 @@ little early, most at the end, where the power at small gains is decided). The z
 Brownian motion observed at information ``n_k`` (numerical integration of the
 continuation density, :func:`keep_boundaries`), each converted to the t scale
 at the look's ``df`` (same tail probability). Keep iff
-``mean - c_k * se > log(1 + min_gain)``: the lower end of the look's interval
-``mean +- c_k * se`` clears the minimum gain. Over all looks the probability of
+``mean - c_k * se > g = log((1 + min_gain)(1 + floor))``: the lower end of the
+look's interval ``mean +- c_k * se`` clears the minimum gain and the session
+A/A's floor together (:func:`inferloom.measure.keep_rule.keep_threshold`;
+``floor`` 0 without an A/A). ``g`` stands for the minimum gain everywhere
+below (budget, futility, the below-the-minimum revert). Over all looks the probability of
 a keep at a true effect of ``min_gain`` is at most ``alpha`` (as far as the
 t conversion is exact; simulated in docs/protocol.md).
 
@@ -51,6 +54,8 @@ from typing import Sequence
 
 import numpy as np
 from scipy import optimize, special, stats
+
+from inferloom.measure.keep_rule import keep_threshold
 
 __all__ = ["BUDGET_INFLATION", "FUTILITY_SPENDING", "GRID", "trimmed_stats", "spent", "keep_boundaries", "budget", "SeqLook",
            "sequential_look"]
@@ -133,8 +138,11 @@ def keep_boundaries(info: tuple[int, ...], cum_alpha: tuple[float, ...]) -> tupl
 
 def budget(sigma: float, *, alpha: float, power: float, min_gain: float, target_gain: float,
            min_pairs: int, max_pairs: int) -> int:
-    """Pairs for ``power`` at ``target_gain`` with per-pair sd ``sigma`` (see the module doc)."""
+    """Pairs for ``power`` at ``target_gain`` with per-pair sd ``sigma`` (see the module doc); ``min_gain``
+    is the whole keep threshold (the A/A floor included). ``max_pairs`` when it reaches the target."""
     delta = math.log1p(target_gain) - math.log1p(min_gain)
+    if delta <= 0.0:
+        return max_pairs
     z = float(stats.norm.isf(alpha) + stats.norm.ppf(power))
     need = BUDGET_INFLATION * (z * sigma / delta) ** 2
     return int(min(max_pairs, max(min_pairs, math.ceil(need - 1e-9))))
@@ -169,12 +177,15 @@ class SeqLook:
 def sequential_look(d: Sequence[float], looks: Sequence[int], *, alpha: float, beta: float, power: float,
                     min_gain: float, target_gain: float, trim: float, rho: float, max_pairs: int,
                     prior_sd: float | None = None, prior_df: int = 0, until_decisive: bool = False,
-                    fixed_budget: int | None = None) -> list[SeqLook]:
+                    fixed_budget: int | None = None, floor: float = 0.0) -> list[SeqLook]:
     """Every look on ``d`` at the pair counts ``looks`` (increasing, each ``<= len(d)``), up to and
     including the first final one (or the first decisive one with ``until_decisive``).
-    ``fixed_budget``: a budget that does not follow the noise (an A/A runs every pair). Pure."""
+    ``fixed_budget``: a budget that does not follow the noise (an A/A runs every pair). ``floor``: the
+    session A/A's floor, cleared on top of ``min_gain``. Pure."""
     x = np.asarray(d, dtype=float)
-    g, g1 = math.log1p(min_gain), math.log1p(target_gain)
+    thr = keep_threshold(min_gain, floor)
+    g, g1 = math.log1p(min_gain) + math.log1p(floor), math.log1p(target_gain)  # log(thr)
+    bar = f"+{100.0 * min_gain:.1f}%" + (f" and the A/A floor +{100.0 * floor:.2f}% (x{thr:.4f})" if floor else "")
     out: list[SeqLook] = []
     ns: list[int] = []
     cum: list[float] = []
@@ -184,7 +195,7 @@ def sequential_look(d: Sequence[float], looks: Sequence[int], *, alpha: float, b
         sig = se * math.sqrt(n)
         if prior_sd is not None and prior_df > 0:
             sig = math.sqrt((prior_df * prior_sd ** 2 + (n - 1) * sig ** 2) / (prior_df + n - 1))
-        nb = fixed_budget or budget(sig, alpha=alpha, power=power, min_gain=min_gain, target_gain=target_gain,
+        nb = fixed_budget or budget(sig, alpha=alpha, power=power, min_gain=thr - 1.0, target_gain=target_gain,
                                     min_pairs=looks[0], max_pairs=max_pairs)
         z = float(stats.norm.isf(alpha) + stats.norm.ppf(power))
         g_fut = max(g1, g + z * sig * math.sqrt(BUDGET_INFLATION / nb))  # the gain this budget can resolve
@@ -201,14 +212,12 @@ def sequential_look(d: Sequence[float], looks: Sequence[int], *, alpha: float, b
         f_t = float(stats.t.isf(b_cum - b_prev, df_f)) if b_cum > b_prev else None
         lo, hi = (mean - c_t * se, mean + c_t * se) if se > 0 else (mean, mean)
         fut_hi = (mean + f_t * se_f if se_f > 0 else mean) if f_t is not None else None
-        pct = 100.0 * min_gain
         if lo > g:
             verdict, stop = "keep", "efficacy"
-            reason = (f"keep: the interval's lower end x{math.exp(lo):.4f} clears the minimum gain +{pct:.1f}% "
-                      f"after {n} pairs")
+            reason = f"keep: the interval's lower end x{math.exp(lo):.4f} clears the minimum gain {bar} after {n} pairs"
         elif hi < g:
             verdict, stop = "revert", "below_min_gain"
-            reason = f"revert: the whole interval lies below the minimum gain +{pct:.1f}% after {n} pairs"
+            reason = f"revert: the whole interval lies below the minimum gain {bar} after {n} pairs"
         elif fut_hi is not None and fut_hi < g_fut:
             verdict, stop = "revert", "futility"
             reason = (f"revert (futility): a gain of +{100 * math.expm1(g_fut):.1f}% is out of reach after {n} pairs "

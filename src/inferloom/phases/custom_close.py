@@ -2,8 +2,8 @@
 own tree: the kept commits plus the configuration), then the rollback drill:
 the kept commits reverted in ``trees/rollback``, checked to give stock's
 exact tree, and measured against stock (paired); it passes when its interval
-meets stock's own A/A band (at least the noise floor and min_gain either side
-of x1)."""
+meets stock's own A/A band (at least the smallest gain a keep needs, ``(1 +
+min_gain)(1 + floor)``, either side of x1)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from inferloom.measure.keep_rule import keep_threshold
 from inferloom.measure.protocol import with_prior
 from inferloom.patches.worktree import Workspace
 from inferloom.phases.common import seed_base as _seed_base
@@ -76,8 +77,9 @@ def _rollback_drill(ctx: SessionContext, st: SessionState, ws: Workspace, stock_
                 progress=ctx.progress, labels=("stock", "rolled-back"))})
     d = (res.get("protocol") or {}).get("decision") or {}
     # "within the noise floor": the rolled-back vs stock interval must meet the band stock measured
-    # against itself (the A/A interval), widened to at least the floor and min_gain either side of x1
-    tol = max(noise_floor_gain(st), ctx.spec.protocol.min_gain)
+    # against itself (the A/A interval), widened to at least the keep threshold (min_gain and the floor
+    # together: a difference no keep could claim) either side of x1
+    tol = keep_threshold(ctx.spec.protocol.min_gain, noise_floor_gain(st)) - 1.0
     nf = st.noise_floor or {}
     band = [min(float(nf.get("ci_low") or 1.0), 1 - tol), max(float(nf.get("ci_high") or 1.0), 1 + tol)]
     lo, hi = d.get("ci_low"), d.get("ci_high")

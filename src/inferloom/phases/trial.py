@@ -6,18 +6,19 @@ Every phase that measures a change goes through here: the warm replay
 (PRELUDE), the configuration search (FRAMEWORK), kernel candidates (KERNEL)
 and source patches (a custom workload's FRAMEWORK). The coordinator, not an
 agent, keeps or reverts: a change is kept only when the protocol keeps it,
-the quality contract passes, the gain clears the A/A noise floor, and the
-Critic agrees. :func:`trial_record` builds the trial record that
+the quality contract passes, the gain clears the minimum gain and the A/A
+noise floor together (:func:`inferloom.measure.keep_rule.session_keep`), and
+the Critic agrees. :func:`trial_record` builds the trial record that
 ``state.json`` keeps; the ledger's verdict entry and a patch's outcome are
 views of it.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Callable, Mapping
 
+from inferloom.measure.keep_rule import aa_floor, session_keep
 from inferloom.measure.protocol import with_prior
 from inferloom.phases.common import jsonable, seed_base
 from inferloom.phases.compare import compare, reference_sets, stock_references
@@ -36,15 +37,12 @@ Guard = Callable[[Mapping[str, Any]], "tuple[str, str] | None"]
 
 
 def noise_floor_gain(st: SessionState) -> float:
-    """The A/A floor as a relative gain: how far stock measured against a second
-    instance of itself landed from 1 (|ratio - 1|). A true no-op measures as
-    that much by instance effects alone (seen on an H200: -6%), so a kept gain's
-    lower bound must clear it as well as ``min_gain``. Random noise is already
-    in each trial's own interval; this floor is for the systematic part.
-    0.0 when no A/A was measured."""
-    nf = st.noise_floor or {}
-    r = nf.get("ratio")
-    return abs(float(r) - 1.0) if isinstance(r, (int, float)) and math.isfinite(r) else 0.0
+    """The A/A floor as a relative gain (:func:`inferloom.measure.keep_rule.aa_floor`): how far stock
+    measured against a second instance of itself landed from 1. A true no-op measures as that much by
+    instance effects alone (seen on an H200: -6%), so a kept gain's lower bound must clear it on top of
+    ``min_gain``. Random noise is already in each trial's own interval; this floor is for the systematic
+    part. 0.0 when no A/A was measured."""
+    return aa_floor(st.noise_floor)
 
 
 def propose(ctx: SessionContext, st: SessionState, proposal: Mapping[str, Any], key: str, *, agent: str,
@@ -102,7 +100,7 @@ def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, 
                 "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"), "n_pairs": d.get("n_pairs"),
                 "quality_passed": q.get("passed") if q.get("evaluated") else None,
                 "quality_failed": q.get("failed", []), "noise_floor": noise_floor_gain(st),
-                "error": res.get("error")}
+                "min_gain": ctx.settings.min_gain, "error": res.get("error")}
     critic = ctx.agents.critic_factory()  # fresh for every decision: no memory of earlier turns
     try:
         ruling = critic.judge(evidence)
@@ -113,8 +111,8 @@ def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, 
     ok_shape = isinstance(ruling, Mapping) and ruling.get("decision") in ("keep", "revert")
     if not ok_shape:
         ctx.refuse(st, "malformed_output", "critic must return decision keep|revert and a lesson", ruling, critic.name)
-    allowed = (res.get("verdict") == "keep" and evidence["quality_passed"] is True
-               and d.get("ci_low") is not None and d["ci_low"] - 1.0 > noise_floor_gain(st)
+    allowed = (session_keep(protocol_verdict=res.get("verdict"), quality_passed=evidence["quality_passed"],
+                            ci_low=d.get("ci_low"), min_gain=ctx.settings.min_gain, floor=evidence["noise_floor"])
                and (min_ratio is None or (d.get("ratio") or 0.0) >= min_ratio))
     keep = bool(ok_shape and ruling["decision"] == "keep" and allowed)
     if ok_shape and ruling["decision"] == "keep" and not allowed:

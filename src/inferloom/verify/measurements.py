@@ -138,7 +138,7 @@ def _sequential(f: Findings, group: str, seq: int, st: Mapping[str, Any], proto:
     want = Q.recompute_looks(d, st, [n for n in looks_at if n <= len(d)], every_pair=aa)
     f.add("verdict rule", "looks at the planned pair counts", [lk.get("n_pairs") for lk in looks],
           [r.n_pairs for r in want][:len(looks)], seq, [lk.get("n_pairs") for lk in looks] == [r.n_pairs for r in want][:len(looks)])
-    g = math.log(1.0 + float(st["min_gain"]))
+    g = Q.keep_log_threshold(st)
     for i, (lk, r) in enumerate(zip(looks, want)):
         name = f"look {i + 1} (n={r.n_pairs})"
         for key, val in (("mean_log", r.mean), ("se_log", r.se), ("sigma_budget", r.sigma), ("info_fraction", r.t),

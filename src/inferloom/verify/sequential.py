@@ -1,7 +1,7 @@
 """The sequential design's statistics, written again from its published contract (docs/protocol.md, the
 module docstring of ``inferloom.measure.sequential``), not imported from it: per look the trimmed mean of
 the paired log-ratios with Yuen's standard error, the pair budget, the information fraction, the spent
-errors, the keep boundary (a group-sequential boundary for Brownian motion, here by Simpson's rule on the
+errors, the keep threshold (minimum gain and A/A floor), the keep boundary (a group-sequential boundary for Brownian motion, here by Simpson's rule on the
 z scale: another quadrature than the protocol's), the futility bound and the verdict.
 
 A boundary recomputed by another quadrature agrees to about 1e-6; the check allows :data:`Z_TOL` on the z
@@ -16,13 +16,19 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import optimize, stats
 
-__all__ = ["Z_TOL", "SeqRecomputed", "trimmed", "boundaries", "recompute_looks"]
+__all__ = ["Z_TOL", "SeqRecomputed", "trimmed", "boundaries", "keep_log_threshold", "recompute_looks"]
 
 #: tolerance on a recomputed z boundary
 Z_TOL = 1e-4
 _POINTS = 1201
 _BUDGET_INFLATION = 1.1
 _FUTILITY_SPENDING = 1.0
+
+
+def keep_log_threshold(st: Mapping[str, Any]) -> float:
+    """The log ratio a keep's lower end must exceed under settings ``st``: ``log(1 + min_gain) + log(1 + floor)``,
+    the session A/A's ``floor`` cleared on top of the minimum gain (absent in results written before it: 0)."""
+    return math.log(1.0 + float(st["min_gain"])) + math.log(1.0 + float(st.get("floor") or 0.0))
 
 
 def trimmed(d: Sequence[float], trim: float) -> tuple[float, float, int]:
@@ -105,7 +111,7 @@ def recompute_looks(d: Sequence[float], st: Mapping[str, Any], looks: Sequence[i
     alpha = (1.0 - float(st["confidence"])) / 2.0
     beta, power, trim = float(st["futility_error"]), float(st["power"]), float(st["trim"])
     rho, max_pairs = float(st["spending_power"]), int(st["max_pairs"])
-    g, g1 = math.log(1.0 + float(st["min_gain"])), math.log(1.0 + float(st["target_gain"]))
+    g, g1 = keep_log_threshold(st), math.log(1.0 + float(st["target_gain"]))
     zsum = float(stats.norm.ppf(1.0 - alpha) + stats.norm.ppf(power))
     prior_sd, prior_df = st.get("prior_sd"), int(st.get("prior_df") or 0)
     out: list[SeqRecomputed] = []
@@ -117,8 +123,8 @@ def recompute_looks(d: Sequence[float], st: Mapping[str, Any], looks: Sequence[i
         sig = se * math.sqrt(n)
         if prior_sd is not None and prior_df > 0:
             sig = math.sqrt((prior_df * float(prior_sd) ** 2 + (n - 1) * sig ** 2) / (prior_df + n - 1))
-        need = _BUDGET_INFLATION * (zsum * sig / (g1 - g)) ** 2
-        nb = max_pairs if every_pair else int(min(max_pairs, max(looks[0], math.ceil(need - 1e-9))))
+        need = _BUDGET_INFLATION * (zsum * sig / (g1 - g)) ** 2 if g1 > g else math.inf  # floor past the target: all
+        nb = max_pairs if every_pair or need > max_pairs else int(max(looks[0], math.ceil(need - 1e-9)))
         g_fut = max(g1, g + zsum * sig * math.sqrt(_BUDGET_INFLATION / nb))
         final = n >= nb or n >= max_pairs
         t = 1.0 if final else min(1.0, max(n / nb, t_prev + (n - n_prev) / max_pairs))

@@ -9,7 +9,10 @@ the error base (:mod:`inferloom.errors`); ``tests/test_verify.py`` enforces it. 
   :mod:`inferloom.verify.stats` for the Monte-Carlo tolerance), its verdict by the rule, the stop rule;
 * the stock median (both arms of ``measure_stock``) and the A/A noise block;
 * each trial's verdict entry against its measurement (``measurement_seq``) and the keep rule: kept iff
-  the protocol kept, quality passed and the lower bound clears the A/A floor ``|ratio_AA - 1|``;
+  the protocol kept, quality passed and the lower bound clears ``(1 + min_gain)(1 + floor)``, the A/A floor
+  ``floor = exp(|log ratio_AA|) - 1`` (re-derived here; a sequential measurement's ``settings.floor`` must be
+  it). A measurement whose settings have no ``floor`` (written before issue 21's instance-effect fix) is held
+  to the rule it was kept by: the lower bound clears ``|ratio_AA - 1|``;
 * the CLOSE comparison (``final_compare``), the sweep points, the roofline entries (ceiling, fractions,
   headroom, the measured tok/s each used, Amdahl's inputs), and the time breakdown.
 """
@@ -67,7 +70,7 @@ def _same(f: Findings, group: str, name: str, recorded: Any, want: Any, seq: int
 
 
 def _verdicts(f: Findings, entries: list[dict[str, Any]], by_seq: dict[int, dict[str, Any]],
-              floor: float, bd: Mapping[str, Any] | None) -> None:
+              aa_ratio: float | None, bd: Mapping[str, Any] | None) -> None:
     kept_bd = {r.get("ledger_seq"): r for r in (bd or {}).get("action_path", []) or []}
     rej_bd = {r.get("ledger_seq"): r for r in (bd or {}).get("rejected", []) or []}
     for v in (e for e in entries if e["kind"] == "verdict"):
@@ -82,13 +85,21 @@ def _verdicts(f: Findings, entries: list[dict[str, Any]], by_seq: dict[int, dict
               m.get("verdict"), seq)
         qp = q.get("passed") if q.get("evaluated") else None
         _same(f, "trial verdicts", f"trial {v.get('trial')} quality_passed", v.get("quality_passed"), qp, seq)
+        lo, st = d.get("ci_low"), (m.get("protocol") or {}).get("settings") or {}
+        if "floor" in st:  # the rule since issue 21: min_gain and the A/A floor together
+            floor = math.expm1(abs(math.log(aa_ratio))) if aa_ratio else 0.0
+            if st.get("design") == "sequential":
+                _same(f, "keep rule", f"trial {v.get('trial')} settings.floor (the A/A's)", st.get("floor"), floor, seq)
+            bar = (1.0 + float(st["min_gain"])) * (1.0 + floor)
+            rule = f"ci_low > (1 + min_gain {float(st['min_gain']):.6g})(1 + A/A floor {floor:.6g}) = {bar:.6g}"
+        else:  # written before: ci_low - 1 above max(min_gain, |ratio_AA - 1|) (the protocol's keep gives min_gain)
+            bar = 1.0 + (abs(aa_ratio - 1.0) if aa_ratio else 0.0)
+            rule = f"ci_low - 1 > A/A floor {bar - 1.0:.6g}"
+        clears = isinstance(lo, (int, float)) and lo > bar
         if v.get("kept"):
-            lo = d.get("ci_low")
-            allowed = (m.get("verdict") == "keep" and qp is True and isinstance(lo, (int, float))
-                       and lo - 1.0 > floor)
-            f.add("keep rule", f"trial {v.get('trial')} kept", True,
-                  f"protocol keep, quality passed, ci_low - 1 > A/A floor {floor:.6g}: {allowed}", seq, allowed,
-                  "decision rule")
+            allowed = m.get("verdict") == "keep" and qp is True and clears
+            f.add("keep rule", f"trial {v.get('trial')} kept", True, f"protocol keep, quality passed, {rule}: {allowed}",
+                  seq, allowed, "decision rule")
         else:
             want = {"revert": "revert", "inconclusive": "inconclusive", "failed": "failed"}.get(str(m.get("verdict")))
             if v.get("outcome") in ("revert", "inconclusive", "failed", "keep"):
@@ -98,11 +109,8 @@ def _verdicts(f: Findings, entries: list[dict[str, Any]], by_seq: dict[int, dict
                 f.add("keep rule", f"trial {v.get('trial')} outcome", v.get("outcome"), "protocol keep, quality failed",
                       seq, m.get("verdict") == "keep" and qp is False, "decision rule")
             elif v.get("outcome") == "below-noise-floor":
-                lo = d.get("ci_low")
-                f.add("keep rule", f"trial {v.get('trial')} outcome", v.get("outcome"),
-                      f"protocol keep, ci_low - 1 <= A/A floor {floor:.6g}", seq,
-                      m.get("verdict") == "keep" and isinstance(lo, (int, float)) and lo - 1.0 <= floor,
-                      "decision rule")
+                f.add("keep rule", f"trial {v.get('trial')} outcome", v.get("outcome"), f"protocol keep, not {rule}",
+                      seq, m.get("verdict") == "keep" and isinstance(lo, (int, float)) and not clears, "decision rule")
         row = (kept_bd if v.get("kept") else rej_bd).get(seq)
         if bd is not None:
             f.add("breakdown copies", f"trial {v.get('trial')} listed", row is not None, True, seq, row is not None)
@@ -206,7 +214,7 @@ def _checks(entries: list[dict[str, Any]], bd: Mapping[str, Any] | None) -> Find
         check_measurement(f, m, _GROUPS.get(str(m.get("action")), f"{m.get('action')} measurements"))
     stock = next((m for m in meas if m.get("action") == "measure_stock"), None)
     final = next((m for m in meas if m.get("action") == "final_compare"), None)
-    floor = abs(float(decision_of(stock)["ratio"]) - 1.0) if stock else 0.0
+    aa_ratio = float(decision_of(stock)["ratio"]) if stock else None
     if stock is not None and bd is not None:
         bs = bd.get("stock") or {}
         _same(f, "stock median", "stock.objective_median", bs.get("objective_median"),
@@ -221,7 +229,7 @@ def _checks(entries: list[dict[str, Any]], bd: Mapping[str, Any] | None) -> Find
               final["seq"])
         _same(f, "CLOSE compare", "final.stock_median_same_run", bf.get("stock_median_same_run"),
               median_of(final, "value_a"), final["seq"])
-    _verdicts(f, entries, by_seq, floor, bd)
+    _verdicts(f, entries, by_seq, aa_ratio, bd)
     if bd is not None:
         sweep_bd = {r.get("ledger_seq"): r for r in bd.get("sweep") or []}
         for m in (m for m in meas if m.get("action") == "sweep"):
