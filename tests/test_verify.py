@@ -193,3 +193,24 @@ def test_verify_shares_nothing_with_the_computing_path_but_the_ledger_reader():
                 todo.append(t)
     bad = sorted(m for m in seen if m.startswith(INDEPENDENT_OF))
     assert not bad, f"inferloom.verify reaches the computing path: {bad}"
+
+
+def test_a_kept_trial_whose_lower_end_does_not_clear_the_aa_floor_is_flagged(capsys, fresh, tmp_path):
+    """The keep rule (min_gain and the A/A floor together) is re-derived from the A/A's own record: an A/A
+    that resolved a 2x instance effect makes every kept trial's lower end fall short of the floor."""
+    d = tmp_path / "s"
+    shutil.copytree(fresh, d)
+    aa = next(e for e in L.read_entries(d, L.MEASUREMENT) if e.get("action") == "measure_stock")
+    kept = [e for e in L.read_entries(d, "verdict") if e.get("kept")]
+    assert kept and all("floor" in next(m for m in L.read_entries(d, L.MEASUREMENT) if m["seq"] == v["measurement_seq"])
+                        ["protocol"]["settings"] for v in kept)
+    assert not [c for c in verify_session(d).checks if c.group == "keep rule" and not c.ok]
+
+    def slower_instance(e):
+        e["protocol"]["decision"].update(ratio=0.5, ci_low=0.49, ci_high=0.51)
+    _edit(d, aa["seq"], slower_instance)
+    rc, out, _ = _verify(capsys, d)
+    assert rc == 1
+    for v in kept:
+        lines = [ln for ln in out.splitlines() if ln.startswith("MISMATCH") and f"trial {v['trial']} kept: recorded" in ln]
+        assert lines and f"(ledger seq {v['seq']};" in lines[0] and "A/A floor 1.0" in lines[0], out

@@ -10,8 +10,8 @@ the error base (:mod:`inferloom.errors`); ``tests/test_verify.py`` enforces it. 
 * the stock median (both arms of ``measure_stock``) and the A/A noise block;
 * each trial's verdict entry against its measurement (``measurement_seq``) and the keep rule: kept iff
   the protocol kept, quality passed and the lower bound clears ``(1 + min_gain)(1 + floor)``, the A/A floor
-  ``floor = exp(|log ratio_AA|) - 1`` (re-derived here; a sequential measurement's ``settings.floor`` must be
-  it). A measurement whose settings have no ``floor`` (written before issue 21's instance-effect fix) is held
+  re-derived here from the A/A's ratio and interval (:func:`_aa_floor`; a sequential measurement's
+  ``settings.floor`` must be it). A measurement whose settings have no ``floor`` (written before issue 21's instance-effect fix) is held
   to the rule it was kept by: the lower bound clears ``|ratio_AA - 1|``;
 * the CLOSE comparison (``final_compare``), the sweep points, the roofline entries (ceiling, fractions,
   headroom, the measured tok/s each used, Amdahl's inputs), and the time breakdown.
@@ -61,6 +61,18 @@ def load_session(directory: str | Path) -> tuple[list[dict[str, Any]], dict[str,
     return entries, b
 
 
+def _aa_floor(dec: Mapping[str, Any] | None) -> float:
+    """The A/A floor, written again from its contract (docs/protocol.md): with ``m = log ratio`` and ``h`` half
+    the interval's log width, ``exp(|m| + h / 2) - 1`` when ``|m| > 3/4 h``, else 0; 0 without an A/A."""
+    if not dec or not isinstance(dec.get("ratio"), (int, float)) or not dec["ratio"] > 0:
+        return 0.0
+    m = abs(math.log(float(dec["ratio"])))
+    lo, hi = dec.get("ci_low"), dec.get("ci_high")
+    h = max(0.0, (math.log(float(hi)) - math.log(float(lo))) / 2.0) if isinstance(lo, (int, float)) and \
+        isinstance(hi, (int, float)) and lo > 0 and hi > 0 else 0.0
+    return math.exp(m + h / 2.0) - 1.0 if m > 0.75 * h else 0.0
+
+
 def _same(f: Findings, group: str, name: str, recorded: Any, want: Any, seq: int | None) -> None:
     if isinstance(want, float) or isinstance(recorded, float):
         ok = isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and S.close(recorded, want)
@@ -70,7 +82,7 @@ def _same(f: Findings, group: str, name: str, recorded: Any, want: Any, seq: int
 
 
 def _verdicts(f: Findings, entries: list[dict[str, Any]], by_seq: dict[int, dict[str, Any]],
-              aa_ratio: float | None, bd: Mapping[str, Any] | None) -> None:
+              aa: Mapping[str, Any] | None, bd: Mapping[str, Any] | None) -> None:
     kept_bd = {r.get("ledger_seq"): r for r in (bd or {}).get("action_path", []) or []}
     rej_bd = {r.get("ledger_seq"): r for r in (bd or {}).get("rejected", []) or []}
     for v in (e for e in entries if e["kind"] == "verdict"):
@@ -87,13 +99,13 @@ def _verdicts(f: Findings, entries: list[dict[str, Any]], by_seq: dict[int, dict
         _same(f, "trial verdicts", f"trial {v.get('trial')} quality_passed", v.get("quality_passed"), qp, seq)
         lo, st = d.get("ci_low"), (m.get("protocol") or {}).get("settings") or {}
         if "floor" in st:  # the rule since issue 21: min_gain and the A/A floor together
-            floor = math.expm1(abs(math.log(aa_ratio))) if aa_ratio else 0.0
+            floor = _aa_floor(aa)
             if st.get("design") == "sequential":
                 _same(f, "keep rule", f"trial {v.get('trial')} settings.floor (the A/A's)", st.get("floor"), floor, seq)
             bar = (1.0 + float(st["min_gain"])) * (1.0 + floor)
             rule = f"ci_low > (1 + min_gain {float(st['min_gain']):.6g})(1 + A/A floor {floor:.6g}) = {bar:.6g}"
         else:  # written before: ci_low - 1 above max(min_gain, |ratio_AA - 1|) (the protocol's keep gives min_gain)
-            bar = 1.0 + (abs(aa_ratio - 1.0) if aa_ratio else 0.0)
+            bar = 1.0 + (abs(float(aa["ratio"]) - 1.0) if aa else 0.0)
             rule = f"ci_low - 1 > A/A floor {bar - 1.0:.6g}"
         clears = isinstance(lo, (int, float)) and lo > bar
         if v.get("kept"):
@@ -214,7 +226,6 @@ def _checks(entries: list[dict[str, Any]], bd: Mapping[str, Any] | None) -> Find
         check_measurement(f, m, _GROUPS.get(str(m.get("action")), f"{m.get('action')} measurements"))
     stock = next((m for m in meas if m.get("action") == "measure_stock"), None)
     final = next((m for m in meas if m.get("action") == "final_compare"), None)
-    aa_ratio = float(decision_of(stock)["ratio"]) if stock else None
     if stock is not None and bd is not None:
         bs = bd.get("stock") or {}
         _same(f, "stock median", "stock.objective_median", bs.get("objective_median"),
@@ -229,7 +240,7 @@ def _checks(entries: list[dict[str, Any]], bd: Mapping[str, Any] | None) -> Find
               final["seq"])
         _same(f, "CLOSE compare", "final.stock_median_same_run", bf.get("stock_median_same_run"),
               median_of(final, "value_a"), final["seq"])
-    _verdicts(f, entries, by_seq, aa_ratio, bd)
+    _verdicts(f, entries, by_seq, decision_of(stock) if stock else None, bd)
     if bd is not None:
         sweep_bd = {r.get("ledger_seq"): r for r in bd.get("sweep") or []}
         for m in (m for m in meas if m.get("action") == "sweep"):
