@@ -24,6 +24,7 @@ from conformance_helpers import classes_with, qualname
 from inferloom.agents.base import ACTIONS, Critic, Orchestrator, Robustness
 from inferloom.agents.llm_client import LLMClient, Transport
 from inferloom.agents.llm_record import Reply, ReplayTransport
+from inferloom.measure.keep_rule import session_keep
 from inferloom.agents.llm_roles import LLMCritic, LLMOrchestrator
 from inferloom.agents.llm_specialist import LLMPatchSource
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
@@ -269,9 +270,10 @@ CLEAR_WIN = {"changes": {"micro_batch": 4}, "protocol_verdict": "keep", "ratio":
 
 
 def supported(ev: dict[str, Any]) -> bool:
-    """What the coordinator admits as a keep (phases' execute_trial)."""
-    return (ev.get("protocol_verdict") == "keep" and ev.get("quality_passed") is True
-            and isinstance(ev.get("ci_low"), (int, float)) and ev["ci_low"] - 1.0 > float(ev.get("noise_floor") or 0))
+    """What the coordinator admits as a keep (phases' execute_trial: the session's keep rule)."""
+    return session_keep(protocol_verdict=ev.get("protocol_verdict"), quality_passed=ev.get("quality_passed"),
+                        ci_low=ev.get("ci_low"), min_gain=float(ev.get("min_gain") or 0.0),
+                        floor=float(ev.get("noise_floor") or 0))
 
 
 def unsupported_evidence() -> list[dict[str, Any]]:
@@ -280,7 +282,8 @@ def unsupported_evidence() -> list[dict[str, Any]]:
     out = [{**CLEAR_WIN, "protocol_verdict": v} for v in ("revert", "inconclusive", "failed", None, "maybe")]
     out += [{**CLEAR_WIN, "quality_passed": False, "quality_failed": ["eval.nll"]}, {**CLEAR_WIN, "quality_passed": None}]
     out += [{**CLEAR_WIN, "ci_low": 1.01}, {**CLEAR_WIN, "ci_low": 0.97, "ratio": 1.05},
-            {**CLEAR_WIN, "noise_floor": 0.25}, {**CLEAR_WIN, "error": "server died", "protocol_verdict": "failed"}]
+            {**CLEAR_WIN, "noise_floor": 0.25}, {**CLEAR_WIN, "error": "server died", "protocol_verdict": "failed"},
+            {**CLEAR_WIN, "ci_low": 1.03, "noise_floor": 0.02, "min_gain": 0.01}]  # clears each, not both together
     assert not any(supported(ev) for ev in out)
     # malformed: the critic reverts it, it does not raise
     out += [{}, {**CLEAR_WIN, "ratio": None}, {**CLEAR_WIN, "ci_low": float("nan")}, {**CLEAR_WIN, "ci_low": "high"},

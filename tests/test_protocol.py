@@ -65,9 +65,9 @@ def test_settings_from_spec_and_validation():
 
 def test_settings_take_every_default_and_bound_from_the_spec():
     """One source per setting: ProtocolSpec declares each default and bound;
-    ProtocolSettings adds only t_guard and the A/A prior (prior_sd, prior_df)."""
+    ProtocolSettings adds only t_guard and the session's A/A (prior_sd, prior_df, floor)."""
     spec_fields = ProtocolSpec.model_fields
-    assert {f.name for f in fields(ProtocolSettings)} == set(spec_fields) | {"t_guard", "prior_sd", "prior_df"}
+    assert {f.name for f in fields(ProtocolSettings)} == set(spec_fields) | {"t_guard", "prior_sd", "prior_df", "floor"}
     for f in fields(ProtocolSettings):
         if f.name in spec_fields:
             assert f.default == spec_fields[f.name].default, f.name
