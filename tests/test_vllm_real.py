@@ -97,6 +97,47 @@ def test_quality_probes_stock_against_itself_pass_and_state_the_approximation(se
     assert "top-20" in v.details["score_approximation"]
 
 
+def _iteration_tokens(base_url):
+    """The server's own histogram of tokens per engine step (Prometheus /metrics): {le: count}, and the count."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(base_url + "/metrics", timeout=10).read().decode()
+    buckets = {float(m.group(1)): float(m.group(2)) for m in re.finditer(
+        r'^vllm:iteration_tokens_total_bucket\{[^}]*le="([^"]+)"[^}]*\} (\S+)$', text, re.M) if m.group(1) != "+Inf"}
+    count = sum(float(m.group(1)) for m in re.finditer(r"^vllm:iteration_tokens_total_count\{[^}]*\} (\S+)$", text, re.M))
+    return buckets, count
+
+
+def test_quality_probes_compute_each_prompt_alone_so_batches_never_depend_on_timing(served):
+    """quality.concurrency 1 (the default): the server's own step histogram shows every decode step carried one
+    token (no two prompts ever shared a batch), and the same server gives identical tokens and log-probs
+    twice (the second time not read from its prefix cache: each probe carries a fresh cache_salt)."""
+    import torch
+
+    a, h = served
+    assert a.spec.quality.concurrency == 1
+    n, T = 4, 8
+    prompts = a.prompts(4242, n, 16)
+    b0, c0 = _iteration_tokens(h.server.base_url)
+    first = a.greedy(h, prompts, T)
+    deadline = time.time() + 10
+    while True:  # the API process records a step's stats as its outputs arrive
+        b1, c1 = _iteration_tokens(h.server.base_url)
+        if c1 - c0 >= n * T or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    # per prompt: one prefill step (16 prompt tokens + the first sampled one), then T - 1 decode steps of 1 token
+    assert c1 - c0 == n * T, (c0, c1)
+    assert b1[1.0] - b0[1.0] == n * (T - 1), (b0, b1)  # a batched wave would put up to n tokens in a decode step
+    assert first == a.greedy(h, prompts, T)
+    lp1, lp2 = a.score(h, prompts, first), a.score(h, prompts, first)
+    assert torch.equal(lp1, lp2)
+    # the batched guard's probes: all prompts in one request; stock against itself is far inside its limits
+    assert [len(c) for c in a.greedy_batched(h, prompts, T)] == [T] * n
+    assert a.score_batched(h, prompts, first).shape == lp1.shape
+
+
 def test_a_flag_the_server_rejects_is_learned_from_the_launch_error(model_dir, tmp_path):
     from inferloom.workloads.base import AdapterError
     from inferloom.workloads.vllm_adapter import VLLMAdapter

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.measure import protocol as proto
+from inferloom.measure.batched_quality import batched_guard
 from inferloom.measure import quality as Q
 from inferloom.measure import quality_floor as QF
 from inferloom.measure import task_gate as TG
@@ -66,7 +67,7 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
     if (not missing and not tasks) or isinstance(adapter, OwnQualityGate):  # the workload's own gate judges quality
         return refs
     if refs.path is not None and missing:  # a resumed session: the references it started with, if stock is the same
-        stored = load_references(refs.path, stock_cfg)
+        stored = load_references(refs.path, stock_cfg, _probe(spec))
         if stored:
             refs.config = dict(stock_cfg)
             refs.sets.update({n: r for n, r in stored.items() if n not in refs.sets})
@@ -91,8 +92,13 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
         if handle is None:
             adapter.release(h)
     if refs.path is not None and missing:
-        save_references(refs.path, stock_cfg, refs.sets)
+        save_references(refs.path, stock_cfg, refs.sets, _probe(spec))
     return refs
+
+
+def _probe(spec: Any) -> str:
+    """How the references were probed (a server's: its prompts one request each, this many in flight)."""
+    return f"quality.concurrency={spec.quality.concurrency}" if spec.framework == "vllm" else ""
 
 
 def warmup(adapter: Any, handle: Any, n: int, seed0: int, label: str, progress: Progress) -> list[dict[str, Any]]:
@@ -227,6 +233,8 @@ def compare(
                              f"({tolerance['name']} tolerance)")
                     th_set, floor_info = QF.apply_floor(th, (quality_floor or {}).get(name))  # the A/A floor
                     v = Q.evaluate(adapter, handles[1], refs.sets[name], th_set)
+                    v = batched_guard(adapter, handles[1], refs.sets[name], v,  # a server's batched paths
+                                      Q.effective_tie_margin(refs.sets[name], th_set))
                     v.details["tolerance"] = tolerance
                     v.details["thresholds"] = {**floor_info, "tolerance": tolerance["name"]}
                     if name in refs.tasks:
