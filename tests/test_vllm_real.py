@@ -231,9 +231,18 @@ def test_optimize_session_survives_a_server_killed_mid_measurement(model_dir, tm
     assert all(s["memory_env"] == {"VLLM_CPU_KVCACHE_SPACE": str(kv)} for s in starts)  # equal KV on every server
     assert all(s["memory"]["VLLM_CPU_KVCACHE_SPACE"] == f"derived: {kv}" for s in starts)
     assert all(s["compile_cache"]["warm"] is None for s in starts)  # --enforce-eager: nothing compiled
+    for s in starts:  # where each start-up went, from the server's own log lines; the parts sum to the start-up
+        parts = s["startup_split"]["parts"]
+        assert {"before_first_log", "processes", "weights", "engine_init_other", "other"} <= set(parts), parts
+        assert sum(parts.values()) == pytest.approx(s["server_startup_s"], abs=0.01)
+    # the stack (stock, alive since PRELUDE, warmed up there) is not warmed up again; the new candidate is
+    assert meas["timings"]["warmup_base"] == [] and meas["timings"]["warmup_base_skipped"]
+    assert len(meas["timings"]["warmup_candidate"]) == 1
     b = json.loads((out / "session_breakdown.json").read_text())
     assert b["servers"]["starts"] == 3 and b["time_s"]["server_startup"] == pytest.approx(
         sum(s["startup_s"] for s in starts))
+    assert b["servers"]["split_starts"] == 3 and b["servers"]["split_s"]["processes"] > 0
+    assert "server start-up split, over the 3 starts" in (out / "report.md").read_text()
     from inferloom.verify.session import verify_session
 
     assert not verify_session(out).mismatches
@@ -242,6 +251,11 @@ def test_optimize_session_survives_a_server_killed_mid_measurement(model_dir, tm
     # the roofline places stock even though the server runs out of process
     floor = state["noise_floor"]["quality"]
     assert set(floor) == {"eval", "heldout"} and all(0 <= v["top1_agreement"] <= 1 for v in floor.values())
+    # each quality prompt computed alone (quality.concurrency 1): two identical servers form identical batches
+    # and agree exactly; the batched guard's values (all prompts in one request) are recorded beside
+    assert all(v["top1_agreement"] == 1.0 and v["greedy_agreement"] == 1.0 for v in floor.values()), floor
+    aa = [e for e in L.read_entries(out) if e["kind"] == L.MEASUREMENT and e.get("action") == "measure_stock"][0]
+    assert all(q["details"]["batched"]["passed"] for q in aa["quality"]["sets"])
     assert state["extra"]["roofline_stock"]["fraction"] > 0 and "vllm_profile_stock" in state["extra"]["profile"][
         "skipped"]
     assert started and not any(group_alive(pg) for pg in started)  # no server left behind

@@ -113,6 +113,20 @@ def warmup(adapter: Any, handle: Any, n: int, seed0: int, label: str, progress: 
     return out
 
 
+def _warmed(adapter: Any, handle: Any, n: int) -> bool:
+    """A server kept alive for reuse (``ServerReuse``) that already had ``n`` warm-up runs: its
+    compilation and lazy set-up are behind it, and each timed run warms it again first (its warm-up
+    requests); another engine's handles are warmed up every time."""
+    notes = getattr(handle, "notes", None)
+    return isinstance(adapter, ServerReuse) and isinstance(notes, dict) and notes.get("warmup_runs", 0) >= n
+
+
+def _mark_warmed(adapter: Any, handle: Any, n: int) -> None:
+    notes = getattr(handle, "notes", None)
+    if isinstance(adapter, ServerReuse) and isinstance(notes, dict):
+        notes["warmup_runs"] = max(n, notes.get("warmup_runs", 0))
+
+
 def compile_overhead(warmups: list[dict[str, Any]], timed_walls: list[float]) -> float | None:
     """First warm-up wall time minus the median timed run: time spent compiling/loading lazily."""
     if not warmups or not timed_walls:
@@ -194,8 +208,13 @@ def compare(
                 t1 = time.perf_counter()
                 handles.append(adapter.prepare(dict(cfg)))
                 timings[f"prepare_{label}_s"] = time.perf_counter() - t1
-            timings["warmup_base"] = warmup(adapter, handles[0], settings.warmup_runs, seed_base - 1, labels[0], progress)
-            timings["warmup_candidate"] = warmup(adapter, handles[1], settings.warmup_runs, seed_base - 1, labels[1], progress)
+            for key, h, label in (("warmup_base", handles[0], labels[0]), ("warmup_candidate", handles[1], labels[1])):
+                if _warmed(adapter, h, settings.warmup_runs):  # a reused server, warmed in an earlier comparison
+                    progress(f"warm-up {label}: skipped (its server was warmed up and measured before)")
+                    timings[key], timings[f"{key}_skipped"] = [], "reused server, warmed up in an earlier comparison"
+                    continue
+                timings[key] = warmup(adapter, h, settings.warmup_runs, seed_base - 1, label, progress)
+                _mark_warmed(adapter, h, settings.warmup_runs)
         except AdapterError as exc:
             out.update(verdict="failed", error=str(exc), error_kind=exc.kind, quality={"evaluated": False},
                        timings=timings)
