@@ -28,16 +28,18 @@
 # The lead calls it through the device's `run`, back to back (the machine goes back after 30 s idle,
 # and /tmp with it). A call carries at most 64 MiB *with the repository* (about 10 MB), so the bundle
 # travels in parts of 48 MiB, one per call (re-split from vllm-lean-bundle.sh's 60 MiB parts, below).
-# The device plan (<= 27 device minutes; expected minutes in brackets):
-#   call 1   carry [".whl/py"]               model tfbg tf                                      [1.5]
-#            (the vLLM model directory, then the transformers row runs detached, ~3.5 min)
+# The device plan (<= 27 device minutes with the machine's start; expected minutes in brackets):
+#   call 1   carry [".whl/py"]               model tfbg tf                                      [2.5]
+#            (machine start; the vLLM model directory; then the transformers row runs detached, ~3.5 min)
 #   call 2-5 carry [".whl/vllm/cN"], N=0..3  bundle                                             [0.4 each]
-#   call 6   carry [".whl/vllm/c4"]          follow tf bundle start tput follow tput            [9.5]
-#            (BUDGET_MIN=12 MAX_TRIALS=8 OPTIMIZE_ARGS=--no-sweep: trials stop at 12 min, CLOSE after)
+#   call 6   carry [".whl/vllm/c4"]          bundle follow tf profile stock start tput follow tput   [9.5]
+#            (unpacking with 8 xz threads beside the transformers row; the profile's stock server compiles
+#            first, so the session's stock starts with a warm compile cache; with BUDGET_MIN=9 MAX_TRIALS=8
+#            OPTIMIZE_ARGS=--no-sweep: trials stop at 9 min, CLOSE after)
 #   call 7   (no carry)                      follow tput goodput gp                             [9.5]
-#            (goodput runs only when >= 300 s of the call are left: else it says so; run it in call 8)
-#   call 8   (no carry)                      profile stock                                      [3]
-#   (call 9  (no carry)                      goodput gp         only if call 7 had no room for it [4.5])
+#   call 8   (no carry)                      goodput gp                                         [4.5]
+#            (only when call 7 said "goodput: only N s left": goodput runs when >= 300 s of a call are left)
+# Each step that needs a step before it says so and what to run; `follow` of a job that isn't there says so.
 # When the machine went back between calls, unpack the last $OUT/NAME.tgz into .gpu/ here (`tar xzf
 # NAME.tgz -C .gpu`) and carry .gpu/NAME with `session NAME`: it resumes from that copy, but the bundle
 # (calls 2-6) must be carried again.
@@ -75,7 +77,8 @@ bundle() {
     i=$((i+1)); done
   (cd "$VL" && cat lean-vllm.tar.xz.part-* > lean-vllm.tar.xz && sha256sum -c SHA256) || {
     echo "bundle: checksum failed: rebuild the parts (../shared/gpu/vllm-lean-bundle.sh) and carry them again"; return 1; }
-  mkdir -p "$SITE" && xz -dc -T16 "$VL/lean-vllm.tar.xz" | tar -x -C "$SITE" || { echo "bundle: unpacking failed"; return 1; }
+  mkdir -p "$SITE" && xz -dc -T"${XZ_THREADS:-8}" "$VL/lean-vllm.tar.xz" | tar -x -C "$SITE" || {
+    echo "bundle: unpacking failed"; return 1; }  # 8 of 16 cores: a detached job (tfbg) may be measuring
   printf '#!/bin/bash\nexport PYTHONPATH=%s/nvidia_cutlass_dsl/dsl_packages:%s\nexec python3 "$@"\n' "$SITE" "$SITE" > "$VPY"
   chmod +x "$VPY"; rm -f "$VL"/lean-vllm.tar.xz*
   "$VPY" -c "import vllm; print('bundle: vllm', vllm.__version__, 'from', vllm.__file__)" || {
@@ -154,7 +157,8 @@ start() {  # the session as a detached process (setsid): it outlives this call w
 
 follow() {  # print the detached session's output until it ends or this call's time is nearly up, then pack it
   local name=${1:?follow NAME}; local dir=/tmp/sessions/$name
-  [ -f "$dir.pid" ] || { echo "follow: no session $name started on this machine (start it first)"; return 1; }
+  [ -f "$dir.pid" ] || { echo "follow: nothing named $name was started on this machine (start or tfbg it first;" \
+                               "a machine given back took it along): going on"; return 0; }
   local left=$(( ${CALL_S:-570} - SECONDS )); [ "$left" -gt 5 ] || left=5
   timeout "$left" tail -n +1 --pid="$(cat "$dir.pid")" -f "$dir.out" | tee -a "$OUT/$name.log" | grep -v "^\s*$"
   if kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "follow: $name still running: follow it again in the next call"
