@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 13: an unattended `inferloom optimize` session of vLLM 0.26.0 on one H200
 # (Llama-3.1-8B shape, random bf16 weights, c64 256 in / 128 out), resumable
-# across the device's 10-minute call limit.
+# across the device's 10-minute call limit, and the runs around it.
 #
 #   bash benchmarks/gpu_vllm_session.sh STEP...     STEPs run in order:
 #     bundle         copy the bundle part(s) this call carries (.whl/vllm/cN) into /tmp/vl; once every
@@ -9,27 +9,40 @@
 #                    (exactly as ../shared/gpu/vllm-lean-bundle.sh says); a no-op when /tmp/vllm-py runs
 #     model          write the llama-3.1-8b preset (seeded random bf16 weights, built on the GPU; config and
 #                    tokenizer built locally) where the vLLM adapter looks for it; a no-op when written
-#     profile NAME   a kernel-level profile of stock through vLLM's /start_profile../stop_profile
-#                    ($OUT/NAME-profile.json; PROFILE_ARGS="--quantization fp8" profiles fp8 weights)
-#     session NAME   run, or resume, the session /tmp/sessions/NAME for at most SESSION_TIMEOUT s
-#                    (default 540, under the call's limit); leaves $OUT/NAME.tgz and $OUT/NAME.log
+#     start NAME     the session /tmp/sessions/NAME (optimize, or resume it) as a detached process
+#     follow NAME    print a detached job (start, tfbg) until it ends or this call's time is nearly up;
+#                    packs /tmp/sessions/NAME into $OUT/NAME.tgz and tees $OUT/NAME.log
+#     session NAME   run, or resume, the session in the foreground for at most SESSION_TIMEOUT s
+#     goodput NAME   `inferloom bench` of the goodput spec (Poisson arrivals at 45 req/s, ~85% of stock's
+#                    saturation; TTFT 500 ms / TPOT 50 ms SLOs): stock against the final stack of the session
+#                    GOODPUT_FROM (default tput; its state.json), or an A/A of stock when nothing was kept;
+#                    3 pairs; $OUT/NAME.json (~4.5 min: 2 server starts, warm compile cache)
+#     profile NAME   a kernel-level profile of stock through vLLM's /start_profile../stop_profile, one wave
+#                    of 64 requests ($OUT/NAME-profile.json; PROFILE_ARGS="--quantization fp8 --num-prompts 64"
+#                    profiles fp8 weights; ~3 min with a warm compile cache)
+#     tf NAME        same-day row: inferloom's best transformers-engine stack (static cache, reduce-overhead,
+#                    triton_decode, static_loop; 6,437 tok/s on 2026-11-30), an A/A of 3 pairs through
+#                    `inferloom bench` (examples/llama-3.1-8b-h200.yaml); /tmp/sessions/NAME/NAME.json
+#     tfbg NAME      the same, detached (it needs no vLLM: it runs on the GPU while the bundle calls carry)
 #
 # The lead calls it through the device's `run`, back to back (the machine goes back after 30 s idle,
 # and /tmp with it). A call carries at most 64 MiB *with the repository* (about 10 MB), so the bundle
-# travels in parts of 48 MiB, one per call (re-split from vllm-lean-bundle.sh's 60 MiB parts, below):
-#   calls 1-4  carry [".whl/vllm/cN"] (N = 0..3)     bash benchmarks/gpu_vllm_session.sh bundle
-#              (call 1 may also run `model`: it needs only torch)
-#   call 5     carry [".whl/vllm/c4", ".whl/py"]     bash benchmarks/gpu_vllm_session.sh bundle model start tput follow tput
-#   call 6+    (no carry)                           bash benchmarks/gpu_vllm_session.sh follow tput
-# `start` runs the session detached (setsid): it outlives each call while the machine stays warm, so
-# no resume and no server restart happen between calls; `follow` prints it until it ends or the call's
-# time is nearly up, and packs $OUT/NAME.tgz. (Or, resuming across calls instead:
-#   carry [".whl/py", ".gpu/tput"]                  bash benchmarks/gpu_vllm_session.sh session tput)
-#   profile: carry [".whl/py"]                      bash benchmarks/gpu_vllm_session.sh profile stock
-#   goodput: SPEC=examples/llama-3.1-8b-h200-vllm-goodput.yaml ... start goodput follow goodput
+# travels in parts of 48 MiB, one per call (re-split from vllm-lean-bundle.sh's 60 MiB parts, below).
+# The device plan (<= 27 device minutes with the machine's start; expected minutes in brackets):
+#   call 1   carry [".whl/py"]               model tfbg tf                                      [2.5]
+#            (machine start; the vLLM model directory; then the transformers row runs detached, ~3.5 min)
+#   call 2-5 carry [".whl/vllm/cN"], N=0..3  bundle                                             [0.4 each]
+#   call 6   carry [".whl/vllm/c4"]          bundle follow tf profile stock start tput follow tput   [9.5]
+#            (unpacking with 8 xz threads beside the transformers row; the profile's stock server compiles
+#            first, so the session's stock starts with a warm compile cache; with BUDGET_MIN=9 MAX_TRIALS=8
+#            OPTIMIZE_ARGS=--no-sweep: trials stop at 9 min, CLOSE after)
+#   call 7   (no carry)                      follow tput goodput gp                             [9.5]
+#   call 8   (no carry)                      goodput gp                                         [4.5]
+#            (only when call 7 said "goodput: only N s left": goodput runs when >= 300 s of a call are left)
+# Each step that needs a step before it says so and what to run; `follow` of a job that isn't there says so.
 # When the machine went back between calls, unpack the last $OUT/NAME.tgz into .gpu/ here (`tar xzf
 # NAME.tgz -C .gpu`) and carry .gpu/NAME with `session NAME`: it resumes from that copy, but the bundle
-# (calls 1-5) must be carried again.
+# (calls 2-6) must be carried again.
 #
 # Here, once (repository root; .whl/ and .gpu/ are git-ignored):
 #   bash ../shared/gpu/vllm-lean-bundle.sh /tmp/vl60         # 4 parts of 60 MiB, ~5 min; then 48 MiB parts:
@@ -42,7 +55,8 @@
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       -d .whl/py "$p"; done
 # Env: SPEC (default examples/llama-3.1-8b-h200-vllm.yaml), BUDGET_MIN (20), MAX_TRIALS (8),
-# SESSION_TIMEOUT (540), OPTIMIZE_ARGS (e.g. --no-sweep), KB (/tmp/inferloom-kb.sqlite).
+# SESSION_TIMEOUT (540), OPTIMIZE_ARGS (e.g. --no-sweep), KB (/tmp/inferloom-kb.sqlite), CALL_S (560: the
+# seconds of a call the steps may use), GOODPUT_SPEC, GOODPUT_FROM (tput), TF_SPEC, PROFILE_ARGS.
 set -uo pipefail
 OUT=${OUT:-runs/gpu-vllm-session}; mkdir -p "$OUT"
 VL=${VL:-/tmp/vl} SITE=${SITE:-/tmp/vllm-site} VPY=${VPY:-/tmp/vllm-py}  # the bundle header's paths
@@ -63,7 +77,8 @@ bundle() {
     i=$((i+1)); done
   (cd "$VL" && cat lean-vllm.tar.xz.part-* > lean-vllm.tar.xz && sha256sum -c SHA256) || {
     echo "bundle: checksum failed: rebuild the parts (../shared/gpu/vllm-lean-bundle.sh) and carry them again"; return 1; }
-  mkdir -p "$SITE" && xz -dc -T16 "$VL/lean-vllm.tar.xz" | tar -x -C "$SITE" || { echo "bundle: unpacking failed"; return 1; }
+  mkdir -p "$SITE" && xz -dc -T"${XZ_THREADS:-8}" "$VL/lean-vllm.tar.xz" | tar -x -C "$SITE" || {
+    echo "bundle: unpacking failed"; return 1; }  # 8 of 16 cores: a detached job (tfbg) may be measuring
   printf '#!/bin/bash\nexport PYTHONPATH=%s/nvidia_cutlass_dsl/dsl_packages:%s\nexec python3 "$@"\n' "$SITE" "$SITE" > "$VPY"
   chmod +x "$VPY"; rm -f "$VL"/lean-vllm.tar.xz*
   "$VPY" -c "import vllm; print('bundle: vllm', vllm.__version__, 'from', vllm.__file__)" || {
@@ -71,7 +86,7 @@ bundle() {
 }
 
 pywheels() {  # pydantic / optuna / sqlalchemy for inferloom itself (the image lacks them)
-  python3 -c "import pydantic, optuna, sqlalchemy" 2>/dev/null && return 0
+  PYTHONPATH=/tmp/site python3 -c "import pydantic, optuna, sqlalchemy" 2>/dev/null && return 0  # an earlier call
   local w; w=$(ls .whl/py/*.whl 2>/dev/null || ls .whl/*.whl 2>/dev/null)
   [ -n "$w" ] || { echo "session: no pydantic/optuna/sqlalchemy here and no wheels in .whl/py: carry .whl/py" \
                         "(see this script's header for the download)"; return 1; }
@@ -142,7 +157,8 @@ start() {  # the session as a detached process (setsid): it outlives this call w
 
 follow() {  # print the detached session's output until it ends or this call's time is nearly up, then pack it
   local name=${1:?follow NAME}; local dir=/tmp/sessions/$name
-  [ -f "$dir.pid" ] || { echo "follow: no session $name started on this machine (start it first)"; return 1; }
+  [ -f "$dir.pid" ] || { echo "follow: nothing named $name was started on this machine (start or tfbg it first;" \
+                               "a machine given back took it along): going on"; return 0; }
   local left=$(( ${CALL_S:-570} - SECONDS )); [ "$left" -gt 5 ] || left=5
   timeout "$left" tail -n +1 --pid="$(cat "$dir.pid")" -f "$dir.out" | tee -a "$OUT/$name.log" | grep -v "^\s*$"
   if kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "follow: $name still running: follow it again in the next call"
@@ -151,23 +167,89 @@ follow() {  # print the detached session's output until it ends or this call's t
   tar czf "$OUT/$name.tgz" -C /tmp/sessions "$name"
 }
 
+left_s() {  # seconds this call may still use for a step of at most $1 s (CALL_S less what ran, 30 s to stop)
+  local left=$(( ${CALL_S:-560} - SECONDS - 30 )); [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
+
 profile() {  # a kernel-level profile of stock through vLLM's own profiler (benchmarks/vllm_profile_stock.py)
   local name=${1:?profile NAME}
   [ -x "$VPY" ] || { echo "profile: $VPY is missing: run the bundle step first"; return 1; }
   pywheels || return 1
-  PYTHONPATH=$PWD/src:/tmp/site timeout -s INT -k 30 "${PROFILE_TIMEOUT:-400}" python3 benchmarks/vllm_profile_stock.py \
-    "${SPEC:-examples/llama-3.1-8b-h200-vllm.yaml}" --out "$OUT/$name-profile.json" ${PROFILE_ARGS:-} 2>&1 | tee -a "$OUT/$name.log"
+  local t; t=$(left_s "${PROFILE_TIMEOUT:-480}")
+  [ "$t" -ge 150 ] || { echo "profile: only ${t} s left in this call: run it in the next call"; return 0; }
+  PYTHONPATH=$PWD/src:/tmp/site timeout -s INT -k 30 "$t" python3 benchmarks/vllm_profile_stock.py \
+    "${SPEC:-examples/llama-3.1-8b-h200-vllm.yaml}" --out "$OUT/$name-profile.json" ${PROFILE_ARGS:---num-prompts 64} \
+    2>&1 | tee -a "$OUT/$name.log"
 }
 
-[ $# -gt 0 ] || { sed -n '2,20p' "$0"; exit 2; }
+goodput() {  # stock against the tput session's final stack under the goodput objective (an A/A if none was kept)
+  local name=${1:?goodput NAME}
+  [ -x "$VPY" ] || { echo "goodput: $VPY is missing: run the bundle step first"; return 1; }
+  pywheels || return 1
+  local t; t=$(left_s "${GOODPUT_TIMEOUT:-480}")
+  [ "$t" -ge 300 ] || { echo "goodput: only ${t} s left in this call: run it in the next call"; return 0; }
+  local args; args=$(candidate_args "/tmp/sessions/${GOODPUT_FROM:-tput}/state.json")
+  echo "goodput: inferloom bench ${GOODPUT_SPEC:-examples/llama-3.1-8b-h200-vllm-goodput.yaml} $args (cut at ${t} s)" \
+    | tee -a "$OUT/$name.log"
+  PYTHONPATH=$PWD/src:/tmp/site INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown} timeout -s INT -k 30 "$t" \
+    python3 -m inferloom.cli bench "${GOODPUT_SPEC:-examples/llama-3.1-8b-h200-vllm-goodput.yaml}" $args \
+    --min-pairs 3 --max-pairs 3 --out "$OUT/$name.json" --force 2>&1 | tee -a "$OUT/$name.log"
+  echo "exit: ${PIPESTATUS[0]}" | tee -a "$OUT/$name.log"
+}
+
+candidate_args() {  # `--candidate k=v` for each knob where a session's final stack differs from its stock; else --aa
+  python3 - "$1" <<'GP'
+import json, sys
+try:
+    s = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    print("--aa")
+    sys.exit(0)
+changed = {k: v for k, v in s["stack"].items() if s["stock_config"].get(k) != v}
+print(" ".join(f"--candidate {k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changed.items()) or "--aa")
+GP
+}
+
+tf() {  # same-day row: inferloom's best transformers-engine stack, an A/A of 3 pairs (FACTS.md: 6,437 tok/s)
+  local name=${1:?tf NAME}; local dir=/tmp/sessions/$name; mkdir -p "$dir"
+  pywheels || return 1
+  export INFERLOOM_KERNEL_CACHE=${INFERLOOM_KERNEL_CACHE:-/tmp/inferloom-kcache}  # the catalog's H200 tuning
+  mkdir -p "$INFERLOOM_KERNEL_CACHE/kernel_tuning"
+  for f in docs/results/h200-kernels-*/tuning-*.json; do
+    [ -f "$f" ] && cp -n "$f" "$INFERLOOM_KERNEL_CACHE/kernel_tuning/${f##*/tuning-}"; done
+  { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+    python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"; } \
+    2>&1 | tee -a "$dir/$name.log"
+  PYTHONPATH=$PWD/src:/tmp/site INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown} timeout -s INT -k 30 \
+    "${TF_TIMEOUT:-480}" python3 -m inferloom.cli bench "${TF_SPEC:-examples/llama-3.1-8b-h200.yaml}" \
+    --pin cache_implementation=static --pin compile_mode=reduce-overhead --pin attention_kernel=triton_decode \
+    --pin decode_loop=static_loop --aa --min-pairs 3 --max-pairs 3 --out "$dir/$name.json" --force 2>&1 \
+    | tee -a "$dir/$name.log"
+  echo "exit: ${PIPESTATUS[0]}" | tee -a "$dir/$name.log"
+  cp "$dir/$name.json" "$OUT/" 2>/dev/null; return 0
+}
+
+tfbg() {  # tf, detached: it needs no vLLM, so it runs while the next calls carry the bundle; then `follow NAME`
+  local name=${1:?tfbg NAME}; local dir=/tmp/sessions/$name; mkdir -p /tmp/sessions
+  if [ -f "$dir.pid" ] && kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "tfbg: $name runs already"; return 0; fi
+  pywheels || return 1  # here, while this call carries .whl/py
+  OUT=$dir setsid nohup bash "$0" tf "$name" > "$dir.out" 2>&1 < /dev/null &
+  echo $! > "$dir.pid"; echo "tfbg: $name detached (follow it with: follow $name)"
+}
+
+[ $# -gt 0 ] || { sed -n '2,30p' "$0"; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     bundle) bundle || exit 1; shift;;
     model) model || exit 1; shift;;
     session) session "${2:-}" || exit 1; shift 2;;
     profile) profile "${2:-}" || exit 1; shift 2;;
+    goodput) goodput "${2:-}" || exit 1; shift 2;;
+    tf) tf "${2:-}" || exit 1; shift 2;;
+    tfbg) tfbg "${2:-}" || exit 1; shift 2;;
     start) start "${2:-}" || exit 1; shift 2;;
     follow) follow "${2:-}" || exit 1; shift 2;;
-    *) echo "unknown step '$1': expected bundle, model, session NAME, start NAME, follow NAME or profile NAME"; exit 2;;
+    *) echo "unknown step '$1': expected bundle, model, session NAME, start NAME, follow NAME, profile NAME," \
+            "goodput NAME, tf NAME or tfbg NAME"; exit 2;;
   esac
 done

@@ -2,7 +2,8 @@
 profiler (``/start_profile`` .. ``/stop_profile``), with the roofline of the
 model's shape, for docs/benchmarks.md.
 
-    python benchmarks/vllm_profile_stock.py examples/llama-3.1-8b-h200-vllm.yaml --out prof.json [--quantization fp8]
+    python benchmarks/vllm_profile_stock.py examples/llama-3.1-8b-h200-vllm.yaml --out prof.json [--quantization fp8] \
+        [--num-prompts 64]
 
 Prints the category shares (device kernels on a GPU; idle = no kernel running
 between the first and last kernel) and the top kernels; writes the whole
@@ -27,8 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="JSON result")
     ap.add_argument("--traces", default="/tmp/vllm-traces", help="where the server writes its traces")
     ap.add_argument("--quantization", default=None, help="profile a configuration with this knob (e.g. fp8)")
+    ap.add_argument("--num-prompts", type=int, default=None,
+                    help="requests in the profiled run (default the spec's; one wave, = concurrency, keeps the "
+                         "trace small: at c64 x 128 tokens a 192-prompt run is three waves of the same steps)")
     a = ap.parse_args(argv)
-    spec = load_spec(a.spec)
+    spec = load_spec(a.spec, {"traffic.num_prompts": a.num_prompts} if a.num_prompts else None)
     cfg = {"quantization": a.quantization} if a.quantization else {}
     res = profile_server(spec, cfg, a.traces, log_dir=Path(a.traces) / "logs")
     Path(a.out).write_text(json.dumps(res, indent=1, default=str))

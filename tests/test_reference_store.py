@@ -37,6 +37,11 @@ def test_saved_references_come_back_only_for_the_same_stock(tmp_path):
     assert got.prompts == ref.prompts and got.continuations == ref.continuations and got.path_noise_nats == 0.01
     assert torch.equal(got.logprobs, ref.logprobs)
     assert load_references(tmp_path / FILE, {"a": 2}) == {}       # another stock: recaptured, not reused
+    # probed otherwise (a server's prompts all in one request, before quality.concurrency): recaptured
+    assert load_references(tmp_path / FILE, {"a": 1}, "quality.concurrency=1") == {}
+    assert save_references(tmp_path / FILE, {"a": 1}, {"eval": ref}, "quality.concurrency=1")
+    assert set(load_references(tmp_path / FILE, {"a": 1}, "quality.concurrency=1")) == {"eval"}
+    assert load_references(tmp_path / FILE, {"a": 1}, "quality.concurrency=4") == {}
     assert load_references(tmp_path / "absent.pt", {"a": 1}) == {}
     (tmp_path / "damaged.pt").write_bytes(b"\x80\x04not a torch file")  # damaged: captured again, no traceback
     assert load_references(tmp_path / "damaged.pt", {"a": 1}) == {}

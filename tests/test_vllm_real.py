@@ -97,6 +97,47 @@ def test_quality_probes_stock_against_itself_pass_and_state_the_approximation(se
     assert "top-20" in v.details["score_approximation"]
 
 
+def _iteration_tokens(base_url):
+    """The server's own histogram of tokens per engine step (Prometheus /metrics): {le: count}, and the count."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(base_url + "/metrics", timeout=10).read().decode()
+    buckets = {float(m.group(1)): float(m.group(2)) for m in re.finditer(
+        r'^vllm:iteration_tokens_total_bucket\{[^}]*le="([^"]+)"[^}]*\} (\S+)$', text, re.M) if m.group(1) != "+Inf"}
+    count = sum(float(m.group(1)) for m in re.finditer(r"^vllm:iteration_tokens_total_count\{[^}]*\} (\S+)$", text, re.M))
+    return buckets, count
+
+
+def test_quality_probes_compute_each_prompt_alone_so_batches_never_depend_on_timing(served):
+    """quality.concurrency 1 (the default): the server's own step histogram shows every decode step carried one
+    token (no two prompts ever shared a batch), and the same server gives identical tokens and log-probs
+    twice (the second time not read from its prefix cache: each probe carries a fresh cache_salt)."""
+    import torch
+
+    a, h = served
+    assert a.spec.quality.concurrency == 1
+    n, T = 4, 8
+    prompts = a.prompts(4242, n, 16)
+    b0, c0 = _iteration_tokens(h.server.base_url)
+    first = a.greedy(h, prompts, T)
+    deadline = time.time() + 10
+    while True:  # the API process records a step's stats as its outputs arrive
+        b1, c1 = _iteration_tokens(h.server.base_url)
+        if c1 - c0 >= n * T or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    # per prompt: one prefill step (16 prompt tokens + the first sampled one), then T - 1 decode steps of 1 token
+    assert c1 - c0 == n * T, (c0, c1)
+    assert b1[1.0] - b0[1.0] == n * (T - 1), (b0, b1)  # a batched wave would put up to n tokens in a decode step
+    assert first == a.greedy(h, prompts, T)
+    lp1, lp2 = a.score(h, prompts, first), a.score(h, prompts, first)
+    assert torch.equal(lp1, lp2)
+    # the batched guard's probes: all prompts in one request; stock against itself is far inside its limits
+    assert [len(c) for c in a.greedy_batched(h, prompts, T)] == [T] * n
+    assert a.score_batched(h, prompts, first).shape == lp1.shape
+
+
 def test_a_flag_the_server_rejects_is_learned_from_the_launch_error(model_dir, tmp_path):
     from inferloom.workloads.base import AdapterError
     from inferloom.workloads.vllm_adapter import VLLMAdapter
@@ -190,9 +231,18 @@ def test_optimize_session_survives_a_server_killed_mid_measurement(model_dir, tm
     assert all(s["memory_env"] == {"VLLM_CPU_KVCACHE_SPACE": str(kv)} for s in starts)  # equal KV on every server
     assert all(s["memory"]["VLLM_CPU_KVCACHE_SPACE"] == f"derived: {kv}" for s in starts)
     assert all(s["compile_cache"]["warm"] is None for s in starts)  # --enforce-eager: nothing compiled
+    for s in starts:  # where each start-up went, from the server's own log lines; the parts sum to the start-up
+        parts = s["startup_split"]["parts"]
+        assert {"before_first_log", "processes", "weights", "engine_init_other", "other"} <= set(parts), parts
+        assert sum(parts.values()) == pytest.approx(s["server_startup_s"], abs=0.01)
+    # the stack (stock, alive since PRELUDE, warmed up there) is not warmed up again; the new candidate is
+    assert meas["timings"]["warmup_base"] == [] and meas["timings"]["warmup_base_skipped"]
+    assert len(meas["timings"]["warmup_candidate"]) == 1
     b = json.loads((out / "session_breakdown.json").read_text())
     assert b["servers"]["starts"] == 3 and b["time_s"]["server_startup"] == pytest.approx(
         sum(s["startup_s"] for s in starts))
+    assert b["servers"]["split_starts"] == 3 and b["servers"]["split_s"]["processes"] > 0
+    assert "server start-up split, over the 3 starts" in (out / "report.md").read_text()
     from inferloom.verify.session import verify_session
 
     assert not verify_session(out).mismatches
@@ -201,6 +251,11 @@ def test_optimize_session_survives_a_server_killed_mid_measurement(model_dir, tm
     # the roofline places stock even though the server runs out of process
     floor = state["noise_floor"]["quality"]
     assert set(floor) == {"eval", "heldout"} and all(0 <= v["top1_agreement"] <= 1 for v in floor.values())
+    # each quality prompt computed alone (quality.concurrency 1): two identical servers form identical batches
+    # and agree exactly; the batched guard's values (all prompts in one request) are recorded beside
+    assert all(v["top1_agreement"] == 1.0 and v["greedy_agreement"] == 1.0 for v in floor.values()), floor
+    aa = [e for e in L.read_entries(out) if e["kind"] == L.MEASUREMENT and e.get("action") == "measure_stock"][0]
+    assert all(q["details"]["batched"]["passed"] for q in aa["quality"]["sets"])
     assert state["extra"]["roofline_stock"]["fraction"] > 0 and "vllm_profile_stock" in state["extra"]["profile"][
         "skipped"]
     assert started and not any(group_alive(pg) for pg in started)  # no server left behind

@@ -79,6 +79,9 @@ class QualitySpec(_Strict):
     heldout_prompts: int = _n(8, 1, 1024, "prompts of the held-out set")
     prompt_len: int = _n(32, 1, 8192, "tokens per quality prompt")
     continuation_len: int = _n(32, 1, 4096, "greedy tokens compared per quality prompt")
+    concurrency: int = _n(1, 1, 1024, "server frameworks (vllm): quality-probe requests in flight at once, one "
+                          "prompt each; 1 (the default) computes each prompt alone, so the batches a server forms "
+                          "never depend on timing (docs/quality.md, 'Batch composition')")
     prompts_file: str | None = Field(None, description="JSONL texts; default random token ids")
     min_top1_agreement: float = Field(0.98, ge=0.0, le=1.0)
     max_mean_kl: float = Field(0.01, ge=0.0)

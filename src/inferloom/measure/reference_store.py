@@ -58,10 +58,13 @@ def _key(config: Mapping[str, Any]) -> str:
     return json.dumps(dict(config), sort_keys=True, default=str)
 
 
-def save_references(path: str | os.PathLike[str], config: Mapping[str, Any], sets: Mapping[str, Reference]) -> bool:
+def save_references(path: str | os.PathLike[str], config: Mapping[str, Any], sets: Mapping[str, Reference],
+                    probe: str = "") -> bool:
     """Write the sets atomically (a crash leaves the old file or the new one).
     Sets whose log-probs are dense and larger than DENSE_MAX_BYTES are left
-    out (deterministic engines recapture them). True when something was written."""
+    out (deterministic engines recapture them). ``probe``: how they were
+    probed (e.g. the quality-probe concurrency), which a load must match.
+    True when something was written."""
     import torch
 
     path = Path(path)
@@ -77,13 +80,15 @@ def save_references(path: str | os.PathLike[str], config: Mapping[str, Any], set
     if not keep:
         return False
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"config": _key(config), "sets": keep}, tmp)
+    torch.save({"config": _key(config), "probe": probe, "sets": keep}, tmp)
     os.replace(tmp, path)
     return True
 
 
-def load_references(path: str | os.PathLike[str], config: Mapping[str, Any]) -> dict[str, Reference]:
-    """The stored sets when they were captured from ``config``; {} when absent, damaged or from another stock."""
+def load_references(path: str | os.PathLike[str], config: Mapping[str, Any], probe: str = "") -> dict[str, Reference]:
+    """The stored sets when they were captured from ``config`` the same way (``probe``); {} when absent,
+    damaged, from another stock, or probed otherwise (e.g. all prompts in one request, before
+    ``quality.concurrency``: other batches, other rounding)."""
     import torch
 
     path = Path(path)
@@ -91,7 +96,7 @@ def load_references(path: str | os.PathLike[str], config: Mapping[str, Any]) -> 
         return {}
     try:  # weights_only: plain containers and tensors, never code
         data = torch.load(path, weights_only=True)
-        if not isinstance(data, dict) or data.get("config") != _key(config):
+        if not isinstance(data, dict) or data.get("config") != _key(config) or data.get("probe", "") != probe:
             return {}
         return {n: Reference(n, s["prompts"], s["continuations"], decode_logprobs(s["logprobs"]), s["path_noise_nats"])
                 for n, s in data["sets"].items()}

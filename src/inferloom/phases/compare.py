@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.measure import protocol as proto
+from inferloom.measure.batched_quality import batched_guard
 from inferloom.measure import quality as Q
 from inferloom.measure import quality_floor as QF
 from inferloom.measure import task_gate as TG
@@ -66,7 +67,7 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
     if (not missing and not tasks) or isinstance(adapter, OwnQualityGate):  # the workload's own gate judges quality
         return refs
     if refs.path is not None and missing:  # a resumed session: the references it started with, if stock is the same
-        stored = load_references(refs.path, stock_cfg)
+        stored = load_references(refs.path, stock_cfg, _probe(spec))
         if stored:
             refs.config = dict(stock_cfg)
             refs.sets.update({n: r for n, r in stored.items() if n not in refs.sets})
@@ -91,8 +92,13 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
         if handle is None:
             adapter.release(h)
     if refs.path is not None and missing:
-        save_references(refs.path, stock_cfg, refs.sets)
+        save_references(refs.path, stock_cfg, refs.sets, _probe(spec))
     return refs
+
+
+def _probe(spec: Any) -> str:
+    """How the references were probed (a server's: its prompts one request each, this many in flight)."""
+    return f"quality.concurrency={spec.quality.concurrency}" if spec.framework == "vllm" else ""
 
 
 def warmup(adapter: Any, handle: Any, n: int, seed0: int, label: str, progress: Progress) -> list[dict[str, Any]]:
@@ -105,6 +111,20 @@ def warmup(adapter: Any, handle: Any, n: int, seed0: int, label: str, progress: 
             raise AdapterError(f"{label} warm-up run failed: {rec.error}", kind=rec.extra.get("kind", "error"))
         out.append({"seed": rec.seed, "wall_s": rec.wall_s, "output_tokens_per_s": output_tokens_per_s(rec)})
     return out
+
+
+def _warmed(adapter: Any, handle: Any, n: int) -> bool:
+    """A server kept alive for reuse (``ServerReuse``) that already had ``n`` warm-up runs: its
+    compilation and lazy set-up are behind it, and each timed run warms it again first (its warm-up
+    requests); another engine's handles are warmed up every time."""
+    notes = getattr(handle, "notes", None)
+    return isinstance(adapter, ServerReuse) and isinstance(notes, dict) and notes.get("warmup_runs", 0) >= n
+
+
+def _mark_warmed(adapter: Any, handle: Any, n: int) -> None:
+    notes = getattr(handle, "notes", None)
+    if isinstance(adapter, ServerReuse) and isinstance(notes, dict):
+        notes["warmup_runs"] = max(n, notes.get("warmup_runs", 0))
 
 
 def compile_overhead(warmups: list[dict[str, Any]], timed_walls: list[float]) -> float | None:
@@ -188,8 +208,13 @@ def compare(
                 t1 = time.perf_counter()
                 handles.append(adapter.prepare(dict(cfg)))
                 timings[f"prepare_{label}_s"] = time.perf_counter() - t1
-            timings["warmup_base"] = warmup(adapter, handles[0], settings.warmup_runs, seed_base - 1, labels[0], progress)
-            timings["warmup_candidate"] = warmup(adapter, handles[1], settings.warmup_runs, seed_base - 1, labels[1], progress)
+            for key, h, label in (("warmup_base", handles[0], labels[0]), ("warmup_candidate", handles[1], labels[1])):
+                if _warmed(adapter, h, settings.warmup_runs):  # a reused server, warmed in an earlier comparison
+                    progress(f"warm-up {label}: skipped (its server was warmed up and measured before)")
+                    timings[key], timings[f"{key}_skipped"] = [], "reused server, warmed up in an earlier comparison"
+                    continue
+                timings[key] = warmup(adapter, h, settings.warmup_runs, seed_base - 1, label, progress)
+                _mark_warmed(adapter, h, settings.warmup_runs)
         except AdapterError as exc:
             out.update(verdict="failed", error=str(exc), error_kind=exc.kind, quality={"evaluated": False},
                        timings=timings)
@@ -227,6 +252,8 @@ def compare(
                              f"({tolerance['name']} tolerance)")
                     th_set, floor_info = QF.apply_floor(th, (quality_floor or {}).get(name))  # the A/A floor
                     v = Q.evaluate(adapter, handles[1], refs.sets[name], th_set)
+                    v = batched_guard(adapter, handles[1], refs.sets[name], v,  # a server's batched paths
+                                      Q.effective_tie_margin(refs.sets[name], th_set))
                     v.details["tolerance"] = tolerance
                     v.details["thresholds"] = {**floor_info, "tolerance": tolerance["name"]}
                     if name in refs.tasks:

@@ -100,6 +100,12 @@ def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
         ctx.progress("PRELUDE: A/A quality floor (stock-2 against stock): " + "; ".join(
             f"{n} top-1 {v.get('top1_agreement', float('nan')):.4f}, KL {v.get('mean_kl', float('nan')):.4g}, "
             f"greedy {v.get('greedy_agreement', float('nan')):.4f}" for n, v in floor.items()))
+    batched = {q.get("set_name"): ((q.get("details") or {}).get("batched") or {}).get("values")
+               for q in (res.get("quality") or {}).get("sets") or []}
+    if any(batched.values()):  # all prompts in one request (measure/batched_quality.py): the server's batch noise
+        ctx.progress("PRELUDE: batch-composition noise (stock-2, all prompts in one request, against stock): " + "; ".join(
+            f"{n} top-1 {v['top1_agreement']:.4f}, KL {v['mean_kl']:.4g}, greedy {v['greedy_agreement']:.4f}"
+            for n, v in batched.items() if v))
     st.extra.stock_objective = StockObjective(median=stock, n_runs=2 * len(res["protocol"]["pairs"]), ledger_seq=seq)
     if config_key(st.stock_config) not in st.measured_config_keys:
         st.measured_config_keys.append(config_key(st.stock_config))

@@ -147,13 +147,19 @@ def server_starts(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not starts:
         return None
     warm = [((e.get("compile_cache") or {}).get("warm")) for e in starts]
+    split: dict[str, float] = {}  # where the start-ups went, summed over the starts whose log said
+    for e in starts:
+        for k, v in ((e.get("startup_split") or {}).get("parts") or {}).items():
+            split[k] = split.get(k, 0.0) + float(v)
+    extra = {"split_s": split, "split_starts": sum(1 for e in starts if e.get("startup_split"))} if split else {}
     return {"starts": len(starts), "restarts": sum(1 for e in starts if str(e.get("reason", "")).startswith("restart")),
             "failed": sum(1 for e in starts if e.get("failed")), "startup_s": sum(float(e.get("startup_s") or 0.0)
                                                                                for e in starts),
             "compile_cache_warm": warm.count(True), "compile_cache_cold": warm.count(False),
             "list": [{"handle": e.get("handle"), "reason": e.get("reason"), "startup_s": e.get("startup_s"),
-                      "compile_cache_warm": w, "failed": bool(e.get("failed")), "ledger_seq": e["seq"]}
-                     for e, w in zip(starts, warm)]}
+                      "compile_cache_warm": w, "failed": bool(e.get("failed")), "ledger_seq": e["seq"],
+                      **({"split": e["startup_split"]["parts"]} if (e.get("startup_split") or {}).get("parts") else {})}
+                     for e, w in zip(starts, warm)], **extra}
 
 
 def stock_never_ran(entries: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -106,6 +106,12 @@ def render_report(b: dict[str, Any]) -> str:
                      f"cache warm {sv['compile_cache_warm']}, cold {sv['compile_cache_cold']}; ledger "
                      + ", ".join(f"#{s['ledger_seq']}" for s in sv["list"][:12]) + ("..." if len(sv["list"]) > 12 else "")
                      + ")")
+        if sv.get("split_s"):  # from each server's own log lines (workloads/vllm_startup.py)
+            lines.append(f"- server start-up split, over the {sv['split_starts']} starts whose log said: "
+                         + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in sv["split_s"].items())
+                         + "; per start: " + "; ".join(f"{s['handle']} {s['startup_s']:.0f} s" + (
+                             f" ({', '.join(f'{k} {v:.0f}' for k, v in s['split'].items())})" if s.get("split") else "")
+                             for s in sv["list"][:12]))
     lines += ["", "## Predicted vs measured", ""]
     for p in b.get("predicted_vs_measured", []):
         pg = p["predicted_gain"]

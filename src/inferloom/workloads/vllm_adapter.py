@@ -31,9 +31,9 @@
 * A flag the installed server rejects is learned from the launch error and
   never launched again (``rejected_flags``; the coordinator persists it in
   the session state and refuses proposals that use it).
-* Quality probes: ``greedy`` through the server's own generation path;
-  ``score`` from the server's prompt log-probabilities (top-k; see
-  ``score_approximation``).
+* Quality probes (``vllm_probes``): ``greedy`` and ``score`` (top-k prompt
+  log-probabilities) one request per prompt, ``quality.concurrency`` in
+  flight; ``*_batched``: all prompts in one request (the batched guard).
 
 The server's command line and launch checks are ``vllm_launch.py``; the HTTP
 quality probes ``vllm_probes.py``; the knob table ``vllm_knobs.py``; the
@@ -315,10 +315,10 @@ class VLLMAdapter:
 
     # ------------------------------------------------------------- quality
     def greedy(self, handle: VLLMHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        """Greedy continuations through the server (its batching, cache,
-        speculation), all prompts in one request; token ids from the server."""
+        """Greedy continuations through the server (its cache, speculation), one request per prompt,
+        ``quality.concurrency`` in flight (1: each prompt alone, the same batches on every server)."""
         return greedy_continuations(handle.server.base_url, handle.id, prompts, max_new_tokens,
-                                    self.spec.serving.request_timeout_s)
+                                    self.spec.serving.request_timeout_s, self.spec.quality.concurrency)
 
     @property
     def score_approximation(self) -> str:
@@ -326,9 +326,17 @@ class VLLMAdapter:
 
     def score(self, handle: VLLMHandle, prompts: list[list[int]], continuations: list[list[int]]) -> Any:
         return score_logprobs(handle.server.base_url, handle.id, prompts, continuations, self.vocab_size(),
-                              self.spec.serving.request_timeout_s)
+                              self.spec.serving.request_timeout_s, self.spec.quality.concurrency)
 
-    # ---------------------------------------------------------- enablement
+    def greedy_batched(self, handle: VLLMHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """All prompts in one request: the batched path (``BatchedProbes``)."""
+        return greedy_continuations(handle.server.base_url, handle.id, prompts, max_new_tokens,
+                                    self.spec.serving.request_timeout_s, None)
+
+    def score_batched(self, handle: VLLMHandle, prompts: list[list[int]], continuations: list[list[int]]) -> Any:
+        return score_logprobs(handle.server.base_url, handle.id, prompts, continuations, self.vocab_size(),
+                              self.spec.serving.request_timeout_s, None)
+
     def recovery_options(self, kind: str, stock: dict[str, Any]) -> list[dict[str, Any]]:
         """Flag or environment changes that address a failure kind, least invasive first."""
         opts: list[dict[str, Any]] = []
@@ -352,7 +360,6 @@ class VLLMAdapter:
                     opts.append({k: defaults[k]})
         return [o for o in opts if set(o) <= set(defaults)]  # never a knob the installed server lacks
 
-    # ------------------------------------------------------------ describe
     def _distribution(self) -> str:
         if self._info is None:
             self._info = {"server_distribution": server_distribution(self.spec.serving.python)}
@@ -369,7 +376,6 @@ class VLLMAdapter:
                 "device": self.device, "python_version": platform.python_version(), "cpu_count": os.cpu_count(),
                 "dtype": self.spec.dtype, "server_flags": flags, "memory_share": self._memory.record()}
 
-    # ------------------------------------------------------------- release
     def release(self, handle: VLLMHandle) -> None:
         """Back to the pool (alive, for the next ``prepare`` of its configuration)
         while reuse is on; else, or when it died, its process group is stopped."""

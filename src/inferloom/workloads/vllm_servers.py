@@ -1,6 +1,7 @@
 """The vLLM adapter's servers: one start (:func:`start_server`: launch, wait
-for health, what the start taught: startup seconds, whether vLLM's compile
-cache was warm, the memory settings it got) and the memory share every
+for health, what the start taught: startup seconds and where they went
+(``vllm_startup``), whether vLLM's compile cache was warm, the memory
+settings it got) and the memory share every
 server of this adapter gets (:class:`MemoryShareOnce`: read once, before the
 first start, so that every server of a pair gets the same share).
 
@@ -15,6 +16,7 @@ from typing import Any, Callable, Collection, Mapping
 
 from inferloom.workloads.base import AdapterError
 from inferloom.workloads.memory_share import MemoryShare, MemoryShareError
+from inferloom.workloads.vllm_startup import split_text, startup_split
 from inferloom.workloads.server_process import LaunchError, ServerProcess
 from inferloom.workloads.vllm_launch import (
     compile_cache_entries,
@@ -98,10 +100,16 @@ def start_server(hid: str, cfg: dict[str, Any], cid: str, launch: tuple[list[str
         raise AdapterError(f"vLLM server for {hid} failed to start: {exc}\n{exc.log_tail[-1500:]}",
                            kind=exc.kind) from None
     cache = compile_cache_state(env, cache0, compiled=not cfg.get("enforce_eager") and "--enforce-eager" not in argv)
+    try:  # where the start-up went, from the server's own log lines (vllm_startup)
+        split = startup_split(server.log_path.read_text(errors="replace"), startup)
+    except OSError:
+        split = None
     progress(f"vLLM server {hid} healthy after {startup:.1f} s"
-             + ("" if cache["warm"] is None else f" (compile cache {'warm' if cache['warm'] else 'cold'})"))
+             + ("" if cache["warm"] is None else f" (compile cache {'warm' if cache['warm'] else 'cold'})")
+             + (f": {split_text(split['parts'])}" if split else ""))
     h = VLLMHandle(hid, cfg, cid, server, startup, notes={"log": str(server.log_path), "argv": argv})
-    return h, {"server_startup_s": startup, "compile_cache": cache, "memory": origin.get("memory", {}),
+    return h, {"server_startup_s": startup, "startup_split": split, "compile_cache": cache,
+               "memory": origin.get("memory", {}),
                "memory_share": share.to_dict() if share is not None else None,
                "memory_env": {k: env[k] for k in ("VLLM_CPU_KVCACHE_SPACE",) if k in env},
                "log": server.log_path.name, "port": port}
