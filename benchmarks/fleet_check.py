@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         a.out.write_text(json.dumps(res, indent=1, default=str) + "\n", encoding="utf-8")
     for r in res["sessions"]:
-        ratio = "" if r["ratio"] is None else f"x{r['ratio']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] {r['verdict']}"
+        ratio = "no final ratio" if r["ratio"] is None else f"final x{r['ratio']:.3f}" + (
+            f" [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" if None not in r["ci"] else "") + f" {r['verdict'] or ''}"
         print(f"{r['name']}: {r['status']}, {r['trials']} trials, {r['session_min']} min, GPU "
               f"{r['cuda_visible_devices']}, attempt {r['attempt']}; {ratio}; kept {r['kept'] or 'nothing'}; "
               f"{r['error'] or r['stop_reason']}")

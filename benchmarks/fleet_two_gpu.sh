@@ -11,9 +11,10 @@
 # pydantic, optuna, sqlalchemy, ...). One device call, from the repository root (total < 64 MiB with it):
 #   kind nvidia-h200-x2, carry [".whl/ray"], timeout_s 600:
 #     bash benchmarks/fleet_two_gpu.sh
-# About 9 minutes: unpack ~15 s, two model directories ~40 s, Ray ~10 s, the fleet (5-minute budgets, at
-# most 4 trials each, then CLOSE) ~7 min. FLEET_TIMEOUT (default 480 s) cuts the fleet so that the call
-# ends inside its 600 s with the outputs written; a cut fleet resumes with the same command in the next call
+# About 9 minutes: unpack ~15 s, two model directories ~1 min, Ray ~10 s, the fleet (5-minute budgets, at
+# most 4 trials each, then CLOSE) ~7 min. The fleet is stopped (SIGINT: the driver stops its Ray and the
+# session workers with it) so that the whole command ends by CALL_S (default 570 s) with its outputs
+# written, or after FLEET_TIMEOUT seconds if given; a cut fleet resumes with the same command in the next call
 # (back to back: the warm machine keeps /tmp; on a fresh machine, `tar xzf $OUT/fleet-cuda.tgz -C .gpu`
 # here and carry ".gpu/fleet-cuda" too: the script copies its fleet directory back and resumes it).
 #
@@ -22,7 +23,8 @@
 #
 # Leaves under $OUT: fleet-<device>.log (progress, nvidia-smi samples every 10 s, the check),
 # fleet-<device>-check.json (per session: status, trials, final ratio, CUDA_VISIBLE_DEVICES, start/end),
-# fleet_report.html, fleet-<device>.tgz (the fleet directory: sessions, logs, KB; not the model weights).
+# fleet_report.html, fleet-<device>.tgz (the fleet directory: sessions, logs, KB; not the model weights),
+# ray-logs-<device>.tgz (Ray's own logs: a worker that died before its session could say why).
 set -uo pipefail
 DEVICE=${FLEET_DEVICE:-cuda}
 case "$DEVICE" in cuda|cpu) ;; *) echo "FLEET_DEVICE=$DEVICE: expected cuda or cpu"; exit 2;; esac
@@ -57,6 +59,8 @@ export INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-$(git rev-parse --short 
 # device's MemTotal starts at ~31 GiB and grows as memory is used (KINDS.md), so Ray would see a near-full
 # machine and kill a worker loading its model
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled} RAY_USAGE_STATS_ENABLED=0 RAY_memory_monitor_refresh_ms=0
+# Ray's files (sockets, logs) in the run's own directory: its logs come back, its processes are found by it
+export RAY_TMPDIR=$WORK/raytmp; mkdir -p "$RAY_TMPDIR"
 
 # 2. Two model directories (two Llama shapes: two KB groups, so both sessions start at once)
 MODELS=$("$PY" benchmarks/fleet_models.py --device "$DEVICE" --out "$WORK/models" 2>>"$LOG" | tail -1)
@@ -103,12 +107,17 @@ if [ "$DEVICE" = cuda ]; then
       | sed "s/^/$(date +%T) gpu /"; done ) >> "$LOG" 2>&1 &
   SAMPLER=$!
 fi
-say "fleet: starting ($(( $(date +%s) - T0 )) s since start)"
-timeout -s KILL "${FLEET_TIMEOUT:-480}" "$PY" -m inferloom.cli fleet "$WORK/fleet.yaml" --out "$FLEET" \
-  --kb "sqlite:///$FLEET/kb.sqlite" --num-gpus "$NGPU" ${NCPU:+--num-cpus "$NCPU"} 2>&1 | grep -v '^USDT' | tee -a "$LOG"
+LIMIT=${FLEET_TIMEOUT:-$(( ${CALL_S:-570} - ($(date +%s) - T0) - 40 ))}
+say "fleet: starting, stopped after $LIMIT s if not done ($(( $(date +%s) - T0 )) s since start)"
+timeout -s INT -k 25 "$LIMIT" "$PY" -m inferloom.cli fleet "$WORK/fleet.yaml" --out "$FLEET" \
+  --kb "sqlite:///$FLEET/kb.sqlite" --num-gpus "$NGPU" ${NCPU:+--num-cpus "$NCPU"} 2>&1 | grep --line-buffered -v '^USDT' | tee -a "$LOG"
 RC=${PIPESTATUS[0]}
 [ -n "$SAMPLER" ] && kill "$SAMPLER" 2>/dev/null
-say "fleet: exit $RC ($(( $(date +%s) - T0 )) s since start)$([ "$RC" = 137 ] && echo ': cut by FLEET_TIMEOUT; run the same command again to resume')"
+case "$RC" in 124|137) CUT=": stopped at the time limit; the same command again resumes it";; *) CUT=;; esac
+say "fleet: exit $RC ($(( $(date +%s) - T0 )) s since start)$CUT"
+# nothing of this run's Ray may outlive it (a worker still writing a session would race the next call's resume)
+LEFT=$(pgrep -f "$RAY_TMPDIR" | tr '\n' ' ')
+[ -n "$LEFT" ] && { say "Ray processes left running: $LEFT: stopping them"; kill $LEFT 2>/dev/null; sleep 3; kill -9 $LEFT 2>/dev/null; }
 
 # 5. The check, and what comes back
 "$PY" benchmarks/fleet_check.py "$FLEET" --gpus "$NGPU" --out "$OUT/fleet-$DEVICE-check.json" 2>&1 | tee -a "$LOG"
@@ -116,6 +125,8 @@ CHECK=${PIPESTATUS[0]}
 cp "$FLEET/fleet_report.html" "$OUT/" 2>/dev/null
 # the session directories without quality_refs.pt (stock's logits, ~30 MB at vocab 128k: a resume captures
 # them again) and without the model weights
-tar czf "$OUT/fleet-$DEVICE.tgz" --exclude='*.pt' --exclude="$(basename "$WORK")/models" -C "$(dirname "$WORK")" "$(basename "$WORK")"
+tar czf "$OUT/fleet-$DEVICE.tgz" --exclude='*.pt' --exclude="$(basename "$WORK")/models" \
+  --exclude="$(basename "$WORK")/raytmp" -C "$(dirname "$WORK")" "$(basename "$WORK")"
+tar czf "$OUT/ray-logs-$DEVICE.tgz" -C "$RAY_TMPDIR/ray" session_latest/logs 2>/dev/null
 ls -la "$OUT" | tee -a "$LOG"
 [ "$RC" = 0 ] && exit "$CHECK" || exit "$RC"
