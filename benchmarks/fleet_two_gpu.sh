@@ -6,11 +6,13 @@
 # says whether the two sessions got different GPUs and overlapped in time.
 #
 # What travels (no registry on the device; its python3 is 3.12 with torch and transformers): Ray and the
-# packages the image lacks, built here once by `bash benchmarks/ray_lean_bundle.sh` into .whl/ray (~19 MiB:
-# Ray without its Java jar and dashboard web UI, as ray-lean.tar.xz, plus cp312 wheels of jsonschema,
-# pydantic, optuna, sqlalchemy, ...). One device call, from the repository root (total < 64 MiB with it):
+# packages the image lacks, built here once by `bash benchmarks/ray_lean_bundle.sh` into .whl/ray (39 MiB:
+# ray-lean.tar.xz, 29 MiB, is Ray 2.60.0's cp312 wheel unpacked without its Java jar and dashboard web UI;
+# deps/, 9 MiB, cp312 wheels of jsonschema, pydantic, optuna, sqlalchemy, ...). One device call, from the
+# repository root (~48 MiB with the ~9 MiB repository, under the 64 MiB a call carries):
 #   kind nvidia-h200-x2, carry [".whl/ray"], timeout_s 600:
 #     bash benchmarks/fleet_two_gpu.sh
+# (ask `status` first: the kind is lent only at times; on any other kind the check fails, one GPU for two)
 # About 9 minutes: unpack ~15 s, two model directories ~1 min, Ray ~10 s, the fleet (5-minute budgets, at
 # most 4 trials each, then CLOSE) ~7 min. The fleet is stopped (SIGINT: the driver stops its Ray and the
 # session workers with it) so that the whole command ends by CALL_S (default 570 s) with its outputs
@@ -59,7 +61,7 @@ export INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-$(git rev-parse --short 
 # device's MemTotal starts at ~31 GiB and grows as memory is used (KINDS.md), so Ray would see a near-full
 # machine and kill a worker loading its model
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled} RAY_USAGE_STATS_ENABLED=0 RAY_memory_monitor_refresh_ms=0
-# Ray's files (sockets, logs) in the run's own directory: its logs come back, its processes are found by it
+# Ray's files (sockets, logs) in the run's own directory: its logs come back
 export RAY_TMPDIR=$WORK/raytmp; mkdir -p "$RAY_TMPDIR"
 
 # 2. Two model directories (two Llama shapes: two KB groups, so both sessions start at once)
@@ -109,14 +111,17 @@ if [ "$DEVICE" = cuda ]; then
 fi
 LIMIT=${FLEET_TIMEOUT:-$(( ${CALL_S:-570} - ($(date +%s) - T0) - 40 ))}
 say "fleet: starting, stopped after $LIMIT s if not done ($(( $(date +%s) - T0 )) s since start)"
-timeout -s INT -k 25 "$LIMIT" "$PY" -m inferloom.cli fleet "$WORK/fleet.yaml" --out "$FLEET" \
+# INFERLOOM_FLEET_RUN marks the driver and everything it starts (Ray's daemons and workers inherit it)
+INFERLOOM_FLEET_RUN=$WORK timeout -s INT -k 25 "$LIMIT" "$PY" -m inferloom.cli fleet "$WORK/fleet.yaml" --out "$FLEET" \
   --kb "sqlite:///$FLEET/kb.sqlite" --num-gpus "$NGPU" ${NCPU:+--num-cpus "$NCPU"} 2>&1 | grep --line-buffered -v '^USDT' | tee -a "$LOG"
 RC=${PIPESTATUS[0]}
 [ -n "$SAMPLER" ] && kill "$SAMPLER" 2>/dev/null
 case "$RC" in 124|137) CUT=": stopped at the time limit; the same command again resumes it";; *) CUT=;; esac
 say "fleet: exit $RC ($(( $(date +%s) - T0 )) s since start)$CUT"
 # nothing of this run's Ray may outlive it (a worker still writing a session would race the next call's resume)
-LEFT=$(pgrep -f "$RAY_TMPDIR" | tr '\n' ' ')
+leftovers() { local e p; for e in /proc/[0-9]*/environ; do p=${e#/proc/}; p=${p%/environ}
+  { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qxF "INFERLOOM_FLEET_RUN=$WORK" && echo "$p"; done; }
+LEFT=$(leftovers | tr '\n' ' ')
 [ -n "$LEFT" ] && { say "Ray processes left running: $LEFT: stopping them"; kill $LEFT 2>/dev/null; sleep 3; kill -9 $LEFT 2>/dev/null; }
 
 # 5. The check, and what comes back
