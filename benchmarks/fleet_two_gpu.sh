@@ -13,8 +13,8 @@
 #   kind nvidia-h200-x2, carry [".whl/ray"], timeout_s 600:
 #     bash benchmarks/fleet_two_gpu.sh
 # (ask `status` first: the kind is lent only at times; on any other kind the check fails, one GPU for two)
-# About 9 minutes: unpack ~15 s, two model directories ~1 min, Ray ~10 s, the fleet (5-minute budgets, at
-# most 4 trials each, then CLOSE) ~7 min. The fleet is stopped (SIGINT: the driver stops its Ray and the
+# About 8 minutes (estimated, not yet seen): unpack ~15 s, two model directories ~1 min, Ray ~10 s, the
+# fleet ~6 min (3 trials each, then CLOSE; a 6-minute budget caps a slow session). The fleet is stopped (SIGINT: the driver stops its Ray and the
 # session workers with it) so that the whole command ends by CALL_S (default 570 s) with its outputs
 # written, or after FLEET_TIMEOUT seconds if given; a cut fleet resumes with the same command in the next call
 # (back to back: the warm machine keeps /tmp; on a fresh machine, `tar xzf $OUT/fleet-cuda.tgz -C .gpu`
@@ -81,7 +81,8 @@ if [ "$DEVICE" = cuda ]; then
     traffic: {concurrency: 32, input_len: 128, output_len: 64, num_prompts: 32},
     quality: {eval_prompts: 4, heldout_prompts: 4, prompt_len: 32, continuation_len: 16},
     protocol: {min_gain: 0.01, min_pairs: 4, max_pairs: 8}, kernels: {backend: none}}"
-  DEFAULTS="{budget_minutes: ${BUDGET_MIN:-5}, max_trials: ${MAX_TRIALS:-4}, cycles: 1, sweep: false}"
+  # 3 trials is the binding limit (then CLOSE); 6 minutes only caps a slower session
+  DEFAULTS="{budget_minutes: ${BUDGET_MIN:-6}, max_trials: ${MAX_TRIALS:-3}, cycles: 1, sweep: false}"
 else
   NGPU=0 NCPU=2
   SPEC="{framework: transformers, device: cpu, dtype: float32, seed: 0,
