@@ -129,8 +129,8 @@ LEFT=$(leftovers | tr '\n' ' ')
 "$PY" benchmarks/fleet_check.py "$FLEET" --gpus "$NGPU" --out "$OUT/fleet-$DEVICE-check.json" 2>&1 | tee -a "$LOG"
 CHECK=${PIPESTATUS[0]}
 cp "$FLEET/fleet_report.html" "$OUT/" 2>/dev/null
-# the session directories without quality_refs.pt (stock's logits, ~30 MB at vocab 128k: a resume captures
-# them again) and without the model weights
+# the session directories without quality_refs.pt (stock's reference logits, up to 4 MB each: an in-process
+# engine's resume captures identical ones again), the model weights and Ray's sockets
 tar czf "$OUT/fleet-$DEVICE.tgz" --exclude='*.pt' --exclude="$(basename "$WORK")/models" \
   --exclude="$(basename "$WORK")/raytmp" -C "$(dirname "$WORK")" "$(basename "$WORK")"
 tar czf "$OUT/ray-logs-$DEVICE.tgz" -C "$RAY_TMPDIR/ray" session_latest/logs 2>/dev/null
