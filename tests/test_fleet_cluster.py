@@ -10,6 +10,7 @@ machine neither see it nor are seen.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,7 @@ def cluster(monkeypatch):
         yield c
     finally:
         c.shutdown()  # the processes these two nodes started, by their ids
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _fleet_cli(fleet, out, kb, *extra):
