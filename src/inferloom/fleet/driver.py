@@ -1,10 +1,13 @@
 """Run a planned fleet on Ray: one task per session, scheduled so that sessions warm-start each other.
 
-* Ray: an embedded local instance by default (``ray.init`` on this machine,
-  ``num_cpus`` / ``num_gpus`` as given or detected); ``address`` joins an
+* Ray: an embedded local instance by default (``ray.init(address="local")``
+  on this machine, ``num_cpus`` / ``num_gpus`` as given or detected: a
+  ``ray start`` cluster on the same machine is not joined by accident);
+  ``address`` (or ``$RAY_ADDRESS``, which ``ray job submit`` sets) joins an
   existing cluster (``ray start --head`` on one node, ``ray start
-  --address=HEAD:6379`` on the others). A Ray instance already started in this
-  process (a test's) is used as it is, and left running.
+  --address=HEAD:6379`` on the others; ``auto``: the latest ``ray start`` on
+  this machine). A Ray instance already started in this process (a test's) is
+  used as it is, and left running.
 * Each session is a task with the resources it needs (``num_gpus=1`` for a GPU
   session, ``num_cpus=cpus`` for a CPU one) and ``max_retries``: when its worker
   process dies (killed, out of memory, a node lost) Ray runs it again, and
@@ -20,6 +23,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -73,12 +77,18 @@ def _ensure_ray(address: str | None, num_cpus: float | None, num_gpus: int | Non
     if ray.is_initialized():
         return False
     kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+    address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
         progress(f"ray: joining the cluster at {address}")
-        ray.init(address=address, **kw)
+        try:
+            ray.init(address=address, **kw)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise FleetError(f"could not join the Ray cluster at {address}: {(str(exc).splitlines() or [''])[0]}; "
+                             "check `ray status` on its head node, or leave out --address (and RAY_ADDRESS) "
+                             "for an embedded Ray") from None
     else:
         progress("ray: starting an embedded local instance (about 10 s)")
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, **kw)
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kw)
     res = ray.cluster_resources()
     progress(f"ray: {res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs on {len(ray.nodes())} node(s)")
     return True

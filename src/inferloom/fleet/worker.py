@@ -61,6 +61,16 @@ def _kb_log(log: Any) -> Iterator[None]:
         kb_log.removeHandler(handler)
 
 
+def _ray_node_id() -> str | None:
+    """The Ray node this attempt runs on (None outside a Ray worker): which machine of a cluster ran it."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - no Ray, or an older one: the host name still says where
+        return None
+
+
 def run_session(entry: Mapping[str, Any], session_dir: str, kb_url: str | None, logs: str) -> dict[str, Any]:
     """Run (start or resume) the planned session ``entry`` (:class:`PlannedSession` as a dict) in
     ``session_dir`` against ``kb_url``; returns ``{name, ok, session_id, stop_reason | error, attempt}``."""
@@ -84,7 +94,8 @@ def _run_locked(entry: Mapping[str, Any], d: Path, logdir: Path, kb_url: str | N
     worker_file = logdir / f"{name}.worker.json"
     attempt = 1 + (json.loads(worker_file.read_text())["attempt"] if worker_file.exists() else 0)
     write_json_atomic(worker_file, {"pid": os.getpid(), "host": socket.gethostname(), "attempt": attempt,
-                                    "started_at": time.time(),  # Ray gives a GPU task its own device(s):
+                                    "started_at": time.time(), "ray_node_id": _ray_node_id(),
+                                    # Ray gives a GPU task its own device(s):
                                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
     out: dict[str, Any] = {"name": name, "attempt": attempt}
     with open(logdir / f"{name}.log", "a", encoding="utf-8", buffering=1) as log, \
