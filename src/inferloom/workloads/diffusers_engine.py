@@ -39,6 +39,7 @@ from inferloom.models.diffusion_presets import (
     build_pipeline,
     pipeline_info,
     preset_family,
+    uses_cfg_batch,
 )
 from inferloom.models.presets import parse_dtype
 from inferloom.provenance import cpu_model
@@ -112,7 +113,8 @@ class DiffusersEngine:
     # ---------------------------------------------------------------- prepare
     def prepare(self, config: Mapping[str, Any]) -> DiffusersHandle:
         cfg = resolve_config(self.knob_space(), config, self.spec.pinned)
-        check_applicable(self.knob_space(), cfg, self.device, self.family, self.d.guidance_scale > 1.0)
+        check_applicable(self.knob_space(), cfg, self.device, self.family,
+                         uses_cfg_batch(self.family, self.d.guidance_scale))
         t0 = time.perf_counter()
         dtype = parse_dtype(cfg["dtype"])
         try:
@@ -135,9 +137,14 @@ class DiffusersEngine:
         den = denoiser_of(pipe)
         ch = int(den.config.in_channels)
         f = int(pipe.vae_scale_factor)
-        lat = [torch.randn((ch, self.d.height // f, self.d.width // f), generator=torch.Generator("cpu").manual_seed(s),
-                           dtype=torch.float32) for s in seeds]
-        return torch.stack(lat).to(device=self.device, dtype=h.dtype)
+        hh, ww = self.d.height // f, self.d.width // f
+        if self.family == "flux":  # noise of the VAE's latent channels, packed into 2x2 patches (FluxPipeline's)
+            ch, hh, ww = ch // 4, 2 * (self.d.height // (2 * f)), 2 * (self.d.width // (2 * f))
+        lat = torch.stack([torch.randn((ch, hh, ww), generator=torch.Generator("cpu").manual_seed(s),
+                                       dtype=torch.float32) for s in seeds])
+        if self.family == "flux":
+            lat = pipe._pack_latents(lat, len(seeds), ch, hh, ww)
+        return lat.to(device=self.device, dtype=h.dtype)
 
     def _call(self, h: DiffusersHandle, items: list[list[int]], output_type: str = "np", callback: Any = None) -> Any:
         d = self.d
