@@ -45,6 +45,7 @@ from inferloom.models.presets import parse_dtype
 from inferloom.provenance import cpu_model
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import AdapterError, ConfigError, Knob, RunRecord, config_key, resolve_config
+from inferloom.workloads.diffusers_attention import attention_head_dims, cuda_capability
 from inferloom.workloads.diffusers_knobs import apply_knobs, call_state, check_applicable, denoiser_of, diffusers_knobs
 from inferloom.workloads.prompts import load_jsonl_texts
 from inferloom.workloads.transformers_generation import error_kind, sync
@@ -110,11 +111,28 @@ class DiffusersEngine:
             out.append((b * (length // len(b) + 1))[:length])
         return out
 
+    # ------------------------------------------------------------ knob rules
+    def _check(self, cfg: Mapping[str, Any]) -> None:
+        """The knobs' rules, then a forced SDPA kernel against every attention's head dim (read off the
+        components' configs, nothing built): refused up front, not at the first call."""
+        forced = self.device == "cuda" and cfg["sdpa_backend"] not in ("auto", "math")
+        check_applicable(self.knob_space(), cfg, self.device, self.family,
+                         uses_cfg_batch(self.family, self.d.guidance_scale),
+                         head_dims=attention_head_dims(self.spec.model) if forced else None,
+                         capability=cuda_capability() if forced else None)
+
+    def config_refusal(self, config: Mapping[str, Any]) -> str | None:
+        """Why ``prepare`` would refuse ``config`` by the knobs' rules, else None (CrossKnobRules)."""
+        try:
+            self._check({**{k.name: k.default for k in self.knob_space()}, **config})
+        except AdapterError as exc:
+            return str(exc)
+        return None
+
     # ---------------------------------------------------------------- prepare
     def prepare(self, config: Mapping[str, Any]) -> DiffusersHandle:
         cfg = resolve_config(self.knob_space(), config, self.spec.pinned)
-        check_applicable(self.knob_space(), cfg, self.device, self.family,
-                         uses_cfg_batch(self.family, self.d.guidance_scale))
+        self._check(cfg)
         t0 = time.perf_counter()
         dtype = parse_dtype(cfg["dtype"])
         try:

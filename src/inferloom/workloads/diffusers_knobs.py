@@ -71,8 +71,12 @@ def diffusers_knobs(dtype: str, family: str, startup_threads: int) -> list[Knob]
     ]
 
 
-def check_applicable(knobs: list[Knob], cfg: Mapping[str, Any], device: str, family: str, cfg_active: bool) -> None:
-    """Refuse (``AdapterError(kind='unsupported')``) what cannot run here."""
+def check_applicable(knobs: list[Knob], cfg: Mapping[str, Any], device: str, family: str, cfg_active: bool,
+                     head_dims: Mapping[str, list[int]] | None = None,
+                     capability: tuple[int, int] | None = None) -> None:
+    """Refuse (``AdapterError(kind='unsupported')``) what cannot run here. ``head_dims``: the pipeline's
+    attention head dims per component (:func:`~inferloom.workloads.diffusers_attention.attention_head_dims`),
+    checked against a forced SDPA kernel's limits on ``capability`` (the CUDA device's)."""
     for knob in knobs:
         if device not in knob.applies_to and cfg[knob.name] != knob.default:
             raise AdapterError(f"knob '{knob.name}': applies only to {', '.join(sorted(knob.applies_to))}, "
@@ -94,6 +98,12 @@ def check_applicable(knobs: list[Knob], cfg: Mapping[str, Any], device: str, fam
         refuse("cfg_mode", "guidance_scale <= 1: no classifier-free guidance batch to split")
     if cfg["tf32_matmul"] and cfg["dtype"] != "float32":
         refuse("tf32_matmul", f"only affects float32 matmuls, dtype is {cfg['dtype']}")
+    if head_dims is not None:
+        from inferloom.workloads.diffusers_attention import attention_refusal
+
+        why = attention_refusal(cfg["sdpa_backend"], device, cfg["dtype"], head_dims, capability)
+        if why:
+            refuse("sdpa_backend", f"{cfg['sdpa_backend']}: {why}")
 
 
 def denoiser_of(pipe: Any) -> Any:
