@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
+from inferloom.models.diffusion_shapes import diffusion_workload
 from inferloom.models.presets import PRESETS
 
 __all__ = ["KernelCandidate", "KernelBackend", "Target", "model_config", "workload_of"]
@@ -144,8 +145,12 @@ def model_config(model: str) -> dict[str, Any]:
 
 
 def workload_of(spec: Any, device: str, stack: Mapping[str, Any]) -> dict[str, Any]:
-    """What a backend sees of the workload: device, dtype, model, traffic, the current stack."""
+    """What a backend sees of the workload: device, dtype, model, traffic, the current stack; for an image
+    workload also ``diffusion`` (:func:`~inferloom.models.diffusion_shapes.diffusion_workload`)."""
     t = spec.traffic
-    return {"device": device, "dtype": str(stack.get("dtype", spec.dtype)), "model": spec.model,
-            "framework": spec.framework, "batch": t.concurrency, "input_len": t.input_len,
-            "output_len": t.output_len, "stack": dict(stack)}
+    out = {"device": device, "dtype": str(stack.get("dtype", spec.dtype)), "model": spec.model,
+           "framework": spec.framework, "batch": t.concurrency, "input_len": t.input_len,
+           "output_len": t.output_len, "stack": dict(stack)}
+    if getattr(spec, "diffusion", None) is not None:  # an image workload: the denoiser's shapes
+        out["diffusion"] = diffusion_workload(spec)
+    return out

@@ -14,6 +14,8 @@ Presets:
 * ``sd3-tiny``: a StableDiffusion3Pipeline (SD3Transformer2DModel, an
   MMDiT) with tiny CLIP encoders and no T5 (its embeddings are zeros, as
   diffusers does without ``text_encoder_3``), for CPU tests.
+* ``sd35-tiny``: ``sd3-tiny`` with SD3.5's RMSNorm on queries and keys
+  (``qk_norm: rms_norm``), for CPU tests of the KERNEL phase.
 * ``sd3-medium-shaped``: the MMDiT of Stable Diffusion 3 Medium (24 joint
   blocks, 1536 wide, 24 heads, patch 2, 16 latent channels; 2.0B
   parameters) with SD3's VAE, for a GPU; its text encoders are small (they
@@ -91,6 +93,15 @@ DIFFUSION_PRESETS: dict[str, dict[str, Any]] = {
                 "down_block_types": ["DownEncoderBlock2D"] * 2, "up_block_types": ["UpDecoderBlock2D"] * 2,
                 "norm_num_groups": 4, "sample_size": 32, "use_quant_conv": False, "use_post_quant_conv": False,
                 "shift_factor": 0.0609, "scaling_factor": 1.5035},
+        "text_encoders": [dict(_CLIP_TINY, projection_dim=32), dict(_CLIP_TINY, projection_dim=32)],
+        "call": {"max_sequence_length": 16},
+    },
+    "sd35-tiny": {  # SD3.5's MMDiT change at the tiny size: RMSNorm on q and k (the KERNEL phase's target)
+        "family": "sd3",
+        "denoiser": {"sample_size": 16, "patch_size": 1, "in_channels": 4, "num_layers": 2, "attention_head_dim": 8,
+                     "num_attention_heads": 4, "caption_projection_dim": 32, "joint_attention_dim": 32,
+                     "pooled_projection_dim": 64, "out_channels": 4, "qk_norm": "rms_norm"},
+        "vae": dict(_VAE_TINY, shift_factor=0.0609, scaling_factor=1.5035),
         "text_encoders": [dict(_CLIP_TINY, projection_dim=32), dict(_CLIP_TINY, projection_dim=32)],
         "call": {"max_sequence_length": 16},
     },

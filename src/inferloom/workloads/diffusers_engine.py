@@ -47,6 +47,7 @@ from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import AdapterError, ConfigError, Knob, RunRecord, config_key, resolve_config
 from inferloom.workloads.diffusers_attention import attention_head_dims, cuda_capability
 from inferloom.workloads.diffusers_knobs import apply_knobs, call_state, check_applicable, denoiser_of, diffusers_knobs
+from inferloom.workloads.diffusers_ops import rmsnorm_rule
 from inferloom.workloads.prompts import load_jsonl_texts
 from inferloom.workloads.transformers_generation import error_kind, sync
 
@@ -120,6 +121,9 @@ class DiffusersEngine:
                          uses_cfg_batch(self.family, self.d.guidance_scale),
                          head_dims=attention_head_dims(self.spec.model) if forced else None,
                          capability=cuda_capability() if forced else None)
+        why = rmsnorm_rule(cfg, self.spec.model, self.device)
+        if why:
+            raise AdapterError(f"knob 'rmsnorm_impl': {why}", kind="unsupported")
 
     def config_refusal(self, config: Mapping[str, Any]) -> str | None:
         """Why ``prepare`` would refuse ``config`` by the knobs' rules, else None (CrossKnobRules)."""
