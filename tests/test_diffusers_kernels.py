@@ -56,6 +56,8 @@ def test_the_torch_backend_proposes_a_fused_rmsnorm_that_passes_the_gates_on_cpu
     # nothing to replace: no candidate, whatever the profile says
     plain = workload_of(_spec("sd3-tiny"), "cpu", _stock_stack(spec))
     assert backend.propose(targets, plain) == []
+    none, why = resolve_backend("auto", plain)  # so the phase is skipped, saying why, and FRAMEWORK reserves nothing
+    assert none is None and "backend torch: the denoiser has no eager RMSNorm" in why
     done = workload_of(spec, "cpu", {**_stock_stack(spec), "rmsnorm_impl": "torch_fused"})
     assert backend.propose(targets, done) == []  # already in the stack
 
@@ -77,8 +79,9 @@ def test_the_catalog_backend_proposes_its_triton_rmsnorm_on_cuda():
     y, _ = c.baseline(**inputs)
     ref, _ = c.reference(**inputs)
     assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-5)
-    assert backend.propose(select_targets(HOT_NORM, backend.rewritable(), 0.05),
-                           workload_of(_spec("flux-tiny", dtype="bfloat16"), "cuda", work["stack"])) == []
+    flux = workload_of(_spec("flux-tiny", dtype="bfloat16"), "cuda", work["stack"])
+    assert backend.propose(select_targets(HOT_NORM, backend.rewritable(), 0.05), flux) == []
+    assert "catalog: the denoiser has no eager RMSNorm" in resolve_backend("auto", flux)[1]
 
 
 def test_the_engine_applies_the_switch_and_refuses_it_where_it_cannot():

@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 from inferloom.models.diffusion_shapes import diffusion_workload
 from inferloom.models.presets import PRESETS
 
-__all__ = ["KernelCandidate", "KernelBackend", "Target", "model_config", "workload_of"]
+__all__ = ["KernelCandidate", "KernelBackend", "Target", "model_config", "workload_of", "no_image_op"]
 
 
 @dataclass(frozen=True)
@@ -154,3 +154,13 @@ def workload_of(spec: Any, device: str, stack: Mapping[str, Any]) -> dict[str, A
     if getattr(spec, "diffusion", None) is not None:  # an image workload: the denoiser's shapes
         out["diffusion"] = diffusion_workload(spec)
     return out
+
+
+def no_image_op(workload: Mapping[str, Any]) -> str | None:
+    """Why a backend has nothing for an image workload (no eager RMSNorm in the denoiser, the one image op the
+    backends replace), else None; None for any other workload. So the KERNEL phase is skipped with this reason
+    and FRAMEWORK keeps no budget for it."""
+    if workload.get("framework") != "diffusers" or (workload.get("diffusion") or {}).get("rmsnorms"):
+        return None
+    return ("the denoiser has no eager RMSNorm (SD3.5's q/k norms), the only image-pipeline op the kernel "
+            "backends replace")

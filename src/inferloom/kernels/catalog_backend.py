@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from inferloom.kernels.base import KernelCandidate, Target, model_config
+from inferloom.kernels.base import KernelCandidate, Target, model_config, no_image_op as _no_image_op
 from inferloom.kernels.catalog import triton_available, workload_shapes
 from inferloom.measure.costs import mean_decode_context
 
@@ -55,6 +55,8 @@ class CatalogBackend:
         if workload.get("framework") not in ("transformers", "diffusers"):
             return (f"the catalog rewrites the transformers and diffusers engines' modules, not "
                     f"{workload.get('framework')}")
+        if _no_image_op(workload):
+            return _no_image_op(workload)
         if workload.get("device") != "cuda":
             return "the Triton catalog runs on CUDA (on a CPU only under the Triton interpreter, for tests)"
         if not triton_available():

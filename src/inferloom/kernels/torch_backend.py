@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from inferloom.kernels.base import KernelCandidate, Target, model_config
+from inferloom.kernels.base import KernelCandidate, Target, model_config, no_image_op as _no_image_op
 from inferloom.measure.costs import mean_decode_context
 from inferloom.models.presets import parse_dtype
 from inferloom.workloads.engine_attention import decode_reference, sliced_decode
@@ -195,7 +195,7 @@ class TorchBackend:
         if workload.get("framework") not in ("transformers", "diffusers"):
             return (f"the torch backend rewrites the transformers and diffusers engines' modules, not "
                     f"{workload.get('framework')}")
-        return None
+        return _no_image_op(workload)
 
     def rewritable(self) -> frozenset[str]:
         return frozenset({"normalization", "attention", "gemm"})

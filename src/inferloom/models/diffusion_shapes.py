@@ -32,11 +32,16 @@ def eager_rmsnorm_count(model: str) -> int:
 
 
 def diffusion_workload(spec: Any) -> dict[str, Any]:
+    """See :func:`_workload` (cached: the KERNEL phase asks on every tick)."""
+    d = spec.diffusion
+    return dict(_workload(spec.model, d.height, d.width, d.batch_size, d.guidance_scale))
+
+
+@functools.lru_cache(maxsize=32)
+def _workload(model: str, height: int, width: int, batch_size: int, guidance_scale: float) -> dict[str, Any]:
     """The image workload as a kernel backend sees it: the denoiser's batch (doubled under CFG), its tokens
     per image (latent patches + text), heads and head dim, and how many eager RMSNorms it has. The q/k norm's
     rows: ``rms_rows`` = batch x heads x tokens, each ``head_dim`` wide."""
-    d = spec.diffusion
-    model = spec.model
     family = preset_family(model)
     den = build_denoiser(model, "meta")
     c = den.config
@@ -47,7 +52,7 @@ def diffusion_workload(spec: Any) -> dict[str, Any]:
         f = 2 ** (len(build_vae(model, "meta").config.block_out_channels) - 1)
         patch = int(c.patch_size) * (2 if family == "flux" else 1)  # Flux packs 2x2 latents into one token
         txt = int((DIFFUSION_PRESETS.get(model) or {}).get("call", {}).get("max_sequence_length", 256))
-        tokens = (d.height // f // patch) * (d.width // f // patch) + txt + (77 if family == "sd3" else 0)
-    batch = d.batch_size * (2 if uses_cfg_batch(family, d.guidance_scale) else 1)
+        tokens = (height // f // patch) * (width // f // patch) + txt + (77 if family == "sd3" else 0)
+    batch = batch_size * (2 if uses_cfg_batch(family, guidance_scale) else 1)
     return {"family": family, "batch": batch, "tokens": tokens, "heads": heads, "head_dim": head_dim,
             "rmsnorms": eager_rmsnorm_count(model), "rms_rows": min(batch * heads * tokens, MAX_ROWS_CHECKED)}
