@@ -109,3 +109,34 @@ def test_the_engine_applies_the_switch_and_refuses_it_where_it_cannot():
             e.release(h)
     finally:
         e.close()
+
+
+@pytest.mark.slow
+def test_a_session_on_a_qk_norm_pipeline_proposes_the_rmsnorm_kernel_and_gates_it(tmp_path):
+    import subprocess
+    import sys
+
+    from inferloom.session import ledger as L
+
+    d = tmp_path / "session"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("framework: diffusers\nmodel: sd35-tiny\ndevice: cpu\n"
+                    "diffusion: {height: 32, width: 32, steps: 2}\nquality: {eval_prompts: 2, heldout_prompts: 2}\n"
+                    "protocol: {min_pairs: 3, max_pairs: 4}\npinned: {compile_mode: 'off', cpu_threads: 1}\n"
+                    "kernels: {min_share: 0.005}\n")
+    p = subprocess.run([sys.executable, "-m", "inferloom.cli", "optimize", str(spec), "--budget-minutes", "4",
+                        "--max-trials", "2", "--no-kb", "--out", str(d)], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    entries = L.read_entries(d)
+    targets = [e for e in entries if e["kind"] == "kernel_targets"]
+    assert targets and targets[0]["backend"] == "torch"
+    assert any(t["category"] == "normalization" and t["picked"] for t in targets[0]["targets"]), targets[0]
+    claims = [e["candidate"] for e in entries if e["kind"] == "kernel_claim"]
+    assert [c["id"] for c in claims] == ["rmsnorm-torch-fused"]
+    assert claims[0]["config_changes"] == {"rmsnorm_impl": "torch_fused"} and claims[0]["claim_status"] == "unverified"
+    gates = {e["gate"]: e for e in entries if e["kind"] == "kernel_gate"}
+    assert gates["correctness"]["passed"], gates["correctness"]
+    # the microbenchmark decides on this machine: a refusal names its rule, a pass leads to a measured trial
+    mb = gates["microbenchmark"]
+    tried = [e for e in entries if e["kind"] == L.VERDICT and (e.get("changes") or {}).get("rmsnorm_impl")]
+    assert (not mb["passed"] and mb["rule"] == "kernel_not_faster" and not tried) or (mb["passed"] and tried), (mb, tried)
