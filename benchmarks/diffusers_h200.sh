@@ -21,7 +21,8 @@ set -uo pipefail
 MODE=${1:-session}
 OUT=${OUT:-runs/diffusers-h200}; mkdir -p "$OUT"
 if ! python3 -c "import pydantic, optuna, sqlalchemy, diffusers, skimage" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    $(ls .whl/*.whl .whl/py/*.whl .whl/diff/*.whl 2>/dev/null) || exit 1
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false

@@ -54,7 +54,7 @@ EXPECTED = {
     "transformers": {"GreedyLogprobs", "CrossKnobRules"},
     "custom": {"OwnQualityGate", "OwnObjective", "SourceTrees"},
     "vllm": {"ServerLogs", "RejectedFlags", "RecoveryOptions", "ApproximateScores", "ServerReuse", "BatchedProbes"},
-    "diffusers": {"OwnObjective", "ImageOutputs"},
+    "diffusers": {"OwnObjective", "ImageOutputs", "CrossKnobRules"},
 }
 
 

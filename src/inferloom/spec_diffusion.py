@@ -34,7 +34,7 @@ class DiffusionSpec(_Strict):
     steps: int = _n(4, 1, 1000, "denoising steps per image")
     guidance_scale: float = _n(5.0, 0.0, 100.0, "classifier-free guidance scale (above 1: CFG, two branches per step)")
     scheduler: str = Field("default", description="the pipeline family's scheduler: default, or for UNet pipelines "
-                           "ddim, euler, dpm-solver, pndm; for SD3 flow-euler")
+                           "ddim, euler, dpm-solver, pndm; for SD3 and Flux flow-euler")
     batch_size: int = _n(1, 1, 256, "images per pipeline call")
     batches_per_run: int = _n(2, 1, 1000, "pipeline calls per timed run")
     prompts: list[str] = Field(default_factory=lambda: list(DEFAULT_IMAGE_PROMPTS), min_length=1,

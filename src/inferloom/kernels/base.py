@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
+from inferloom.models.diffusion_shapes import diffusion_workload
 from inferloom.models.presets import PRESETS
 
-__all__ = ["KernelCandidate", "KernelBackend", "Target", "model_config", "workload_of"]
+__all__ = ["KernelCandidate", "KernelBackend", "Target", "model_config", "workload_of", "no_image_op"]
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,22 @@ def model_config(model: str) -> dict[str, Any]:
 
 
 def workload_of(spec: Any, device: str, stack: Mapping[str, Any]) -> dict[str, Any]:
-    """What a backend sees of the workload: device, dtype, model, traffic, the current stack."""
+    """What a backend sees of the workload: device, dtype, model, traffic, the current stack; for an image
+    workload also ``diffusion`` (:func:`~inferloom.models.diffusion_shapes.diffusion_workload`)."""
     t = spec.traffic
-    return {"device": device, "dtype": str(stack.get("dtype", spec.dtype)), "model": spec.model,
-            "framework": spec.framework, "batch": t.concurrency, "input_len": t.input_len,
-            "output_len": t.output_len, "stack": dict(stack)}
+    out = {"device": device, "dtype": str(stack.get("dtype", spec.dtype)), "model": spec.model,
+           "framework": spec.framework, "batch": t.concurrency, "input_len": t.input_len,
+           "output_len": t.output_len, "stack": dict(stack)}
+    if getattr(spec, "diffusion", None) is not None:  # an image workload: the denoiser's shapes
+        out["diffusion"] = diffusion_workload(spec)
+    return out
+
+
+def no_image_op(workload: Mapping[str, Any]) -> str | None:
+    """Why a backend has nothing for an image workload (no eager RMSNorm in the denoiser, the one image op the
+    backends replace), else None; None for any other workload. So the KERNEL phase is skipped with this reason
+    and FRAMEWORK keeps no budget for it."""
+    if workload.get("framework") != "diffusers" or (workload.get("diffusion") or {}).get("rmsnorms"):
+        return None
+    return ("the denoiser has no eager RMSNorm (SD3.5's q/k norms), the only image-pipeline op the kernel "
+            "backends replace")

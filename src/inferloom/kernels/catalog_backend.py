@@ -21,7 +21,12 @@ It proposes only catalog entries that the engine can switch on end to end:
   (``tokens`` = batch x input_len, at most 256); claimed x1.2 on the op (a
   guess: the ``[tokens, 2I]`` intermediate and the SiLU and mul kernels go).
 
-The other entries (fused residual + RMSNorm, SiLU·mul alone, fused QKV, fp8
+* ``add_rmsnorm`` without a residual (target ``normalization``;
+  ``rmsnorm_impl=triton``) for an image pipeline (``framework: diffusers``)
+  whose denoiser has eager q/k RMSNorms (``qk_norm: rms_norm``): checked at
+  the workload's rows (batch x heads x tokens, ``head_dim`` wide) and at 64.
+
+The other entries (fused residual + RMSNorm for the transformers engine, SiLU·mul alone, fused QKV, fp8
 linear) have their correctness and microbenchmark in
 ``benchmarks/gpu_kernels.py`` but no engine switch yet; the backend does not
 propose them (``NOT_SWITCHABLE``).
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from inferloom.kernels.base import KernelCandidate, Target, model_config
+from inferloom.kernels.base import KernelCandidate, Target, model_config, no_image_op as _no_image_op
 from inferloom.kernels.catalog import triton_available, workload_shapes
 from inferloom.measure.costs import mean_decode_context
 
@@ -47,8 +52,11 @@ class CatalogBackend:
     name = "catalog"
 
     def unavailable(self, workload: Mapping[str, Any]) -> str | None:
-        if workload.get("framework") != "transformers":
-            return f"the catalog rewrites the transformers engine's modules, not {workload.get('framework')}"
+        if workload.get("framework") not in ("transformers", "diffusers"):
+            return (f"the catalog rewrites the transformers and diffusers engines' modules, not "
+                    f"{workload.get('framework')}")
+        if _no_image_op(workload):
+            return _no_image_op(workload)
         if workload.get("device") != "cuda":
             return "the Triton catalog runs on CUDA (on a CPU only under the Triton interpreter, for tests)"
         if not triton_available():
@@ -56,10 +64,12 @@ class CatalogBackend:
         return None
 
     def rewritable(self) -> frozenset[str]:
-        return frozenset({"attention", "gemm"})
+        return frozenset({"attention", "gemm", "normalization"})
 
     def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
         picked = {t.category for t in targets if t.picked}
+        if workload.get("framework") == "diffusers":
+            return self._image_rmsnorm(workload) if "normalization" in picked else []
         stack = workload.get("stack", {})
         out: list[KernelCandidate] = []
         if ("attention" in picked and stack.get("cache_implementation") == "static"
@@ -103,6 +113,25 @@ class CatalogBackend:
             make_inputs=entry.make_inputs, shapes=(shape, prefill), dtype=dtype, claimed_speedup=1.2,
             config_changes={"mlp_kernel": "triton_gate_up_silu"}, tolerance=dict(entry.tolerance(dtype)),
             notes=entry.notes + "; claim x1.2 (a guess: no [tokens, 2I] intermediate, no SiLU and mul kernels)")]
+
+
+    def _image_rmsnorm(self, workload: Mapping[str, Any]) -> list[KernelCandidate]:
+        """The ``add_rmsnorm`` entry without a residual (a plain RMSNorm) for the denoiser's eager q/k norms."""
+        d = workload.get("diffusion") or {}
+        if not d.get("rmsnorms") or workload.get("stack", {}).get("rmsnorm_impl", "eager") != "eager":
+            return []
+        entry = _entry("add_rmsnorm")
+        dtype = str(workload["dtype"])
+        if entry.unsupported(dtype, str(workload.get("device", "cuda"))):
+            return []
+        shape = {"tokens": int(d["rms_rows"]), "hidden": int(d["head_dim"]), "no_residual": 1}
+        return [KernelCandidate(
+            id="catalog-rmsnorm", target="normalization", op="diffusers RMSNorm.forward (eager q/k norm, 5+ ops)",
+            implementation=entry.implementation, baseline=entry.baseline, reference=entry.reference,
+            make_inputs=entry.make_inputs, shapes=(shape, {**shape, "tokens": min(shape["tokens"], 64)}),
+            dtype=dtype, claimed_speedup=1.5, config_changes={"rmsnorm_impl": "triton"},
+            tolerance=dict(entry.tolerance(dtype)),
+            notes=entry.notes + f"; {d['rmsnorms']} modules of the denoiser; claim x1.5 (a guess: one kernel for 5+)")]
 
 
 def _entry(name: str) -> Any:

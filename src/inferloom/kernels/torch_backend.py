@@ -19,6 +19,11 @@ Entries:
   largest (half precision rounding of the output); claimed x1.3 on the op
   (a guess, recorded as unverified).
 
+* ``rmsnorm-torch-fused`` for an image pipeline (``framework: diffusers``):
+  the denoiser's eager q/k RMSNorms (diffusers' ``RMSNorm``, same numerics),
+  checked at the workload's rows (batch x heads x tokens, ``head_dim`` wide);
+  proposed only when the denoiser has them (``qk_norm: rms_norm``).
+
 * ``torch-gate-up`` (target ``gemm``, proposed while ``mlp_kernel`` is
   ``eager``): the Llama MLP's front half, transformers' two GEMMs (gate,
   up) + SiLU + mul -> one GEMM over the concatenated ``[2I, H]`` weight +
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from inferloom.kernels.base import KernelCandidate, Target, model_config
+from inferloom.kernels.base import KernelCandidate, Target, model_config, no_image_op as _no_image_op
 from inferloom.measure.costs import mean_decode_context
 from inferloom.models.presets import parse_dtype
 from inferloom.workloads.engine_attention import decode_reference, sliced_decode
@@ -187,15 +192,18 @@ class TorchBackend:
     name = "torch"
 
     def unavailable(self, workload: Mapping[str, Any]) -> str | None:
-        if workload.get("framework") != "transformers":
-            return f"the torch backend rewrites the transformers engine's modules, not {workload.get('framework')}"
-        return None
+        if workload.get("framework") not in ("transformers", "diffusers"):
+            return (f"the torch backend rewrites the transformers and diffusers engines' modules, not "
+                    f"{workload.get('framework')}")
+        return _no_image_op(workload)
 
     def rewritable(self) -> frozenset[str]:
         return frozenset({"normalization", "attention", "gemm"})
 
     def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
         picked = {t.category for t in targets if t.picked}
+        if workload.get("framework") == "diffusers":
+            return self._image(picked, workload)
         out: list[KernelCandidate] = []
         if "normalization" in picked and workload.get("stack", {}).get("rmsnorm_impl", "eager") == "eager":
             hidden = model_dims(str(workload["model"]))["hidden"]
@@ -240,3 +248,18 @@ class TorchBackend:
                 tolerance=dict(GATE_UP_TOLERANCE.get(dtype, GATE_UP_TOLERANCE["bfloat16"])),
                 notes="one GEMM over the concatenated [2I, H] weight, then SiLU·mul; claim x1.1 (guess)"))
         return out
+
+    def _image(self, picked: set[str], workload: Mapping[str, Any]) -> list[KernelCandidate]:
+        """An image pipeline: the denoiser's eager q/k RMSNorms (when it has any), at the workload's rows."""
+        d = workload.get("diffusion") or {}
+        if ("normalization" not in picked or not d.get("rmsnorms")
+                or workload.get("stack", {}).get("rmsnorm_impl", "eager") != "eager"):
+            return []
+        shape = {"batch": 1, "seq": int(d["rms_rows"]), "hidden": int(d["head_dim"])}
+        return [KernelCandidate(
+            id="rmsnorm-torch-fused", target="normalization", op="diffusers RMSNorm.forward (eager q/k norm, 5+ ops)",
+            implementation=_fused_into, baseline=rmsnorm_eager, reference=rmsnorm_reference,
+            make_inputs=rmsnorm_inputs, shapes=(shape, {**shape, "seq": min(shape["seq"], 64)}),
+            dtype=str(workload["dtype"]), claimed_speedup=1.3, config_changes={"rmsnorm_impl": "torch_fused"},
+            tolerance={"rel_l2": 1e-2, "max_rel": 2e-2},
+            notes=f"{d['rmsnorms']} modules; F.rms_norm in fp32, cast back, then the weight: diffusers' order")]

@@ -58,6 +58,16 @@ def diffusion_costs(model: str, height: int, width: int, batch: int, cfg: bool, 
     if family == "unet":
         text = torch.empty(b2, 77, c.cross_attention_dim, **meta)
         step_flops = _count(lambda: den(lat, torch.tensor(500, **meta), encoder_hidden_states=text, return_dict=False))
+    elif family == "flux":  # packed 2x2 latent patches; T5's tokens only (CLIP gives the pooled vector)
+        txt = int((DIFFUSION_PRESETS.get(model) or {}).get("call", {}).get("max_sequence_length", 512))
+        seq = (h // 2) * (w // 2)
+        guidance = torch.empty(b2, **meta) if c.guidance_embeds else None
+        step_flops = _count(lambda: den(
+            hidden_states=torch.empty(b2, seq, c.in_channels, **meta),
+            encoder_hidden_states=torch.empty(b2, txt, c.joint_attention_dim, **meta),
+            pooled_projections=torch.empty(b2, c.pooled_projection_dim, **meta), timestep=torch.empty(b2, **meta),
+            img_ids=torch.zeros(seq, 3, **meta), txt_ids=torch.zeros(txt, 3, **meta), guidance=guidance,
+            return_dict=False))
     else:
         extra = int((DIFFUSION_PRESETS.get(model) or {}).get("call", {}).get("max_sequence_length", 256))
         text = torch.empty(b2, 77 + extra, c.joint_attention_dim, **meta)

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 from inferloom.measure.costs import mean_decode_context, step_costs
 from inferloom.measure.diffusion_costs import diffusion_costs, image_roofline
 from inferloom.measure.roofline import roofline
+from inferloom.models.diffusion_presets import preset_family, uses_cfg_batch
 from inferloom.phases.context import SessionContext
 from inferloom.session.state import SessionState
 from inferloom.session.state_models import Trial, TrialRoofline
@@ -37,7 +38,8 @@ def roofline_for(ctx: SessionContext, st: SessionState, tok_per_s: float, cfg: d
         nbytes = kv_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(dtype), 2)
     d = ctx.spec.diffusion
     if d is not None:  # an image workload: per denoising step, objective in images/s
-        costs = diffusion_costs(ctx.spec.model, d.height, d.width, d.batch_size, d.guidance_scale > 1.0, nbytes)
+        cfg_batch = uses_cfg_batch(preset_family(ctx.spec.model), d.guidance_scale)
+        costs = diffusion_costs(ctx.spec.model, d.height, d.width, d.batch_size, cfg_batch, nbytes)
         return image_roofline(ceil.model_dump(), costs, d.steps, tok_per_s)
     costs = step_costs(ctx.spec.model, t.concurrency, mean_decode_context(t.input_len, t.output_len), nbytes,
                        input_len=t.input_len, kv_dtype_bytes=kv_bytes)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferloom.report.fmt import esc
+from inferloom.report.html_image import image_roofline_body, is_image_roofline
 from inferloom.report.html_sections import section_bodies
 
 __all__ = ["SECTIONS", "PAGE_CSS", "render_html"]
@@ -100,6 +101,8 @@ def render_html(b: dict[str, Any], *, manifest: dict[str, Any] | None = None, ti
                f"traffic {t.get('concurrency')} concurrent, {t.get('input_len')} in / {t.get('output_len')} out "
                f"(spec, manifest.json); session {(manifest or {}).get('seeds', {}).get('session_id', '')}")
     body = section_bodies(b)
+    if is_image_roofline(b):  # per denoising step, images/s
+        body["roofline"] = image_roofline_body(b)
     shown = {k: v for k, v in SECTIONS.items() if body[k] is not None}
     nav = "".join(f'<a href="#{k}">{esc(v)}</a>' for k, v in shown.items())
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

@@ -147,9 +147,9 @@ def sweep_chart(points: list[dict[str, Any]], failed: Sequence[dict[str, Any]] =
     return "".join(out)
 
 
-def roofline_chart(ceilings: dict[str, Any], pts: list[dict[str, Any]]) -> str:
+def roofline_chart(ceilings: dict[str, Any], pts: list[dict[str, Any]], title: str | None = None) -> str:
     """Log-log roofline: attainable FLOP/s = min(bandwidth x intensity, matmul
-    rate); ``pts``: {label, ai, achieved, attainable, color, shape, tip}."""
+    rate); ``pts``: {label, ai, achieved, attainable, color, shape, tip}; ``title``: the chart's label."""
     bw = float(ceilings["memory_bandwidth_bytes_per_s"])
     peak = float(ceilings["matmul_flops_per_s"])
     ridge = peak / bw
@@ -170,7 +170,8 @@ def roofline_chart(ceilings: dict[str, Any], pts: list[dict[str, Any]]) -> str:
         v = max(v, 10**y0)
         return T + ph * (1 - (math.log10(v) - y0) / (y1 - y0))
 
-    out = [_svg_open(W, H, "Roofline: attainable FLOP/s against arithmetic intensity, with the stock and final decode steps")]
+    out = [_svg_open(W, H, title or "Roofline: attainable FLOP/s against arithmetic intensity, with the stock and final "
+                     "decode steps")]
     for k in range(x0, x1 + 1):
         out.append(_line(X(10**k), T, X(10**k), T + ph, "grid"))
         out.append(_text(X(10**k), T + ph + 18, _tick_label(10**k) if -3 <= k <= 4 else f"1e{k}", "middle", "tick"))

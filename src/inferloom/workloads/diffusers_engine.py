@@ -39,12 +39,15 @@ from inferloom.models.diffusion_presets import (
     build_pipeline,
     pipeline_info,
     preset_family,
+    uses_cfg_batch,
 )
 from inferloom.models.presets import parse_dtype
 from inferloom.provenance import cpu_model
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import AdapterError, ConfigError, Knob, RunRecord, config_key, resolve_config
+from inferloom.workloads.diffusers_attention import attention_head_dims, cuda_capability
 from inferloom.workloads.diffusers_knobs import apply_knobs, call_state, check_applicable, denoiser_of, diffusers_knobs
+from inferloom.workloads.diffusers_ops import rmsnorm_rule
 from inferloom.workloads.prompts import load_jsonl_texts
 from inferloom.workloads.transformers_generation import error_kind, sync
 
@@ -109,10 +112,31 @@ class DiffusersEngine:
             out.append((b * (length // len(b) + 1))[:length])
         return out
 
+    # ------------------------------------------------------------ knob rules
+    def _check(self, cfg: Mapping[str, Any]) -> None:
+        """The knobs' rules, then a forced SDPA kernel against every attention's head dim (read off the
+        components' configs, nothing built): refused up front, not at the first call."""
+        forced = self.device == "cuda" and cfg["sdpa_backend"] not in ("auto", "math")
+        check_applicable(self.knob_space(), cfg, self.device, self.family,
+                         uses_cfg_batch(self.family, self.d.guidance_scale),
+                         head_dims=attention_head_dims(self.spec.model) if forced else None,
+                         capability=cuda_capability() if forced else None)
+        why = rmsnorm_rule(cfg, self.spec.model, self.device)
+        if why:
+            raise AdapterError(f"knob 'rmsnorm_impl': {why}", kind="unsupported")
+
+    def config_refusal(self, config: Mapping[str, Any]) -> str | None:
+        """Why ``prepare`` would refuse ``config`` by the knobs' rules, else None (CrossKnobRules)."""
+        try:
+            self._check({**{k.name: k.default for k in self.knob_space()}, **config})
+        except AdapterError as exc:
+            return str(exc)
+        return None
+
     # ---------------------------------------------------------------- prepare
     def prepare(self, config: Mapping[str, Any]) -> DiffusersHandle:
         cfg = resolve_config(self.knob_space(), config, self.spec.pinned)
-        check_applicable(self.knob_space(), cfg, self.device, self.family, self.d.guidance_scale > 1.0)
+        self._check(cfg)
         t0 = time.perf_counter()
         dtype = parse_dtype(cfg["dtype"])
         try:
@@ -135,9 +159,14 @@ class DiffusersEngine:
         den = denoiser_of(pipe)
         ch = int(den.config.in_channels)
         f = int(pipe.vae_scale_factor)
-        lat = [torch.randn((ch, self.d.height // f, self.d.width // f), generator=torch.Generator("cpu").manual_seed(s),
-                           dtype=torch.float32) for s in seeds]
-        return torch.stack(lat).to(device=self.device, dtype=h.dtype)
+        hh, ww = self.d.height // f, self.d.width // f
+        if self.family == "flux":  # noise of the VAE's latent channels, packed into 2x2 patches (FluxPipeline's)
+            ch, hh, ww = ch // 4, 2 * (self.d.height // (2 * f)), 2 * (self.d.width // (2 * f))
+        lat = torch.stack([torch.randn((ch, hh, ww), generator=torch.Generator("cpu").manual_seed(s),
+                                       dtype=torch.float32) for s in seeds])
+        if self.family == "flux":
+            lat = pipe._pack_latents(lat, len(seeds), ch, hh, ww)
+        return lat.to(device=self.device, dtype=h.dtype)
 
     def _call(self, h: DiffusersHandle, items: list[list[int]], output_type: str = "np", callback: Any = None) -> Any:
         d = self.d

@@ -4,7 +4,7 @@ knob is applied to a built pipeline.
 :func:`diffusers_knobs` is the table (``dtype``, ``sdpa_backend``,
 ``attn_processor``, ``compile_mode``, ``channels_last``, ``fuse_qkv``,
 ``vae_slicing``, ``vae_tiling``, ``cfg_mode``, ``tf32_matmul``,
-``cpu_threads``); :func:`check_applicable` refuses a configuration that cannot
+``cpu_threads``; the KERNEL phase's ``rmsnorm_impl``); :func:`check_applicable` refuses a configuration that cannot
 work on the device or the pipeline family with ``AdapterError(kind=
 'unsupported')`` naming the knob; :func:`apply_knobs` changes a pipeline in
 place and returns notes of what it did; :func:`call_state` is the per-call
@@ -25,6 +25,8 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from inferloom.workloads.base import AdapterError, Knob
+from inferloom.workloads.diffusers_attention import attention_refusal
+from inferloom.workloads.diffusers_ops import RMSNORM_IMPLS, apply_rmsnorm_impl
 
 __all__ = ["diffusers_knobs", "check_applicable", "apply_knobs", "call_state", "denoiser_of"]
 
@@ -66,13 +68,21 @@ def diffusers_knobs(dtype: str, family: str, startup_threads: int) -> list[Knob]
              "of half the batch per step)", choices=("batched", "split"), changes_numerics=True),
         Knob("tf32_matmul", "bool", False, "allow TF32 tensor cores for float32 matmuls and convolutions",
              applies_to=_CUDA, changes_numerics=True),
+        Knob("rmsnorm_impl", "choice", "eager",
+             "the denoiser's eager RMSNorms (q/k norms; KERNEL phase): eager, torch_fused (F.rms_norm) or triton "
+             "(the catalog kernel, CUDA); see workloads/diffusers_ops.py", choices=RMSNORM_IMPLS,
+             changes_numerics=True, phase="KERNEL"),
         Knob("cpu_threads", "int", startup_threads, "torch intra-op threads during a run (torch.set_num_threads)",
              low=1, high=max(ncpu, startup_threads), applies_to=_CPU),
     ]
 
 
-def check_applicable(knobs: list[Knob], cfg: Mapping[str, Any], device: str, family: str, cfg_active: bool) -> None:
-    """Refuse (``AdapterError(kind='unsupported')``) what cannot run here."""
+def check_applicable(knobs: list[Knob], cfg: Mapping[str, Any], device: str, family: str, cfg_active: bool,
+                     head_dims: Mapping[str, list[int]] | None = None,
+                     capability: tuple[int, int] | None = None) -> None:
+    """Refuse (``AdapterError(kind='unsupported')``) what cannot run here. ``head_dims``: the pipeline's
+    attention head dims per component (:func:`~inferloom.workloads.diffusers_attention.attention_head_dims`),
+    checked against a forced SDPA kernel's limits on ``capability`` (the CUDA device's)."""
     for knob in knobs:
         if device not in knob.applies_to and cfg[knob.name] != knob.default:
             raise AdapterError(f"knob '{knob.name}': applies only to {', '.join(sorted(knob.applies_to))}, "
@@ -94,6 +104,10 @@ def check_applicable(knobs: list[Knob], cfg: Mapping[str, Any], device: str, fam
         refuse("cfg_mode", "guidance_scale <= 1: no classifier-free guidance batch to split")
     if cfg["tf32_matmul"] and cfg["dtype"] != "float32":
         refuse("tf32_matmul", f"only affects float32 matmuls, dtype is {cfg['dtype']}")
+    if head_dims is not None:
+        why = attention_refusal(cfg["sdpa_backend"], device, cfg["dtype"], head_dims, capability)
+        if why:
+            refuse("sdpa_backend", f"{cfg['sdpa_backend']}: {why}")
 
 
 def denoiser_of(pipe: Any) -> Any:
@@ -146,6 +160,8 @@ def apply_knobs(pipe: Any, cfg: Mapping[str, Any], family: str) -> dict[str, Any
     if cfg["cfg_mode"] == "split":
         den.forward = _split_forward(den.forward)
         notes["cfg_mode"] = "the denoiser is called once per CFG branch"
+    if cfg["rmsnorm_impl"] != "eager":
+        notes["rmsnorm_impl"] = apply_rmsnorm_impl(den, cfg["rmsnorm_impl"])
     if cfg["compile_mode"] != "off":
         den.compile(mode=cfg["compile_mode"], fullgraph=False, dynamic=False)
         notes["compile"] = f"denoiser.compile(mode={cfg['compile_mode']}, dynamic=False)"

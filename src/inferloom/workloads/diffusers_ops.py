@@ -1,0 +1,60 @@
+"""The diffusers engine's KERNEL-phase switch and what a kernel backend sees of an image workload.
+
+``rmsnorm_impl`` replaces the ``forward`` of every eager RMSNorm of the
+denoiser (diffusers' ``RMSNorm`` with a weight and no bias: the DiT's q/k
+norms, ``qk_norm: rms_norm`` as in SD3.5; upcast, pow, mean, rsqrt, mul,
+cast, weight: five or more kernels) on the instance:
+
+* ``eager``: untouched.
+* ``torch_fused``: :func:`torch.nn.functional.rms_norm` in float32, cast
+  back, then the weight (diffusers' order; one fused kernel where torch has it).
+* ``triton``: the catalog's RMSNorm kernel (``kernels/catalog/rmsnorm.py``,
+  entry ``add_rmsnorm`` without a residual), CUDA only.
+
+``torch.nn.RMSNorm`` (Flux's q/k norms) is left alone: it already calls the
+fused op. :func:`~inferloom.models.diffusion_shapes.eager_rmsnorm_count`
+counts the replaceable modules from the denoiser's config on the ``meta``
+device, so the knob's rule (:func:`rmsnorm_rule`) is known before anything is
+built.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from inferloom.models.diffusion_shapes import eager_rmsnorm_count, eager_rmsnorms
+from inferloom.workloads.engine_kernels import fused_rmsnorm
+
+__all__ = ["apply_rmsnorm_impl", "rmsnorm_rule", "RMSNORM_IMPLS"]
+
+RMSNORM_IMPLS = ("eager", "torch_fused", "triton")
+
+
+def apply_rmsnorm_impl(denoiser: Any, impl: str) -> str:
+    """Replace the eager RMSNorms' ``forward`` by ``impl``; returns a note (raises ValueError without any)."""
+    mods = eager_rmsnorms(denoiser)
+    if not mods:
+        raise ValueError(f"rmsnorm_impl={impl}: the denoiser has no eager RMSNorm to replace")
+    for m in mods:
+        if impl == "torch_fused":
+            m.forward = (lambda mod: (lambda hidden_states: fused_rmsnorm(hidden_states, mod.weight, mod.eps)))(m)
+        elif impl == "triton":
+            from inferloom.kernels.catalog.rmsnorm import fused_add_rmsnorm
+
+            m.forward = (lambda mod: (lambda hidden_states: fused_add_rmsnorm(
+                hidden_states.contiguous(), None, mod.weight, mod.eps)[0]))(m)
+        else:
+            raise ValueError(f"rmsnorm_impl={impl!r}: unknown implementation; expected one of {RMSNORM_IMPLS}")
+    return f"{impl}: {len(mods)} RMSNorm modules of the denoiser"
+
+
+def rmsnorm_rule(cfg: Mapping[str, Any], model: str, device: str) -> str | None:
+    """Why ``rmsnorm_impl`` cannot apply, else None."""
+    impl = cfg.get("rmsnorm_impl", "eager")
+    if impl == "eager":
+        return None
+    if impl == "triton" and device != "cuda":
+        return f"triton is the catalog's CUDA kernel; device is {device}"
+    if eager_rmsnorm_count(model) == 0:
+        return f"{impl}: the denoiser has no eager RMSNorm to replace (no q/k RMSNorm in its config)"
+    return None
