@@ -188,6 +188,48 @@ def test_export_writes_a_reviewable_series(session, tmp_path):
     assert main(["export", str(session["dir"]), "--out", str(out)]) == 2  # never overwrites
 
 
+def test_verify_remeasure_applies_the_exported_series_to_a_fresh_clone(session, capsys):
+    """`verify --remeasure` on a custom workload: the series `git am`-ed on a fresh clone of the checkout at
+    stock rebuilds the session's final commit exactly; measured against stock it reproduces the gain."""
+    from inferloom.cli import main
+
+    repo = session["repo"]
+    refs, status = _refs(repo), git("status", "--porcelain", "--untracked-files=all", cwd=repo)
+    rc = main(["verify", str(session["dir"]), "--remeasure", "--max-pairs", "6", "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    src = session["st"].extra.source
+    line = next(x for x in out.splitlines() if x.startswith("remeasure source:"))
+    assert "git am of 1 exported patch(es)" in line and f"rebuilt the session's final commit {src.stack[:12]} exactly" in line
+    assert "overlaps" in out and "PASS" in out
+    assert _refs(repo) == refs and git("status", "--porcelain", "--untracked-files=all", cwd=repo) == status
+
+
+def test_remeasure_rebuild_from_ledger_texts_and_what_it_refuses(session, tmp_path):
+    """Without the session's workspace the export holds the ledger's patch texts: `git apply` + the session's
+    commit identity rebuild the same commit; a changed patch gives another tree (a failure, nothing measured);
+    a checkout without the stock commit is refused with what to do."""
+    from custom_helpers import git_repo
+    from inferloom.evidence.custom_remeasure import rebuild_trees
+    from inferloom.evidence.remeasure import RemeasureError
+
+    d = tmp_path / "s"
+    shutil.copytree(session["dir"], d, ignore=shutil.ignore_patterns("workspace", "export"))
+    st, spec = load_state(d), session["spec"]
+    t = rebuild_trees(d, spec, st, tmp_path / "t1", RemeasureError, lambda _m: None)
+    assert t["applied_with"] == "git apply" and t["identical_commit"] and t["final_commit"] == st.extra.source.stack
+    ledger = d / "ledger.jsonl"
+    text = ledger.read_text()
+    assert text.count("return np.sqrt(d2)") == 1
+    ledger.write_text(text.replace("return np.sqrt(d2)", "return np.sqrt(d2) * 1.0"))
+    t = rebuild_trees(d, spec, st, tmp_path / "t2", RemeasureError, lambda _m: None)
+    assert t["same_tree"] is False and "differs from the session's final tree" in t["why"]
+    other = git_repo(tmp_path / "other", {"bench.py": "print(1)\n"})
+    moved = spec.model_copy(update={"custom": spec.custom.model_copy(update={"repo": str(other)})})
+    with pytest.raises(RemeasureError, match=f"stock commit {st.extra.source.stock[:12]} .* is not in {other}"):
+        rebuild_trees(d, moved, st, tmp_path / "t3", RemeasureError, lambda _m: None)
+
+
 def test_workspace_is_rebuilt_from_state_and_ledger(session):
     """Resume must not depend on the workspace: state.json + ledger rebuild the same commits."""
     from inferloom.phases.context import Agents, SessionOptions
