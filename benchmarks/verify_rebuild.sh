@@ -18,16 +18,18 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 "$PY" -m inferloom.cli verify "$OUT/session" --rebuild --venv "$OUT/venv" --max-pairs 6 | tee "$OUT/first.txt"
 t1=$(date +%s)
+cp "$OUT/venv/inferloom-rebuild.json" "$OUT/first.json"
 "$PY" -m inferloom.cli verify "$OUT/session" --rebuild --venv "$OUT/venv" --max-pairs 6 --quiet > "$OUT/second.txt"
 t2=$(date +%s)
 "$PY" - "$OUT" "$((t1 - t0))" "$((t2 - t1))" <<'PYEOF' | tee "$OUT/timings.txt"
 import json, sys
 out, first, second = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-r = json.load(open(f"{out}/venv/inferloom-rebuild.json"))
+r = json.load(open(f"{out}/first.json"))
 s = r["seconds"]
-print(f"first verify --rebuild: {first} s (virtualenv {s['venv']:.0f} s, pins {s['pins']:.0f} s, inferloom {s['inferloom']:.0f} s "
-      "in the second run's record; see first.txt)")
-print(f"second (virtualenv reused): {second} s; record: pins {s['pins']:.0f} s, total {s['total']:.0f} s")
+s2 = json.load(open(f"{out}/venv/inferloom-rebuild.json"))["seconds"]
+print(f"first verify --rebuild: {first} s: virtualenv {s['venv']:.0f} s, pins {s['pins']:.0f} s, inferloom "
+      f"{s['inferloom']:.0f} s, rebuild total {s['total']:.0f} s, then the re-measure {r['remeasure']['seconds']:.0f} s")
+print(f"second (virtualenv reused): {second} s: pins {s2['pins']:.0f} s, rebuild total {s2['total']:.0f} s")
 print(f"pins {r['pins']}, installed {r['installed']}, matched {len(r['matched'])}, by version only {len(r['matched_version_only'])}, "
       f"other files {len(r['same_version_other_files'])}, differed {len(r['differed'])} {r['differed']}, "
       f"missing {len(r['missing'])}, extra {r['extra']}")
