@@ -189,14 +189,18 @@ def test_export_writes_a_reviewable_series(session, tmp_path):
     assert main(["export", str(session["dir"]), "--out", str(out)]) == 2  # never overwrites
 
 
-def test_verify_remeasure_applies_the_exported_series_to_a_fresh_clone(session, capsys):
-    """`verify --remeasure` on a custom workload: the series `git am`-ed on a fresh clone of the checkout at
-    stock rebuilds the session's final commit exactly; measured against stock it reproduces the gain."""
+def test_verify_remeasure_applies_the_exported_series_to_a_fresh_clone(session, capsys, tmp_path):
+    """`verify EXPORT.tar.gz --remeasure` on a custom workload: the archive's series `git am`-ed on a fresh clone
+    of the checkout at stock rebuilds the session's final commit exactly; measured against stock it reproduces
+    the gain."""
     from inferloom.cli import main
 
     repo = session["repo"]
+    archive = tmp_path / "s.tar.gz"
+    assert main(["export", str(session["dir"]), "--out", str(archive)]) == 0
+    capsys.readouterr()
     refs, status = _refs(repo), git("status", "--porcelain", "--untracked-files=all", cwd=repo)
-    rc = main(["verify", str(session["dir"]), "--remeasure", "--max-pairs", "6", "--quiet"])
+    rc = main(["verify", str(archive), "--remeasure", "--max-pairs", "6", "--quiet"])
     out = capsys.readouterr().out
     assert rc == 0, out
     src = session["st"].extra.source

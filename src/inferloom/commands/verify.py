@@ -9,6 +9,7 @@ directory that can't be read: one line, exit 2."""
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from inferloom.commands.common import UsageError, progress_printer
 from inferloom.evidence.rebuild import rebuild, record_remeasure, summary_lines
 from inferloom.evidence.remeasure import final_stack, remeasure
 from inferloom.verify import verify_path
+from inferloom.verify.sums import unpack
 
 __all__ = ["run"]
 
@@ -45,15 +47,22 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
         + (f"{bad} mismatch(es)" if bad else "all consistent"), highlight=False, markup=False)
     if not (args.remeasure or args.rebuild):
         return 1 if bad else 0
+    if Path(args.dir).is_file():  # an export archive: re-measured from its unpacked copy
+        with tempfile.TemporaryDirectory(prefix="inferloom-remeasure-archive-") as tmp:
+            return _remeasure(args, unpack(Path(args.dir), tmp), bad, out, err)
+    return _remeasure(args, Path(args.dir), bad, out, err)
+
+
+def _remeasure(args: argparse.Namespace, d: Path, bad: int, out: Any, err: Any) -> int:
     progress = progress_printer(args, err)
     rec = None
     if args.rebuild:
-        final_stack(Path(args.dir).absolute())  # nothing to re-measure: said before a virtualenv is built
-        rec = rebuild(args.dir, venv=args.venv, python=args.python, find_links=args.find_links,
+        final_stack(d.absolute())  # nothing to re-measure: said before a virtualenv is built
+        rec = rebuild(d, venv=args.venv, python=args.python, find_links=args.find_links,
                       no_index=args.no_index, source=args.inferloom_source, progress=progress)
         for line in summary_lines(rec):
             out(line, highlight=False, markup=False, soft_wrap=True)
-    r = remeasure(args.dir, max_pairs=args.max_pairs, progress=progress,
+    r = remeasure(d, max_pairs=args.max_pairs, progress=progress,
                   python=rec["venv_python"] if rec else None)
     if rec is not None:
         record_remeasure(rec, r)

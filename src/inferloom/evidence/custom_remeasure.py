@@ -8,7 +8,7 @@ user's checkout, then the final stack measured paired against stock.
 2. two worktrees at the recorded stock commit (``state.json``: ``extra.source.stock``): ``stock`` and
    ``final``;
 3. the session's patch series, exported again (:func:`inferloom.patches.export.export_session`, the same
-   files ``inferloom export`` writes), applied in ``final`` in order: ``git am`` for a ``git format-patch``
+   files ``inferloom export`` writes; an unpacked export archive's own ``export/patches``), applied in ``final`` in order: ``git am`` for a ``git format-patch``
    file (what the export's README tells a reviewer to run), ``git apply --index`` then a commit for a bare
    diff (an export made after the session's workspace was deleted: the patch texts from the ledger). The
    commits get the session's fixed identity and date (as the session's own commits did:
@@ -25,12 +25,15 @@ verified before every run (:mod:`inferloom.workloads.protected`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Callable
 
+from inferloom.bench import overall_verdict, run_seed_base
 from inferloom.patches.export import export_session
+from inferloom.phases.compare import References, compare
 from inferloom.workloads.base import AdapterError
-from inferloom.workloads.custom import TREE_KEY, git
+from inferloom.workloads.custom import TREE_KEY, CustomAdapter, git
 
 __all__ = ["rebuild_trees", "measure"]
 
@@ -46,6 +49,21 @@ def _env(date: int) -> dict[str, str]:
 
 def _has(sha: str, cwd: Path) -> bool:
     return git("cat-file", "-e", f"{sha}^{{commit}}", cwd=cwd, check=False).returncode == 0
+
+
+def _series(d: Path, out: Path) -> list[Path]:
+    """The patch series: an unpacked ``inferloom export`` archive's own ``export/patches`` (what its SHA256SUMS
+    covered) when the session's workspace is not there; else exported again from the session."""
+    listed = d / "export" / "final_config.json"
+    if not (d / "workspace" / "repo.git").is_dir() and listed.is_file():
+        try:
+            names = (json.loads(listed.read_text()).get("source") or {}).get("series") or []
+        except (OSError, ValueError, AttributeError):
+            names = []
+        files = [d / "export" / n for n in names]
+        if names and all(f.is_file() for f in files):
+            return files
+    return [out / s for s in export_session(d, out)["series"]]
 
 
 def rebuild_trees(d: Path, spec: Any, st: Any, root: Path, error: type[Exception],
@@ -71,8 +89,7 @@ def rebuild_trees(d: Path, spec: Any, st: Any, root: Path, error: type[Exception
                         "run verify --remeasure again")
         for name in ("stock", "final"):
             git("worktree", "add", "--quiet", "--detach", str(root / name), src.stock, cwd=clone)
-        series_dir = root / "export"
-        files = [series_dir / s for s in export_session(d, series_dir)["series"]]
+        files = _series(d, root / "export")
         final, env, how = root / "final", _env(src.date), set()
         if len(files) != len(src.kept):
             raise error(f"{d}: the exported series has {len(files)} patch(es) but the session kept {len(src.kept)} "
@@ -118,10 +135,6 @@ def rebuild_trees(d: Path, spec: Any, st: Any, root: Path, error: type[Exception
 def measure(spec: Any, st: Any, trees: dict[str, Any], root: Path, settings: Any,
             progress: Callable[[str], None]) -> dict[str, Any]:
     """Stock's tree against the final tree, paired, with the workload's own quality gate on every final run."""
-    from inferloom.bench import overall_verdict, run_seed_base  # noqa: PLC0415 - heavy; the child only
-    from inferloom.phases.compare import References, compare  # noqa: PLC0415
-    from inferloom.workloads.custom import CustomAdapter  # noqa: PLC0415
-
     adapter = CustomAdapter(spec)
     try:
         adapter.protected = st.extra.source.protected  # stock's checksums, verified before every run

@@ -29,8 +29,10 @@ from typing import Any, Callable
 
 from inferloom.bench import run_bench
 from inferloom.errors import InferloomError
+from inferloom.evidence import custom_remeasure as CR
 from inferloom.evidence.rebuild import venv_env
 from inferloom.inputs import load_json
+from inferloom.measure.protocol import ProtocolSettings
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
 from inferloom.session.manifest import manifest_spec, read_manifest
@@ -63,9 +65,6 @@ def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
 
 
 def _custom_child(d: Path, spec: Any) -> dict[str, Any]:
-    from inferloom.evidence import custom_remeasure as CR  # noqa: PLC0415
-    from inferloom.measure.protocol import ProtocolSettings  # noqa: PLC0415
-
     st = load_state(d)
 
     def say(m: str) -> None:
@@ -109,8 +108,9 @@ def remeasure(directory: str | Path, *, max_pairs: int | None = None, timeout_s:
     d = Path(directory).absolute()
     spec, changes, final = final_stack(d)
     progress(f"re-measuring the final stack {changes} against stock in a fresh process "
-             + (f"of {python} " if python else "") +
-             f"({spec.model}, {spec.resolved_device()}); the session's CLOSE said x{final['ratio']:.3f} "
+             + (f"of {python} " if python else "")
+             + (f"(custom workload {spec.custom.repo}" if spec.custom is not None else f"({spec.model}")
+             + f", {spec.resolved_device()}); the session's CLOSE said x{final['ratio']:.3f} "
              f"[{final['ci_low']:.3f}, {final['ci_high']:.3f}] (ledger #{final['ledger_seq']})")
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="inferloom-remeasure-") as tmp:
