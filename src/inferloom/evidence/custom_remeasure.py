@@ -8,8 +8,9 @@ user's checkout, then the final stack measured paired against stock.
 2. two worktrees at the recorded stock commit (``state.json``: ``extra.source.stock``): ``stock`` and
    ``final``;
 3. the session's patch series, exported again (:func:`inferloom.patches.export.export_session`, the same
-   files ``inferloom export`` writes; an unpacked export archive's own ``export/patches``), applied in ``final`` in order: ``git am`` for a ``git format-patch``
-   file (what the export's README tells a reviewer to run), ``git apply --index`` then a commit for a bare
+   files ``inferloom export`` writes; an unpacked export archive's own ``export/patches``), applied in
+   ``final`` in order: ``git am`` for a ``git format-patch`` file (what the export's README tells a reviewer
+   to run), ``git apply --index`` then a commit for a bare
    diff (an export made after the session's workspace was deleted: the patch texts from the ledger). The
    commits get the session's fixed identity and date (as the session's own commits did:
    :mod:`inferloom.patches.worktree`), so a faithful series rebuilds **the same commit id** as the

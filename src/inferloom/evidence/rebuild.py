@@ -10,8 +10,8 @@
 2. **the pinned packages**: one ``pip install --no-deps NAME==VERSION ...`` of every package in the pin
    ledger except inferloom itself and pip (the virtualenv's own installer: compared, not installed). Where
    from: pip's configured index and find-links, plus each ``--find-links DIR``; ``--no-index`` (offline):
-   only the ``--find-links`` directories. A pin pip can't satisfy is an error naming the package, its
-   pinned version, where it came from and what to do;
+   no index, only the ``--find-links`` directories (and those pip's own configuration names). A pin pip
+   can't satisfy is an error naming the package, its pinned version, where it came from and what to do;
 3. **inferloom itself**, from the session's recorded source: the commit in ``manifest.json``
    (``inferloom.git_revision``) exported from the running inferloom's git checkout (``git archive``) when
    the checkout has it and the session's tree was clean; else the current checkout, saying why (a
@@ -19,8 +19,8 @@
 4. **the comparison**: the virtualenv's packages (:func:`inferloom.pins.packages`, run by its own
    python) against the pins: ``matched`` (same version and the same installed files: the hashes of pip's
    ``RECORD`` less its bookkeeping alike, :func:`inferloom.pins.files_sha256`), ``matched_version_only`` (a
-   ledger from before that hash), ``same_version_other_files``, ``differed`` (another version), ``missing``, ``extra``
-   (not in the pins), and the python version.
+   ledger from before that hash), ``same_version_other_files``, ``differed`` (another version),
+   ``missing``, ``extra`` (not in the pins), and the python version.
 
 The record (:func:`rebuild`'s return value) is also written to ``DIR/inferloom-rebuild.json``.
 ``only`` (library use: a test or a benchmark on a subset) installs only the pins with those names; the
@@ -297,8 +297,9 @@ def rebuild(directory: str | Path, *, venv: str | Path | None = None, python: st
         src = inferloom_source(manifest, Path(tmp), source)
         progress(f"installing inferloom from the {src['kind']} {src['commit'][:12]} ({src['why']})")
         t1 = time.perf_counter()
-        flags = ["--no-build-isolation"] if (vdir / "bin" / "python").is_file() and subprocess.run(
-            [str(vpy), "-c", "import setuptools"], capture_output=True, env=venv_env()).returncode == 0 else []
+        has_setuptools = subprocess.run([str(vpy), "-c", "import setuptools"], capture_output=True,
+                                        env=venv_env()).returncode == 0
+        flags = ["--no-build-isolation"] if has_setuptools else []
         rc, tail = _pip(vpy, [*_sources(links, no_index), "--no-deps", "--force-reinstall", *flags, src["path"]],
                         progress)
         if rc != 0:
