@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -186,6 +187,128 @@ def test_export_writes_a_reviewable_series(session, tmp_path):
     git("am", "--quiet", *sorted(str(p) for p in (out / "patches").glob("*.patch")), cwd=clone)
     assert git("rev-parse", "HEAD^{tree}", cwd=clone) == git("rev-parse", f"{src.stack}^{{tree}}", cwd=clone)
     assert main(["export", str(session["dir"]), "--out", str(out)]) == 2  # never overwrites
+
+
+def test_verify_remeasure_applies_the_exported_series_to_a_fresh_clone(session, capsys, tmp_path):
+    """`verify EXPORT.tar.gz --remeasure` on a custom workload: the archive's series `git am`-ed on a fresh clone
+    of the checkout at stock rebuilds the session's final commit exactly; measured against stock it reproduces
+    the gain."""
+    from inferloom.cli import main
+
+    repo = session["repo"]
+    archive = tmp_path / "s.tar.gz"
+    assert main(["export", str(session["dir"]), "--out", str(archive)]) == 0
+    capsys.readouterr()
+    refs, status = _refs(repo), git("status", "--porcelain", "--untracked-files=all", cwd=repo)
+    rc = main(["verify", str(archive), "--remeasure", "--max-pairs", "6", "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    src = session["st"].extra.source
+    line = next(x for x in out.splitlines() if x.startswith("remeasure source:"))
+    assert "git am of 1 exported patch(es)" in line and f"rebuilt the session's final commit {src.stack[:12]} exactly" in line
+    assert "overlaps" in out and "PASS" in out
+    assert _refs(repo) == refs and git("status", "--porcelain", "--untracked-files=all", cwd=repo) == status
+
+
+def test_remeasure_rebuild_from_ledger_texts_and_what_it_refuses(session, tmp_path):
+    """Without the session's workspace the export holds the ledger's patch texts: `git apply` + the session's
+    commit identity rebuild the same commit; a changed patch gives another tree (a failure, nothing measured);
+    a checkout without the stock commit is refused with what to do."""
+    from custom_helpers import git_repo
+    from inferloom.evidence.custom_remeasure import rebuild_trees
+    from inferloom.evidence.remeasure import RemeasureError
+
+    d = tmp_path / "s"
+    shutil.copytree(session["dir"], d, ignore=shutil.ignore_patterns("workspace", "export"))
+    st, spec = load_state(d), session["spec"]
+    t = rebuild_trees(d, spec, st, tmp_path / "t1", RemeasureError, lambda _m: None)
+    assert t["applied_with"] == "git apply" and t["identical_commit"] and t["final_commit"] == st.extra.source.stack
+    ledger = d / "ledger.jsonl"
+    text = ledger.read_text()
+    assert text.count("return np.sqrt(d2)") == 1
+    ledger.write_text(text.replace("return np.sqrt(d2)", "return np.sqrt(d2) * 1.0"))
+    t = rebuild_trees(d, spec, st, tmp_path / "t2", RemeasureError, lambda _m: None)
+    assert t["same_tree"] is False and "differs from the session's final tree" in t["why"]
+    other = git_repo(tmp_path / "other", {"bench.py": "print(1)\n"})
+    moved = spec.model_copy(update={"custom": spec.custom.model_copy(update={"repo": str(other)})})
+    with pytest.raises(RemeasureError, match=f"stock commit {st.extra.source.stock[:12]} .* is not in {other}"):
+        rebuild_trees(d, moved, st, tmp_path / "t3", RemeasureError, lambda _m: None)
+
+
+# What the custom re-measure's process imports (and setuptools, to build inferloom): the rebuilt virtualenv of
+# the test below holds only these pins (torch and the rest are minutes more: benchmarks/verify_rebuild.sh runs
+# the whole ledger); the re-measure running there fails if inferloom needs more.
+REMEASURE_PINS = ["numpy", "scipy", "pydantic", "pydantic-core", "annotated-types", "typing-extensions",
+                  "typing-inspection", "pyyaml", "setuptools"]
+
+
+def _norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_rebuild_a_virtualenv_from_the_pins_then_remeasure_with_its_python(session, tmp_path):
+    from inferloom.evidence.rebuild import REBUILD_RECORD, rebuild
+    from inferloom.evidence.remeasure import remeasure
+
+    venv, lines = tmp_path / "venv", []
+    rec = rebuild(session["dir"], venv=venv, only=REMEASURE_PINS, progress=lines.append)
+    assert rec["venv_python"] == str(venv / "bin" / "python") and rec["python"]["matched"]
+    pinned = {_norm(p["name"]) for p in json.loads((session["dir"] / "manifest.json").read_text())["pins"]["packages"]}
+    want = {n for n in REMEASURE_PINS if n in pinned}
+    assert want >= {"numpy", "pydantic", "pydantic-core", "scipy", "pyyaml"}
+    assert want <= {_norm(m.split("==")[0]) for m in rec["matched"]}  # version and installed files alike
+    assert not rec["missing"] and not rec["same_version_other_files"]
+    assert {_norm(p["name"]) for p in rec["differed"]} <= {"pip"}  # pip: the virtualenv's own, compared only
+    assert "torch" in {_norm(n) for n in rec["not_installed"]} and rec["extra"] == []
+    assert rec["inferloom_source"]["kind"] in ("pinned commit", "current checkout") and rec["inferloom_source"]["why"]
+    assert json.loads((venv / REBUILD_RECORD).read_text())["matched"] == rec["matched"]
+    assert any(m.startswith(f"installing {len(want)} pinned package(s) with pip --no-deps") for m in lines)
+    assert any(m.startswith("pip: Successfully installed") for m in lines)
+    r = remeasure(session["dir"], python=rec["venv_python"], max_pairs=6)
+    assert r["passed"], r["why"]
+    assert r["child"]["prefix"] == str(venv) and r["child"]["inferloom"].startswith(str(venv / "lib"))
+    assert r["source"]["identical_commit"] is True
+
+
+def test_rebuild_refusals_name_the_pin_and_what_to_do(session, tmp_path, capsys):
+    from inferloom.cli import main
+
+    d = tmp_path / "s"
+    shutil.copytree(session["dir"], d, ignore=shutil.ignore_patterns("workspace", "export"))
+    rc = main(["verify", str(d), "--venv", str(tmp_path / "v0")])
+    assert rc == 2 and "--venv: only with --rebuild" in capsys.readouterr().err
+    path = d / "manifest.json"
+    m = json.loads(path.read_text())
+    first = m["pins"]["packages"][0]
+    first["version"] = "0.0.0.1"  # a pin no index here has
+    path.write_text(json.dumps(m))
+    rc = main(["verify", str(d), "--rebuild", "--venv", str(tmp_path / "v1"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"pin {first['name']}==0.0.0.1 can't be installed" in err and "--find-links DIR" in err
+    assert err.count("\n") == 1
+    m["pins"]["python"]["version"] = "3.9.1"
+    path.write_text(json.dumps(m))
+    rc = main(["verify", str(d), "--rebuild", "--venv", str(tmp_path / "v2"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "the session ran on Python 3.9.1" in err and "pass --python with a Python 3.9 interpreter" in err
+    assert not (tmp_path / "v2").exists()
+
+
+def test_inferloom_is_installed_from_the_pinned_commit_when_the_checkout_has_it(tmp_path):
+    from inferloom.evidence import rebuild as R
+
+    root = R._source_root()
+    if root is None:
+        pytest.skip("inferloom is not imported from a git checkout here")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    src = R.inferloom_source({"inferloom": {"git_revision": head}}, tmp_path / "a")
+    assert src["kind"] == "pinned commit" and src["commit"] == head
+    assert (Path(src["path"]) / "pyproject.toml").is_file() and (Path(src["path"]) / "src" / "inferloom" / "cli.py").is_file()
+    dirty = R.inferloom_source({"inferloom": {"git_revision": head + "-dirty"}}, tmp_path / "b")
+    assert dirty["kind"] == "current checkout" and "uncommitted changes can't be rebuilt" in dirty["why"]
+    assert not (Path(dirty["path"]) / ".venv").exists() and (Path(dirty["path"]) / "pyproject.toml").is_file()
+    gone = R.inferloom_source({"inferloom": {"git_revision": "0" * 40}}, tmp_path / "c")
+    assert gone["kind"] == "current checkout" and "is not in" in gone["why"]
 
 
 def test_workspace_is_rebuilt_from_state_and_ledger(session):

@@ -43,6 +43,16 @@ def test_on_a_cpu_machine_the_gpu_parts_say_why_they_are_skipped(session):
     assert "GPU audit skipped:" in report and "Energy per output token: not measured (" in report
 
 
+@pytest.mark.skipif(PA.RaplMeter.open() is not None, reason="RAPL counters readable here: CPU energy is metered")
+def test_without_rapl_counters_the_cpu_energy_says_why_it_is_skipped(session):
+    c = L.read_entries(session, "platform_audit")[0]["audit"]["cpu"]["energy_counters"]
+    assert c["available"] is False and ("intel-rapl" in c["why"] or "can't be read" in c["why"])
+    report = (session / "report.md").read_text()
+    assert f"- CPU energy: not measured ({c['why']})." in report
+    runs = [p[arm] for m in L.read_entries(session, L.MEASUREMENT) for p in m["protocol"]["pairs"] for arm in "ab"]
+    assert runs and not any("cpu_energy_j" in (r.get("extra") or {}) for r in runs)
+
+
 def test_a_change_between_prelude_and_close_is_flagged_in_the_report(session):
     entries = L.read_entries(session)
     close = next(e for e in entries if e["kind"] == "platform_audit" and e["at_phase"] == "CLOSE")
@@ -80,3 +90,81 @@ def test_energy_per_output_token_from_the_raw_records():
     assert p["energy"]["stock"]["j_per_output_token"] == pytest.approx(0.105)
     assert p["energy"]["final"]["j_per_output_token"] == pytest.approx(0.065)
     assert p["energy"]["final"]["output_tokens_per_s"] == pytest.approx(2000.0)
+
+
+def _with_energy(entries, bump=None):
+    """The session's entries with a reading in every successful timed run (as a metered machine writes them:
+    joules in proportion to the run's time), ``bump`` = (seq, factor) scaling one measurement's first run."""
+    import copy
+
+    out = copy.deepcopy(entries)
+    for m in out:
+        if m["kind"] != L.MEASUREMENT or not m.get("protocol"):
+            continue
+        for i, p in enumerate(m["protocol"]["pairs"]):
+            for arm in "ab":
+                r = p[arm]
+                if r.get("success"):
+                    j = 300.0 * r["wall_s"] * (bump[1] if bump and bump[0] == m["seq"] and i == 0 else 1.0)
+                    r.setdefault("extra", {}).update(gpu_energy_j=j, energy_method="nvml_energy_counter")
+    return out
+
+
+def test_every_measurement_has_its_energy_per_token_in_the_report_and_verify_rederives_it(session, tmp_path):
+    import json
+    import shutil
+
+    from inferloom.verify.record import Findings
+    from inferloom.verify.energy import check_energy
+
+    entries = _with_energy(L.read_entries(session))
+    b = breakdown_from_ledger(entries)
+    rows = b["platform"]["energy_by_measurement"]
+    meas = [m for m in entries if m["kind"] == L.MEASUREMENT and m.get("protocol")]
+    assert [r["ledger_seq"] for r in rows] == [m["seq"] for m in meas] and {r["source"] for r in rows} == {"gpu"}
+    trial = next(r for r in rows if r["trial"] is not None)
+    m = next(x for x in meas if x["seq"] == trial["ledger_seq"])
+    runs = [p["b"] for p in m["protocol"]["pairs"] if p["b"]["success"]]
+    want = sum(300.0 * r["wall_s"] for r in runs) / sum(r["output_tokens"] for r in runs)
+    assert trial["candidate"]["j_per_output_token"] == pytest.approx(want)
+    text = render_report(b)
+    assert "| measurement | energy | base J/token |" in text
+    assert f"| trial {trial['trial']} `" in text and f"#{trial['ledger_seq']} |" in text
+    f = Findings()
+    check_energy(f, entries, json.loads(json.dumps(b)))
+    assert f.checks and not f.mismatches
+    # one run's joules changed in the ledger: the breakdown no longer matches it, named by seq
+    bad = _with_energy(L.read_entries(session), bump=(trial["ledger_seq"], 3.0))
+    f = Findings()
+    check_energy(f, bad, json.loads(json.dumps(b)))
+    assert f.mismatches and {c.seq for c in f.mismatches} == {trial["ledger_seq"]}
+    assert any(c.name.endswith("candidate.j_per_output_token") for c in f.mismatches)
+    # end to end through `inferloom verify`: a session directory whose ledger carries the readings
+    d = tmp_path / "s"
+    shutil.copytree(session, d)
+    (d / "ledger.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    (d / "session_breakdown.json").write_text(json.dumps(b))
+    v = verify_session(d)
+    assert not v.mismatches and any(c.group == "energy per token" for c in v.checks)
+
+
+def test_rapl_meter_reads_the_package_counters_and_undoes_a_wrap(tmp_path):
+    """The RAPL arithmetic on a powercap tree laid out as the kernel's (this machine exposes none)."""
+    for name, e, rng in (("intel-rapl:0", 999_000_000, 1_000_000_000), ("intel-rapl:1", 5_000_000, 1_000_000_000)):
+        z = tmp_path / name
+        z.mkdir()
+        (z / "energy_uj").write_text(f"{e}\n")
+        (z / "max_energy_range_uj").write_text(f"{rng}\n")
+        (z / "name").write_text(f"package-{name[-1]}\n")
+    (tmp_path / "intel-rapl:0:0").mkdir()  # a subzone (core): not counted twice
+    assert PA.rapl_status(tmp_path) == {"available": True, "zones": ["package-0", "package-1"]}
+    meter = PA.RaplMeter.open(tmp_path)
+
+    def work():
+        (tmp_path / "intel-rapl:0" / "energy_uj").write_text("1000000\n")  # wrapped: +2 J
+        (tmp_path / "intel-rapl:1" / "energy_uj").write_text("8000000\n")  # +3 J
+        return "done"
+
+    res, e = meter.measure(work)
+    assert res == "done" and e["cpu_energy_j"] == pytest.approx(5.0) and e["cpu_energy_method"].startswith("rapl (2")
+    assert PA.rapl_status(tmp_path / "none")["available"] is False

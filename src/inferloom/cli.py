@@ -185,8 +185,18 @@ def build_parser() -> argparse.ArgumentParser:
                      "measure it paired against stock; fails when the new interval misses the session's")
     ver.add_argument("--max-pairs", type=number_in(int, 2, 1000), metavar="N", help="with --remeasure: at most N pairs "
                      "(default: the session's protocol)")
-    ver.add_argument("--rebuild", action="store_true", help="a fresh virtualenv from the pin ledger, then --remeasure "
-                     "in it (not built yet)")
+    ver.add_argument("--rebuild", action="store_true", help="a fresh virtualenv from the pin ledger (manifest.json "
+                     "pins), then --remeasure with its python")
+    ver.add_argument("--venv", metavar="DIR", help="with --rebuild: the virtualenv's directory (new, or one to reuse; "
+                     "default: a new temporary directory, kept)")
+    ver.add_argument("--python", metavar="PATH", help="with --rebuild: the interpreter to create the virtualenv with "
+                     "(default: this one; its major.minor must be the pinned one)")
+    ver.add_argument("--find-links", action="append", default=[], metavar="DIR", help="with --rebuild: a directory "
+                     "of wheels for pip (repeatable)")
+    ver.add_argument("--no-index", action="store_true", help="with --rebuild: offline, only the --find-links wheels")
+    ver.add_argument("--inferloom-source", choices=("auto", "current"), default="auto", help="with --rebuild: "
+                     "inferloom from the session's pinned commit when this checkout has it (auto) or from the "
+                     "current checkout")
     ver.add_argument("--quiet", action="store_true", help="no progress lines")
 
     pr = sub.add_parser("promote", help="record a person's approval of a closed session's winner (session "

@@ -7,7 +7,8 @@
   name, each with ``version``, its ``installer`` and, where pip knows it, the hash of the archive it came
   from (``direct_url.json``'s ``archive_info.hash``) or its ``url`` / VCS commit; ``record_sha256`` is
   the sha256 of the distribution's ``RECORD`` (the per-file hashes pip wrote at install: one fingerprint
-  of the installed files);
+  of the installed files); ``files_sha256`` the same over its own files only (:func:`files_sha256`:
+  pip's bookkeeping left out, so a rebuilt virtualenv's can be compared with it);
 * ``torch``: version, CUDA and cuDNN versions (None when absent), ``gpu`` (name, count, capability,
   driver) from :func:`inferloom.provenance.environment`;
 * ``model``: the model's files with their sha256 (a local directory), or what the model is when it has
@@ -33,7 +34,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["pin_ledger", "packages", "model_files", "kernel_cache", "file_sha256", "hash_cache_path"]
+__all__ = ["pin_ledger", "packages", "files_sha256", "model_files", "kernel_cache", "file_sha256", "hash_cache_path"]
 
 _CHUNK = 1 << 20
 _MODEL_FILES_CAP = 2000  # files hashed in one model directory at most (the rest counted)
@@ -104,6 +105,25 @@ def _direct_url(dist: metadata.Distribution) -> dict[str, Any]:
     return out
 
 
+_BOOKKEEPING = ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json")
+
+
+def files_sha256(record: str) -> str:
+    """The sha256 of a ``RECORD``'s lines for the distribution's own files, sorted: pip's bookkeeping
+    (``INSTALLER``, ``REQUESTED``, ``direct_url.json``, ``RECORD``), compiled ``.pyc`` files and files
+    outside ``site-packages`` (``../``: console scripts, whose first line names the environment's python) left
+    out, so the same wheel installed twice (in another virtualenv, as a dependency or by name) hashes alike."""
+    keep = []
+    for line in record.splitlines():
+        path = line.rsplit(",", 2)[0]
+        head, _, name = path.rpartition("/")
+        if (not line.strip() or path.endswith(".pyc") or path.startswith("../")
+                or (head.endswith(".dist-info") and name in _BOOKKEEPING)):
+            continue
+        keep.append(line)
+    return hashlib.sha256("\n".join(sorted(keep)).encode()).hexdigest()
+
+
 def packages() -> list[dict[str, Any]]:
     """Every importable distribution, sorted by name (the first of a name on ``sys.path`` wins)."""
     seen: dict[str, dict[str, Any]] = {}
@@ -118,6 +138,7 @@ def packages() -> list[dict[str, Any]]:
         record = dist.read_text("RECORD")
         if record:
             row["record_sha256"] = hashlib.sha256(record.encode()).hexdigest()
+            row["files_sha256"] = files_sha256(record)
         row.update({k: v for k, v in _direct_url(dist).items() if v is not None})
         seen[name.lower()] = row
     return [seen[k] for k in sorted(seen)]

@@ -4,6 +4,9 @@
 
 * ``cpu``: the scaling governor of each CPU (counted by value), turbo/boost, SMT (control and active),
   NUMA nodes, memory (total, available), transparent huge pages; a file that isn't there is ``None``;
+* ``cpu.energy_counters``: whether the CPU's RAPL energy counters (``/sys/class/powercap/intel-rapl:N``, the
+  packages; AMD's are exposed there too) can be read, and why not (none exposed: a VM or a CPU without them;
+  root-only ``energy_uj``);
 * ``gpu``: per NVIDIA GPU through NVML (``nvidia-ml-py``, imported guarded): name, clocks (current, max,
   application: graphics, SM, memory, MHz), ECC mode, persistence mode, power limit and draw (W),
   temperature (C). Without NVML (no package, no driver, no GPU) ``{"available": False, "why": ...}``.
@@ -15,6 +18,9 @@ limit), ignoring what moves by itself (current clocks, temperature, power draw, 
 :class:`EnergyMeter` measures the GPU energy of one call (a timed run): NVML's energy counter
 (``nvmlDeviceGetTotalEnergyConsumption``, Volta and later) read before and after, else the power draw
 sampled every 20 ms in a thread and integrated. :meth:`EnergyMeter.open` returns None where NVML is absent.
+:class:`RaplMeter` does the same for the CPU packages from the RAPL counters (read before and after, a
+counter's wrap past ``max_energy_range_uj`` undone); :meth:`RaplMeter.open` returns None where they can't be
+read (:func:`rapl_status` says why).
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ try:  # optional: NVIDIA only
 except ImportError:  # pragma: no cover - depends on the machine
     _nv = None
 
-__all__ = ["audit", "cpu_audit", "gpu_audit", "audit_changes", "EnergyMeter", "STABLE_GPU_FIELDS"]
+__all__ = ["audit", "cpu_audit", "gpu_audit", "audit_changes", "EnergyMeter", "RaplMeter", "rapl_status",
+           "STABLE_GPU_FIELDS"]
 
 _SYS = Path("/sys/devices/system")
+_POWERCAP = Path("/sys/class/powercap")
 STABLE_GPU_FIELDS = ("name", "clocks_max_mhz", "clocks_application_mhz", "ecc_mode", "persistence_mode",
                      "power_limit_w")
 _STABLE_CPU_FIELDS = ("governors", "boost", "smt_control", "smt_active", "numa_nodes", "mem_total_kb",
@@ -65,8 +73,29 @@ def cpu_audit(root: Path = _SYS) -> dict[str, Any]:
         "smt_control": _read(root / "cpu/smt/control"), "smt_active": _read(root / "cpu/smt/active"),
         "numa_nodes": len(list(root.glob("node/node[0-9]*"))) or None,
         "mem_total_kb": mem.get("MemTotal"), "mem_available_kb": mem.get("MemAvailable"),
-        "transparent_hugepage": thp,
+        "transparent_hugepage": thp, "energy_counters": rapl_status(),
     }
+
+
+def _rapl_zones(root: Path) -> list[Path]:
+    """The package zones (``intel-rapl:N``, not their subzones ``intel-rapl:N:M``)."""
+    return sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1) if root.is_dir() else []
+
+
+def rapl_status(root: Path = _POWERCAP) -> dict[str, Any]:
+    """``{"available": True, "zones": [names]}`` when every package zone's ``energy_uj`` reads, else
+    ``{"available": False, "why": ...}``."""
+    zones = _rapl_zones(root)
+    if not zones:
+        return {"available": False, "why": f"no RAPL energy counters: {root} has no intel-rapl zones on this machine "
+                                           "(a VM or container that doesn't expose them, or a CPU without them)"}
+    for z in zones:
+        try:
+            int((z / "energy_uj").read_text())
+        except (OSError, ValueError) as exc:
+            why = "root only (since Linux 5.10)" if isinstance(exc, PermissionError) else str(exc)
+            return {"available": False, "why": f"RAPL counter {z / 'energy_uj'} can't be read: {why}"}
+    return {"available": True, "zones": [_read(z / "name") or z.name for z in zones]}
 
 
 def _q(fn: Callable[..., Any], *args: Any) -> Any:
@@ -191,3 +220,28 @@ class EnergyMeter:
         span = samples[-1][0] - samples[0][0] if len(samples) > 1 else 0.0
         return res, {"gpu_energy_j": joules, "gpu_power_w_mean": joules / span if span else None,
                      "energy_method": f"nvml_power_sampled_20ms ({len(samples)} samples)"}
+
+
+class RaplMeter:
+    """CPU package energy of one call from the RAPL counters (see the module docstring)."""
+
+    def __init__(self, zones: list[Path]) -> None:
+        self.zones = zones
+        self.ranges = [int(_read(z / "max_energy_range_uj") or 0) for z in zones]
+
+    @classmethod
+    def open(cls, root: Path = _POWERCAP) -> "RaplMeter | None":
+        return cls(_rapl_zones(root)) if rapl_status(root)["available"] else None
+
+    def _read(self) -> list[int]:
+        return [int((z / "energy_uj").read_text()) for z in self.zones]
+
+    def measure(self, fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+        """``(fn(), {"cpu_energy_j", "cpu_power_w_mean", "cpu_energy_method"})``."""
+        e0, t0 = self._read(), time.perf_counter()
+        res = fn()
+        e1, t1 = self._read(), time.perf_counter()
+        uj = sum((b - a) if b >= a else (b - a + r) for a, b, r in zip(e0, e1, self.ranges))
+        joules = uj / 1e6
+        return res, {"cpu_energy_j": joules, "cpu_power_w_mean": joules / max(t1 - t0, 1e-9),
+                     "cpu_energy_method": f"rapl ({len(self.zones)} package zone(s))"}

@@ -6,11 +6,13 @@ The fresh process (``python -m inferloom.evidence.remeasure``) starts from the s
 spec from ``manifest.json``, stock and the final stack from ``state.json``; nothing of the session's
 process (no warm model, cache or compiled graph) carries over. ``max_pairs`` caps its pairs (a smaller
 budget than the session's; the interval is then wider, which makes overlap easier: the result says so).
+A re-measurement whose quality contract fails does not pass, overlap or not.
 
-Engine and server workloads (a configuration of knobs) only: a custom workload's final stack is a patch
-series on the user's checkout, and re-measuring it (the series applied to a fresh clone) is not built yet
-(:class:`RemeasureError` says so). ``--rebuild`` (a fresh virtualenv from the pin ledger first) is not
-built yet either.
+Engine and server workloads: the final configuration of knobs. A custom workload: the session's exported
+patch series applied to a fresh clone of the user's checkout at the recorded stock commit (rebuilding the
+session's final commit, checked), then stock's tree against the final tree
+(:mod:`inferloom.evidence.custom_remeasure`). ``python`` runs the fresh process (``verify --rebuild``: the
+rebuilt virtualenv's, :mod:`inferloom.evidence.rebuild`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ from typing import Any, Callable
 
 from inferloom.bench import run_bench
 from inferloom.errors import InferloomError
+from inferloom.evidence import custom_remeasure as CR
+from inferloom.evidence.rebuild import venv_env
 from inferloom.inputs import load_json
+from inferloom.measure.protocol import ProtocolSettings
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
 from inferloom.session.manifest import manifest_spec, read_manifest
@@ -41,22 +46,36 @@ class RemeasureError(InferloomError, ValueError):
 
 
 def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """``(spec, changes from stock, the session's CLOSE comparison)``; RemeasureError when there is none."""
+    """``(spec, changes from stock, the session's CLOSE comparison)``; RemeasureError when there is none.
+    A custom workload's changes include ``patches``: the kept patches' ids, in order."""
     spec = manifest_spec(d, read_manifest(d))
     st = load_state(d)
-    if spec.framework == "custom":
-        raise RemeasureError(f"{d}: a custom workload's final stack is a patch series on your checkout; re-measuring "
-                             "it (the exported series applied to a fresh clone) is not built yet: apply "
-                             f"`inferloom export {d}` to a clean clone and run `inferloom bench` there")
     if st.phase != Phase.DONE:
         raise RemeasureError(f"{d}: session {st.session_id} is not closed (phase {st.phase.value}); it has no "
                              "CLOSE comparison to re-measure yet")
     final = breakdown_from_ledger(L.read_entries(d)).get("final") or {}
-    changes = {k: v for k, v in st.stack.items() if st.stock_config.get(k) != v}
+    changes: dict[str, Any] = {k: v for k, v in st.stack.items() if st.stock_config.get(k) != v}
+    src = st.extra.source if spec.framework == "custom" else None
+    if src is not None and src.kept:
+        changes["patches"] = [k.id for k in src.kept]
     if not final.get("ledger_seq") or not changes:
         raise RemeasureError(f"{d}: nothing was kept (the final stack is stock); there is no headline ratio to "
                              "re-measure")
     return spec, changes, final
+
+
+def _custom_child(d: Path, spec: Any) -> dict[str, Any]:
+    st = load_state(d)
+
+    def say(m: str) -> None:
+        print(f"remeasure: {m}", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="inferloom-remeasure-custom-") as tmp:
+        trees = CR.rebuild_trees(d, spec, st, Path(tmp), RemeasureError, say)
+        say(trees["why"])
+        if trees["same_tree"] is False:
+            return {"verdict": "failed", "error": trees["why"], "source": trees}
+        return CR.measure(spec, st, trees, Path(tmp), ProtocolSettings.from_spec(spec.protocol), say)
 
 
 def _child(args: list[str]) -> int:
@@ -71,29 +90,37 @@ def _child(args: list[str]) -> int:
         p = spec.protocol
         spec = spec.model_copy(update={"protocol": p.model_copy(update={
             "max_pairs": a.max_pairs, "min_pairs": min(p.min_pairs, a.max_pairs)})})
-    res = run_bench(spec, changes, progress=lambda m: print(f"remeasure: {m}", file=sys.stderr, flush=True))
+    if spec.framework == "custom":
+        res = _custom_child(Path(a.dir).absolute(), spec)
+    else:
+        res = run_bench(spec, changes, progress=lambda m: print(f"remeasure: {m}", file=sys.stderr, flush=True))
     res["pid"] = os.getpid()
+    res["child"] = {"python": sys.executable, "prefix": sys.prefix, "inferloom": str(Path(__file__).resolve().parents[1])}
     Path(a.out).write_text(json.dumps(res, default=str))
     return 0
 
 
 def remeasure(directory: str | Path, *, max_pairs: int | None = None, timeout_s: float = 3600,
-              progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
-    """Re-measure the session's final stack in a fresh process (see the module docstring); returns
-    ``{"session": {...}, "remeasured": {...}, "overlaps", "passed", "why", "pid", "seconds"}``."""
+              progress: Callable[[str], None] = lambda _m: None, python: str | None = None) -> dict[str, Any]:
+    """Re-measure the session's final stack in a fresh process of ``python`` (default: this interpreter; see
+    the module docstring); returns ``{"session": {...}, "remeasured": {...}, "overlaps", "passed", "why",
+    "pid", "python", "seconds"}`` (a custom workload's also ``source``: how its trees were rebuilt)."""
     d = Path(directory).absolute()
     spec, changes, final = final_stack(d)
     progress(f"re-measuring the final stack {changes} against stock in a fresh process "
-             f"({spec.model}, {spec.resolved_device()}); the session's CLOSE said x{final['ratio']:.3f} "
+             + (f"of {python} " if python else "")
+             + (f"(custom workload {spec.custom.repo}" if spec.custom is not None else f"({spec.model}")
+             + f", {spec.resolved_device()}); the session's CLOSE said x{final['ratio']:.3f} "
              f"[{final['ci_low']:.3f}, {final['ci_high']:.3f}] (ledger #{final['ledger_seq']})")
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="inferloom-remeasure-") as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "inferloom.evidence.remeasure", str(d), str(out)]
+        cmd = [python or sys.executable, "-m", "inferloom.evidence.remeasure", str(d), str(out)]
         if max_pairs:
             cmd += ["--max-pairs", str(max_pairs)]
         try:
-            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout_s)
+            env = venv_env() if python else None  # another python imports its own inferloom, not this one
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired:
             raise RemeasureError(f"{d}: the re-measurement ran past {timeout_s:.0f} s and was stopped; "
                                  "pass a smaller --max-pairs") from None
@@ -105,7 +132,10 @@ def remeasure(directory: str | Path, *, max_pairs: int | None = None, timeout_s:
     new = {"ratio": dec.get("ratio"), "ci_low": dec.get("ci_low"), "ci_high": dec.get("ci_high"),
            "n_pairs": dec.get("n_pairs"), "protocol_verdict": (res.get("protocol") or {}).get("verdict"),
            "verdict": res.get("verdict"), "quality_passed": (res.get("quality") or {}).get("passed")}
-    if new["ci_low"] is None or new["ci_high"] is None:
+    src = res.get("source")
+    if src is not None and src.get("same_tree") is False:
+        overlaps, why = False, f"the rebuilt final stack is not the session's: {src.get('why')}"
+    elif new["ci_low"] is None or new["ci_high"] is None:
         overlaps, why = False, f"the re-measurement produced no interval ({res.get('error') or res.get('verdict')})"
     else:
         overlaps = new["ci_low"] <= final["ci_high"] and final["ci_low"] <= new["ci_high"]
@@ -113,9 +143,13 @@ def remeasure(directory: str | Path, *, max_pairs: int | None = None, timeout_s:
                + ("overlaps" if overlaps else "does NOT overlap")
                + f" the session's x{final['ratio']:.3f} [{final['ci_low']:.3f}, {final['ci_high']:.3f}] "
                f"over {final['n_pairs']} pairs (ledger #{final['ledger_seq']})")
+    passed = overlaps and new["quality_passed"] is not False
+    if overlaps and not passed:
+        why += f"; but the quality contract FAILED ({'; '.join((res.get('quality') or {}).get('failed') or [])})"
     return {"session": {k: final.get(k) for k in ("ratio", "ci_low", "ci_high", "n_pairs", "ledger_seq")},
-            "remeasured": new, "changes": changes, "overlaps": overlaps, "passed": overlaps, "why": why,
-            "pid": res.get("pid"), "max_pairs": max_pairs, "seconds": time.time() - t0}
+            "remeasured": new, "changes": changes, "overlaps": overlaps, "passed": passed, "why": why,
+            "pid": res.get("pid"), "python": python or sys.executable, "child": res.get("child"), "max_pairs": max_pairs,
+            "seconds": time.time() - t0, **({"source": src} if src is not None else {})}
 
 
 if __name__ == "__main__":

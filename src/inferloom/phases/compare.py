@@ -24,7 +24,7 @@ from inferloom.measure import task_gate as TG
 from inferloom.measure.tolerance import tolerance_for
 from inferloom.measure.metrics import get_metric, output_tokens_per_s
 from inferloom.measure.reference_store import load_references, save_references
-from inferloom.platform_audit import EnergyMeter
+from inferloom.platform_audit import EnergyMeter, RaplMeter
 from inferloom.spec import objective_label
 from inferloom.workloads.base import AdapterError, OwnObjective, OwnQualityGate, RunRecord, ServerReuse, resolve_config
 
@@ -150,13 +150,21 @@ def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int,
 
     # an adapter with its own objective (a custom workload) supplies the metric
     metric = adapter.objective_metric if isinstance(adapter, OwnObjective) else metric
-    meter = EnergyMeter.open()  # a GPU's energy per timed run, in the run's raw record (None: no NVML)
+    # the GPUs' (NVML) and the CPU packages' (RAPL) energy per timed run, in the run's raw record (where readable)
+    meters = [m for m in (EnergyMeter.open(), RaplMeter.open()) if m is not None]
 
     def run(h: Any, s: int) -> Any:
-        if meter is None:
-            return adapter.run(h, s)
-        rec, energy = meter.measure(lambda: adapter.run(h, s))
-        if getattr(rec, "success", False) and isinstance(getattr(rec, "extra", None), dict):
+        energy: dict[str, Any] = {}
+
+        def call(i: int = 0) -> Any:  # the meters nested: each one's reading spans the run
+            if i == len(meters):
+                return adapter.run(h, s)
+            res, reading = meters[i].measure(lambda: call(i + 1))
+            energy.update(reading)
+            return res
+
+        rec = call()
+        if energy and getattr(rec, "success", False) and isinstance(getattr(rec, "extra", None), dict):
             rec.extra.update(energy)
         return rec
 

@@ -1,32 +1,73 @@
 """The report's platform section, from the ledger alone: the PRELUDE and CLOSE platform audits (a stable
-setting that changed between them is flagged) and the GPU energy per output token of the CLOSE comparison's
-timed runs, beside their throughput (each run's ``gpu_energy_j`` in its raw record; only where NVML was
-present: otherwise the section says why it was skipped)."""
+setting that changed between them is flagged) and the energy per output token of the timed runs beside
+their throughput: the CLOSE comparison's (stock and the final stack), and a table of every measurement's
+(each trial, stock's A/A, the final comparison, the sweep), from each run's raw record: ``gpu_energy_j``
+(NVML) and ``cpu_energy_j`` (RAPL), only where they were readable; otherwise the section says why each
+was skipped."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["platform_breakdown", "platform_lines"]
+from inferloom.report.fmt import changes_text
+
+__all__ = ["platform_breakdown", "platform_lines", "measurement_energy"]
+
+
+_SOURCES = (("gpu", "gpu_energy_j", "energy_method"), ("cpu", "cpu_energy_j", "cpu_energy_method"))
+
+
+def _arm(runs: list[dict[str, Any]], key: str, method: str) -> dict[str, Any] | None:
+    """Energy of one arm's successful timed runs that carry ``key`` (joules); None when none do."""
+    metered = [r for r in runs if isinstance((r.get("extra") or {}).get(key), (int, float))]
+    if not metered:
+        return None
+    joules = sum(r["extra"][key] for r in metered)
+    tokens = sum(r.get("output_tokens") or 0 for r in metered)
+    wall = sum(r.get("wall_s") or 0.0 for r in metered)
+    return {"runs": len(metered), "energy_j": joules, "output_tokens": tokens,
+            "j_per_output_token": joules / tokens if tokens else None, "j_per_run": joules / len(metered),
+            "output_tokens_per_s": tokens / wall if wall else None, "mean_power_w": joules / wall if wall else None,
+            "method": metered[0]["extra"].get(method)}
+
+
+def measurement_energy(m: dict[str, Any], names: tuple[str, str] = ("base", "candidate"),
+                       source: str = "gpu") -> dict[str, Any] | None:
+    """One measurement's energy per arm (``source``: ``gpu`` NVML or ``cpu`` RAPL), from its raw run records;
+    None when an arm has no reading."""
+    if not m or not m.get("protocol"):
+        return None
+    _, key, method = next(x for x in _SOURCES if x[0] == source)
+    out: dict[str, Any] = {"ledger_seq": m["seq"], "source": source}
+    for arm, name in zip(("a", "b"), names):
+        runs = [p[arm] for p in m["protocol"].get("pairs") or [] if (p.get(arm) or {}).get("success")]
+        e = _arm(runs, key, method)
+        if e is None:
+            return None
+        out[name] = e
+    return out
 
 
 def _energy(final: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not final or not final.get("protocol"):
-        return None
-    out: dict[str, Any] = {"ledger_seq": final["seq"]}
-    for arm in ("a", "b"):
-        runs = [p[arm] for p in final["protocol"].get("pairs") or [] if (p.get(arm) or {}).get("success")]
-        metered = [r for r in runs if isinstance((r.get("extra") or {}).get("gpu_energy_j"), (int, float))]
-        if not metered:
-            return None
-        joules = sum(r["extra"]["gpu_energy_j"] for r in metered)
-        tokens = sum(r.get("output_tokens") or 0 for r in metered)
-        wall = sum(r.get("wall_s") or 0.0 for r in metered)
-        out["stock" if arm == "a" else "final"] = {
-            "runs": len(metered), "energy_j": joules, "output_tokens": tokens,
-            "j_per_output_token": joules / tokens if tokens else None,
-            "output_tokens_per_s": tokens / wall if wall else None, "mean_power_w": joules / wall if wall else None,
-            "method": metered[0]["extra"].get("energy_method")}
+    e = measurement_energy(final or {}, ("stock", "final"))
+    if e is not None:
+        e.pop("source")
+    return e
+
+
+def _trials(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every measurement's energy (trials, stock's A/A, the final comparison, sweep points), GPU and CPU."""
+    out = []
+    for m in entries:
+        if m["kind"] != "measurement":
+            continue
+        for source, _, _ in _SOURCES:
+            e = measurement_energy(m, source=source)
+            if e is None:
+                continue
+            b, c = e["base"].get("j_per_output_token"), e["candidate"].get("j_per_output_token")
+            out.append({**e, "action": m.get("action"), "trial": m.get("trial"), "changes": m.get("changes"),
+                        "energy_ratio": c / b if b and c is not None else None})
     return out
 
 
@@ -44,10 +85,13 @@ def platform_breakdown(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     out: dict[str, Any] = {
         "audit_seqs": {k: e["seq"] for k, e in by.items()}, "cpu": first.get("cpu"),
         "gpu_available": bool(gpu.get("available")), "gpus": gpu.get("gpus") or [],
-        "changes": (close or {}).get("changes") or [], "energy": energy}
+        "changes": (close or {}).get("changes") or [], "energy": energy, "energy_by_measurement": _trials(entries)}
     if energy is None:
         out["energy_skipped"] = (gpu.get("why") or "no GPU energy was metered") if not gpu.get("available") else (
             "no final comparison was measured" if final is None else "the timed runs carry no energy readings")
+    counters = (first.get("cpu") or {}).get("energy_counters") or {}
+    if counters and not counters.get("available"):
+        out["cpu_energy_skipped"] = counters.get("why")
     return out
 
 
@@ -81,4 +125,22 @@ def platform_lines(p: dict[str, Any] | None) -> list[str]:
                          f"mean {a['mean_power_w']:.0f} W over {a['runs']} timed runs ({a['method']}; ledger #{e['ledger_seq']}).")
     else:
         lines.append(f"- Energy per output token: not measured ({p.get('energy_skipped')}).")
+    if p.get("cpu_energy_skipped"):
+        lines.append(f"- CPU energy: not measured ({p['cpu_energy_skipped']}).")
+    rows = p.get("energy_by_measurement") or []
+    if rows:
+        lines += ["", "| measurement | energy | base J/token | base tok/s | candidate J/token | candidate tok/s | "
+                  "candidate/base J/token | ledger |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            what = (f"trial {r['trial']} `{changes_text(r['changes'])}`" if r.get("trial") is not None
+                    else str(r.get("action")))
+            b, c = r["base"], r["candidate"]
+            lines.append(f"| {what} | {r['source']} | {_f(b.get('j_per_output_token'), '.4f')} | "
+                         f"{_f(b.get('output_tokens_per_s'), ',.1f')} | {_f(c.get('j_per_output_token'), '.4f')} | "
+                         f"{_f(c.get('output_tokens_per_s'), ',.1f')} | {_f(r.get('energy_ratio'), '.3f')} | "
+                         f"#{r['ledger_seq']} |")
     return lines
+
+
+def _f(v: Any, fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)

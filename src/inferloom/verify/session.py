@@ -14,7 +14,8 @@ the error base (:mod:`inferloom.errors`); ``tests/test_verify.py`` enforces it. 
   ``settings.floor`` must be it). A measurement whose settings have no ``floor`` (written before issue 21's instance-effect fix) is held
   to the rule it was kept by: the lower bound clears ``|ratio_AA - 1|``;
 * the CLOSE comparison (``final_compare``), the sweep points, the roofline entries (ceiling, fractions,
-  headroom, the measured tok/s each used, Amdahl's inputs), and the time breakdown.
+  headroom, the measured tok/s each used, Amdahl's inputs), and the time breakdown;
+* the energy per output token of each metered measurement (:mod:`inferloom.verify.energy`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, Mapping
 from inferloom.inputs import InputError, load_json
 from inferloom.session.ledger import LEDGER_FILE, LedgerError, read_entries
 from inferloom.verify import stats as S
+from inferloom.verify.energy import check_energy
 from inferloom.verify.measurements import check_measurement, decision_of, median_of
 from inferloom.verify.record import Findings, VerifyError
 
@@ -251,6 +253,7 @@ def _checks(entries: list[dict[str, Any]], bd: Mapping[str, Any] | None) -> Find
     _rooflines(f, entries, by_seq, stock, final, bd)
     if bd is not None:
         _time(f, entries, bd)
+        check_energy(f, entries, bd)
     else:
         f.notes.append(f"no {BREAKDOWN_FILE}: only the ledger's own numbers were checked")
     return f
