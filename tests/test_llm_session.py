@@ -18,7 +18,7 @@ from inferloom.spec import load_spec
 from inferloom.workloads.base import Knob
 from inferloom.verify import verify_session
 from inferloom.workloads.synthetic import SyntheticAdapter
-from llm_scripted_server import ScriptedLLM, ok, text
+from llm_scripted_server import ScriptedLLM, ok, status, text
 
 KNOBS = [Knob("fast_path", "bool", False, "synthetic +20%"), Knob("useless", "bool", False, "synthetic 0%")]
 BASE = {"model": "llama-tiny", "framework": "synthetic", "device": "cpu", "protocol.bootstrap_resamples": 999,
@@ -105,3 +105,21 @@ def test_cli_llm_replay_of_a_session_without_llm_is_refused(tmp_path, capsys):
                  "--out", str(tmp_path / "new"), "--quiet", "--no-kb"])
     assert code == 2 and "ran without agents.llm" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+
+@pytest.mark.parametrize("replies, rule", [((text("keep it!"), text("{not json")), "llm_schema_invalid"),
+                                           ((status(500, None),), "llm_http_error")])
+def test_a_failing_llm_critic_is_a_refusal_and_the_protocols_decision_stands(tmp_path, replies, rule):
+    d = tmp_path / "s"
+    with ScriptedLLM() as s:  # garbage twice (the answer and its repair attempt), or a server error
+        s.script("CriticRuling", *replies)
+        st = start(d, spec(s.url, roles="critic"), budget_minutes=10, max_trials=2, adapter=adapter(),
+                   cycle_ceiling=1, sweep=False, kb_url=None)
+        assert not s.left()
+    kept = [t for t in st.trials if t.changes == {"fast_path": True}]
+    assert kept and kept[0].kept and st.stack["fast_path"] is True  # the rules' keep stands
+    refused = [e for e in L.read_entries(d) if e["kind"] == L.REFUSAL and e["agent"] == "llm-critic"]
+    assert [e["rule"] for e in refused] == [rule]
+    assert "the decision stands" in refused[0]["why"] and refused[0]["output"]["decision"] == "keep"
+    assert f"refused ({rule}) from llm-critic" in (d / "report.md").read_text()
