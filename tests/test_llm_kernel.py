@@ -4,6 +4,7 @@ LLM kernel author through the real openai SDK against the scripted localhost
 server (a correct kernel passes guards, correctness and the microbenchmark; a
 wrong one, one that does not load, and malformed answers are refused)."""
 
+import hashlib
 import random
 import textwrap
 
@@ -108,15 +109,17 @@ def test_llm_kernel_author_through_the_gates(tmp_path):
     with ScriptedLLM() as s:
         s.script("KernelSource", ans(HONEST_SRC), ans(WRONG_SRC), ans("def kernel(:\n"), text("{"), text("no"))
         a = author(s.url, tmp_path)
-        cand, calls = a.write(ENTRY, "float32", SHOWN, "t1")
+        cand, calls, written = a.write(ENTRY, "float32", SHOWN, "t1")
         prompt = s.requests[0]["body"]["messages"][-1]["content"]
         assert "def _silu_reference" in prompt and "'tokens': 4" in prompt and len(calls) == 1
+        assert cand.id == "llm:silu_mul-t1" and written["path"].endswith("llm/kernels/silu_mul-t1.py")
         gates = gate_written_kernel(cand, "cpu", SHOWN, min_speedup=0.01)
         assert [g.gate for g in gates] == ["reward_hacking_guards", "correctness", "microbenchmark"]
         assert all(g.passed for g in gates) and gates[2].details["timer"] == "host clock"
-        wrong, _ = a.write(ENTRY, "float32", SHOWN, "t2")
+        wrong, _, written = a.write(ENTRY, "float32", SHOWN)
         gates = gate_written_kernel(wrong, "cpu", SHOWN, min_speedup=0.01)
         assert len(gates) == 1 and gates[0].rule == "kernel_incorrect"
+        assert written["name"] == "silu_mul-" + hashlib.sha256(WRONG_SRC.encode()).hexdigest()[:10]
         with pytest.raises(LLMRefusal) as exc:
             a.write(ENTRY, "float32", SHOWN, "t3")
         assert exc.value.rule == "kernel_load_failed" and (tmp_path / "llm/kernels/silu_mul-t3.py").is_file()

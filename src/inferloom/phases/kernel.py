@@ -17,7 +17,10 @@ One tick does one thing, so a kill at any point resumes cleanly:
    than Amdahl's law allows from the op's time share and its microbenchmark
    speed-up is refused (``amdahl_suspect``) and measured once more; only that
    second measurement can keep it.
-3. when every candidate is done (or the budget is used): SWEEP.
+3. then, when ``agents.llm.roles`` names ``kernel_author``, the LLM writes
+   kernels for the picked targets it can (``phases/kernel_llm.py``): guards,
+   the same gates, then the same end-to-end measurement.
+4. when every candidate is done (or the budget is used): SWEEP.
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ def _stack_categories(ctx: SessionContext, st: SessionState) -> tuple[dict[str, 
 
 
 def _begin(ctx: SessionContext, st: SessionState) -> KernelProgress | None:
+    from inferloom.phases.kernel_llm import author_categories
     backend, why = _backend(ctx, st)
     if backend is None:
         _to_sweep(ctx, st, why, skipped=True)
@@ -99,7 +103,7 @@ def _begin(ctx: SessionContext, st: SessionState) -> KernelProgress | None:
         _to_sweep(ctx, st, f"no profile to pick targets from ({source})", skipped=True)
         return None
     ks = ctx.spec.kernels
-    targets = select_targets(cats, backend.rewritable(), ks.min_share)
+    targets = select_targets(cats, backend.rewritable() | author_categories(ctx), ks.min_share)
     ctx.ledger.append(KERNEL_TARGETS, {"cycle": st.cycle, "backend": backend.name, "profile_seq": pseq,
                                      "profile_source": source, "targets": [t.to_dict() for t in targets]},
                     key=_key("kernel-targets", st.session_id, st.cycle))
@@ -179,7 +183,7 @@ def _trial(ctx: SessionContext, st: SessionState, ks: KernelProgress, proposal: 
            first: bool = False) -> None:
     """Measure a candidate (``first``: its proposal entry and pending action first);
     an Amdahl-suspect result is measured once more."""
-    agent = f"kernel:{ks.backend}"
+    agent = str(proposal.get("source") or f"kernel:{ks.backend}")  # the backend's, or the LLM kernel author's
     remeasure = bool(proposal.get("remeasure"))
     guard = None if remeasure else _guard(proposal.get("amdahl_bound"))
     t = (run_trial(ctx, st, proposal, key, action="try_kernel", agent=agent, entry={"candidate": proposal["candidate"]},
@@ -196,6 +200,7 @@ def _trial(ctx: SessionContext, st: SessionState, ks: KernelProgress, proposal: 
 
 
 def kernel_step(ctx: SessionContext, st: SessionState) -> None:
+    from inferloom.phases.kernel_llm import author_entries, author_step  # it uses this module's steps
     if st.stop_reason:
         _to_sweep(ctx, st, st.stop_reason, skipped=True)
         return
@@ -213,10 +218,15 @@ def kernel_step(ctx: SessionContext, st: SessionState) -> None:
         return
     cands = _candidates(ctx, st, ks)
     i = ks.next
-    if i >= len(cands):
+    if i >= len(cands):  # the backend's candidates are done: the LLM kernel author's turn (if it plays)
+        written = author_entries(ctx, ks)
+        if i < len(cands) + len(written):
+            author_step(ctx, st, ks, i, written[i - len(cands)])
+            return
         kept = ks.kept
-        _to_sweep(ctx, st, f"{len(cands)} candidate(s) from {ks.backend}, {len(kept)} kept"
-                  + (f" ({', '.join(kept)})" if kept else ""), skipped=False)
+        _to_sweep(ctx, st, f"{len(cands)} candidate(s) from {ks.backend}"
+                  + (f" and {len(written)} asked of the LLM kernel author" if written else "")
+                  + f", {len(kept)} kept" + (f" ({', '.join(kept)})" if kept else ""), skipped=False)
         return
     cand = cands[i]
     agent = f"kernel:{ks.backend}"
