@@ -75,6 +75,11 @@ def test_llm_session_goes_through_the_gates_is_recorded_and_replays(tmp_path):
     assert b["llm"]["cost_usd"] == pytest.approx(b["llm"]["calls"] * (100 * 3 + 20 * 15) / 1e6)
     assert b["llm"]["kept_gain_pct"] > 10 and b["llm"]["cost_usd_per_gain_pct"] > 0
     assert "## LLM agents" in (d / "report.md").read_text()
+    assert set(b["llm"]["refusals_by_rule"]) == {"unknown_knob", "llm_schema_invalid"}
+    assert "Refusals of the LLM agents' outputs by rule: llm_schema_invalid x1" in (d / "report.md").read_text()
+    assert main(["report", str(d), "--html", "--out", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert '<section id="llm"><h2>LLM agents</h2>' in html and "<code>unknown_knob</code>" in html
     findings = verify_session(d)  # the LLM's session verifies like any other
     assert findings.checks and all(c.ok for c in findings.checks)
     recorded = read_exchanges(d)
