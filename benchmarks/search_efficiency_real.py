@@ -1,0 +1,184 @@
+"""Search efficiency on the real CPU engine (issue 15, part (b)): the searchers
+of ``benchmarks/search_efficiency.py`` over a table of real measurements of
+the transformers engine on llama-tiny, instead of a synthetic landscape.
+
+A session measuring every searcher over >= 10 seeds on the real engine would
+take days on this machine. So the engine is measured once per distinct
+configuration of a sub-space of its FRAMEWORK knobs (``measure``: every
+feasible configuration, in a seeded random order so a slow drift of the
+shared machine spreads over the table; one warm-up run, then ``--runs`` timed
+runs each), and the searchers then run over that table (``search``): a
+configuration's true value is the mean of its measured throughputs over
+stock's, and each "measurement" a searcher makes draws one of its measured
+runs at random (the noise is the engine's own, resampled). The engine's
+cross-knob refusals (``check_applicable``) are the infeasible region, as in a
+session.
+
+Sub-space (:data:`SUBSPACE`; other knobs at stock): dtype float32/bfloat16,
+attn_implementation eager/sdpa, sdpa_backend auto/math, cache dynamic/static,
+micro_batch 1-4, prompt_lookup 0-2, decode_loop generate/static_loop.
+``compile_mode`` stays off (a compilation costs ~30-60 s per configuration on
+this machine) and ``cpu_threads`` at stock (2: the machine's cores).
+
+    nice -n 19 env PYTHONPATH=src .venv/bin/python benchmarks/search_efficiency_real.py measure --out T.json
+    PYTHONPATH=src .venv/bin/python benchmarks/search_efficiency_real.py search --table T.json --seeds 10 --budget 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_efficiency import STRATEGIES, score  # noqa: E402
+
+from inferloom.spec import load_spec  # noqa: E402
+from inferloom.workloads.base import AdapterError, config_key  # noqa: E402
+from inferloom.workloads.registry import make_adapter  # noqa: E402
+from inferloom.workloads.transformers_knobs import check_applicable  # noqa: E402
+
+SPEC = {"model": "llama-tiny", "device": "cpu", "traffic.concurrency": 4, "traffic.input_len": 16,
+        "traffic.output_len": 8, "traffic.num_prompts": 4}
+SUBSPACE: dict[str, list[Any]] = {
+    "dtype": ["float32", "bfloat16"], "attn_implementation": ["eager", "sdpa"], "sdpa_backend": ["auto", "math"],
+    "cache_implementation": ["dynamic", "static"], "micro_batch": [1, 2, 3, 4], "prompt_lookup": [0, 1, 2],
+    "decode_loop": ["generate", "static_loop"]}
+
+
+def _adapter() -> Any:
+    return make_adapter(load_spec(None, SPEC))
+
+
+def feasible_configs(knobs: list[Any]) -> list[dict[str, Any]]:
+    stock = {k.name: k.default for k in knobs}
+    out = []
+    for vals in itertools.product(*SUBSPACE.values()):
+        cfg = {**stock, **dict(zip(SUBSPACE, vals))}
+        try:
+            check_applicable(knobs, cfg, "cpu")
+            out.append(cfg)
+        except AdapterError:
+            pass
+    return out
+
+
+def measure(args: argparse.Namespace) -> None:
+    ad = _adapter()
+    knobs = ad.knob_space()
+    configs = feasible_configs(knobs)
+    random.Random(0).shuffle(configs)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    import torch
+
+    meta = {"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": commit, "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores",
+            "python": platform.python_version(), "torch": torch.__version__, "spec": SPEC, "subspace": SUBSPACE,
+            "runs": args.runs, "loadavg_start": os.getloadavg(), "configs": len(configs)}
+    rows: dict[str, Any] = {}
+    t0 = time.time()
+    for i, cfg in enumerate(configs):
+        handle = ad.prepare(cfg)
+        try:
+            ad.run(handle, 10_000 + i)  # warm-up, untimed
+            recs = [ad.run(handle, 20_000 + 10 * i + r) for r in range(args.runs)]
+        finally:
+            ad.release(handle)
+        tps = [r.output_tokens / r.wall_s for r in recs if r.success and r.wall_s > 0]
+        rows[config_key(cfg)] = {"config": cfg, "tok_s": tps, "errors": [r.error for r in recs if not r.success]}
+        print(f"{i + 1}/{len(configs)} {time.time() - t0:6.0f} s  {statistics.mean(tps) if tps else float('nan'):8.1f} tok/s  "
+              + ", ".join(f"{k}={cfg[k]}" for k in SUBSPACE), flush=True)
+    meta.update(wall_s=time.time() - t0, loadavg_end=os.getloadavg())
+    ad.close()
+    Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+class MeasuredLandscape:
+    """The duck type the searchers of search_efficiency.py use, over a measured table."""
+
+    def __init__(self, table: dict[str, Any], all_knobs: list[Any]) -> None:
+        self.all_knobs = all_knobs
+        self.stock = {k.name: k.default for k in all_knobs}
+        self.dom = {n: list(v) for n, v in table["meta"]["subspace"].items()}
+        self.knobs = [replace(k, choices=tuple(self.dom[k.name])) if k.kind == "choice" and k.name in self.dom
+                      else replace(k, low=min(self.dom[k.name]), high=max(self.dom[k.name])) if k.name in self.dom
+                      else k for k in all_knobs if k.name in self.dom]  # what the searchers may change
+        self.runs = {key: r["tok_s"] for key, r in table["rows"].items() if r["tok_s"]}
+        self.base = math.log(statistics.mean(self.runs[config_key(self.stock)]))
+        self.best = max(self.value(r["config"]) for r in table["rows"].values() if r["tok_s"])
+        self.noise = random.Random(0)
+
+    def full(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        return {**self.stock, **cfg}
+
+    def feasible(self, cfg: dict[str, Any]) -> bool:
+        return config_key(self.full(cfg)) in self.runs
+
+    def value(self, cfg: dict[str, Any]) -> float:
+        return math.log(statistics.mean(self.runs[config_key(self.full(cfg))])) - self.base
+
+    def measure(self, cfg: dict[str, Any]) -> float | None:
+        runs = self.runs.get(config_key(self.full(cfg)))
+        return math.log(self.noise.choice(runs)) - self.base if runs else None
+
+
+def search(args: argparse.Namespace) -> None:
+    table = json.loads(Path(args.table).read_text())
+    ls = MeasuredLandscape(table, _adapter().knob_space())
+    budgets = [b for b in (5, 10, 20, 40) if b <= args.budget]
+    m = table["meta"]
+    cv = statistics.mean(statistics.stdev(v) / statistics.mean(v) for v in ls.runs.values() if len(v) > 1)
+    print(f"table: {len(ls.runs)} configurations measured ({m['date']}, commit {m['commit']}, {m['runs']} runs each, "
+          f"{m['wall_s'] / 60:.1f} min); stock {math.exp(ls.base):.1f} tok/s; best x{math.exp(ls.best):.3f} over stock; "
+          f"mean run-to-run cv {cv * 100:.1f}%")
+    best_key = max(ls.runs, key=lambda k: statistics.mean(ls.runs[k]))
+    print(f"best: {best_key}")
+    print("| strategy | " + " | ".join(f"@{b}" for b in budgets) + " | trials to 95% | infeasible tried |")
+    print("| --- " * (len(budgets) + 3) + "|")
+    results = {}
+    for name, fn in STRATEGIES.items():
+        rs = []
+        for seed in range(args.seeds):
+            ls.noise = random.Random(seed * 104729 + 17)  # the same noise draws for every strategy
+            rs.append(score(fn(ls, seed, args.budget), ls.best, budgets))
+        means = {b: statistics.mean(r[0][b] for r in rs) for b in budgets}
+        reach = statistics.mean(r[1] for r in rs)
+        never = sum(1 for r in rs if r[1] > args.budget)
+        infeasible = statistics.mean(r[2] for r in rs)
+        results[name] = {"best_fraction": means, "trials_to_95": reach, "never_reached": never,
+                         "infeasible": infeasible}
+        print(f"| {name} | " + " | ".join(f"{means[b] * 100:.0f}%" for b in budgets)
+              + f" | {reach:.1f} ({never} never) | {infeasible:.1f} |", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"table_meta": m, "results": results}, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    me = sub.add_parser("measure")
+    me.add_argument("--out", required=True)
+    me.add_argument("--runs", type=int, default=3)
+    se = sub.add_parser("search")
+    se.add_argument("--table", required=True)
+    se.add_argument("--seeds", type=int, default=10)
+    se.add_argument("--budget", type=int, default=40)
+    se.add_argument("--json")
+    args = ap.parse_args()
+    (measure if args.cmd == "measure" else search)(args)
+
+
+if __name__ == "__main__":
+    main()
