@@ -36,7 +36,9 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from inferloom.kernels.base import model_config
 from inferloom.workloads.base import Knob
+from inferloom.workloads.engine_gate_up import fuse_gate_up, gate_up_mlps
 
 __all__ = ["WRITABLE", "KNOB", "register", "restore", "registered", "knob", "import_kernel", "apply_written_kernel",
            "kernel_name", "shown_shapes"]
@@ -102,8 +104,6 @@ def knob() -> Knob:
 
 def shown_shapes(entry: str, workload: Mapping[str, Any]) -> list[dict[str, int]]:
     """The shapes the author is shown: the decode step's and a prefill chunk's (at most 256 tokens)."""
-    from inferloom.kernels.base import model_config
-
     cfg = model_config(str(workload["model"]))
     batch, inter = int(workload["batch"]), int(cfg["intermediate_size"])
     prefill = min(batch * int(workload["input_len"]), 256)
@@ -130,8 +130,6 @@ def _forward(mod: Any, inter: int, entry: str, fn: Callable[..., Any]) -> Callab
 def apply_written_kernel(model: Any, value: str) -> str:
     """Rewrite ``model``'s MLPs to call the written kernel ``value``; a note. ``ValueError`` for
     a value not registered in this process or a model without Llama-style MLPs."""
-    from inferloom.workloads.engine_gate_up import fuse_gate_up, gate_up_mlps
-
     if value not in _REGISTRY:
         raise ValueError(f"{KNOB}={value!r}: no such written kernel in this session (have: "
                          f"{', '.join(registered()) or 'none'})")

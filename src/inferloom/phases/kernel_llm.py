@@ -35,6 +35,7 @@ from inferloom.phases.common import agent_view
 from inferloom.phases.common import jsonable as _jsonable
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.context import SessionContext
+from inferloom.phases.kernel_trial import KERNEL_CLAIM, KERNEL_GATE, decided, kernel_trial, share
 from inferloom.session import ledger as L
 from inferloom.session.state import SessionState
 from inferloom.session.state_models import KernelProgress
@@ -63,10 +64,8 @@ def author_entries(ctx: SessionContext, ks: KernelProgress) -> list[str]:
     return out
 
 
-def _done(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: int, entry: str, how: str) -> None:
-    from inferloom.phases.kernel import _decided
-
-    _decided(st)[f"llm:{entry}"] = f"cycle {st.cycle}: {how}"
+def _done(st: SessionState, ks: KernelProgress, i: int, entry: str, how: str) -> None:
+    decided(st)[f"llm:{entry}"] = f"cycle {st.cycle}: {how}"
     ks.next = i + 1
 
 
@@ -74,7 +73,7 @@ def _refuse(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: int, e
             output: dict[str, Any]) -> None:
     ctx.record_refusal(st, rule, why, AGENT, {"entry": entry, **output},
                        _key("kernel-llm-refusal", st.session_id, st.cycle, entry, rule))
-    _done(ctx, st, ks, i, entry, f"refused ({rule})")
+    _done(st, ks, i, entry, f"refused ({rule})")
 
 
 def _ask(ctx: SessionContext, st: SessionState, entry: Any, dtype: str, shown: list[dict[str, int]]) -> dict[str, Any]:
@@ -97,8 +96,6 @@ def _ask(ctx: SessionContext, st: SessionState, entry: Any, dtype: str, shown: l
 
 def _gates(ctx: SessionContext, st: SessionState, cand: KernelCandidate, shown: list[dict[str, int]]) -> list[dict]:
     """The gates' results (recorded; a resumed session reads them back when the last one is there)."""
-    from inferloom.phases.kernel import KERNEL_GATE
-
     keys = [_key("kernel-gate", st.session_id, st.cycle, cand.id, g) for g in GATES]
     found = [ctx.ledger.find(k) for k in keys]
     have = [f for f in found if f is not None]
@@ -115,11 +112,10 @@ def _gates(ctx: SessionContext, st: SessionState, cand: KernelCandidate, shown: 
 
 def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: int, entry_name: str) -> None:
     """One tick of the author's turn for ``entry_name`` (position ``i`` of the phase's list)."""
-    from inferloom.kernels.catalog.index import get
-    from inferloom.phases.kernel import KERNEL_CLAIM, _decided, _share, _trial
+    from inferloom.kernels.catalog.index import get  # needs triton (an optional dependency)
 
-    if f"llm:{entry_name}" in _decided(st):
-        ctx.progress(f"KERNEL: the author's {entry_name} was decided earlier: {_decided(st)[f'llm:{entry_name}']}")
+    if f"llm:{entry_name}" in decided(st):
+        ctx.progress(f"KERNEL: the author's {entry_name} was decided earlier: {decided(st)[f'llm:{entry_name}']}")
         ks.next = i + 1
         return
     ctx.knobs = ctx.adapter.knob_space()  # the llm_kernel knob's domain grows as kernels pass their gates
@@ -166,12 +162,12 @@ def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: in
     if rule:
         _refuse(ctx, st, ks, i, entry_name, rule, why, {"candidate": cand.id})
         return
-    share, spans = _share(ks.targets, cand)
+    frac, spans = share(ks.targets, cand)
     local = results[-1]["details"].get("speedup")
-    bound = amdahl_limit(min(max(float(share), 0.0), 1.0), float(local)) if share is not None and local else None
+    bound = amdahl_limit(min(max(float(frac), 0.0), 1.0), float(local)) if frac is not None and local else None
     proposal.update(predicted_gain=(bound - 1.0) if bound is not None else None, amdahl_bound=bound,
                     rationale=f"{cand.id}: written for {cand.op}; guards and gates passed (x{local:.2f} on the op); "
-                    "Amdahl bound " + (f"x{bound:.3f} from its {share * 100:.1f}% share ({spans})" if bound else "unknown"))
-    _decided(st)[f"llm:{entry_name}"] = f"cycle {st.cycle}: gates passed, measured end to end"
-    _trial(ctx, st, ks, proposal, _key("try_kernel", st.session_id, st.cycle, config_key(proposal["config"])),
-           first=True)
+                    "Amdahl bound " + (f"x{bound:.3f} from its {frac * 100:.1f}% share ({spans})" if bound else "unknown"))
+    decided(st)[f"llm:{entry_name}"] = f"cycle {st.cycle}: gates passed, measured end to end"
+    kernel_trial(ctx, st, ks, proposal, _key("try_kernel", st.session_id, st.cycle, config_key(proposal["config"])),
+                 first=True)
