@@ -5,12 +5,15 @@ the transformers engine on llama-tiny, instead of a synthetic landscape.
 A session measuring every searcher over >= 10 seeds on the real engine would
 take days on this machine. So the engine is measured once per distinct
 configuration of a sub-space of its FRAMEWORK knobs (``measure``: every
-feasible configuration, in a seeded random order so a slow drift of the
-shared machine spreads over the table; one warm-up run, then ``--runs`` timed
-runs each), and the searchers then run over that table (``search``): a
-configuration's true value is the mean of its measured throughputs over
-stock's, and each "measurement" a searcher makes draws one of its measured
-runs at random (the noise is the engine's own, resampled). The engine's
+feasible configuration, in a seeded random order; one warm-up run, then
+``--pairs`` pairs of a stock run and a run of it, adjacent in time, each a
+ratio), and the searchers then run over that table (``search``): a
+configuration's true value is the mean of its paired log ratios to stock,
+and each "measurement" a searcher makes draws one of its pairs at random (the
+noise is the engine's own, resampled). Unpaired throughputs were useless on
+the shared machine: a first run (3 unpaired runs per configuration) saw
+stock at 11-48 tok/s and neighbours of it at 850, as other processes came
+and went. The engine's
 cross-knob refusals (``check_applicable``) are the infeasible region, as in a
 session.
 
@@ -20,7 +23,7 @@ micro_batch 1-4, prompt_lookup 0-2, decode_loop generate/static_loop.
 ``compile_mode`` stays off (a compilation costs ~30-60 s per configuration on
 this machine) and ``cpu_threads`` at stock (2: the machine's cores).
 
-    nice -n 19 env PYTHONPATH=src .venv/bin/python benchmarks/search_efficiency_real.py measure --out T.json
+    nice env PYTHONPATH=src .venv/bin/python benchmarks/search_efficiency_real.py measure --out T.json
     PYTHONPATH=src .venv/bin/python benchmarks/search_efficiency_real.py search --table T.json --seeds 10 --budget 40
 """
 
@@ -76,6 +79,10 @@ def feasible_configs(knobs: list[Any]) -> list[dict[str, Any]]:
 
 
 def measure(args: argparse.Namespace) -> None:
+    """Every feasible configuration, in a seeded random order: prepared, one warm-up run, then ``--pairs``
+    pairs of one stock run and one run of it, adjacent in time (order alternating), each pair a ratio:
+    on a shared machine whose load swings (other processes come and go) an unpaired throughput is mostly
+    the load at the time; a ratio to stock measured next to it is the configuration's effect."""
     ad = _adapter()
     knobs = ad.knob_space()
     configs = feasible_configs(knobs)
@@ -86,21 +93,39 @@ def measure(args: argparse.Namespace) -> None:
     meta = {"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": commit, "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores",
             "python": platform.python_version(), "torch": torch.__version__, "spec": SPEC, "subspace": SUBSPACE,
-            "runs": args.runs, "loadavg_start": os.getloadavg(), "configs": len(configs)}
+            "pairs": args.pairs, "loadavg_start": os.getloadavg(), "configs": len(configs)}
+    stock = ad.prepare({})
+    ad.run(stock, 9_999)  # warm-up, untimed
+
+    def tps(handle: Any, seed: int) -> float | None:
+        r = ad.run(handle, seed)
+        return r.output_tokens / r.wall_s if r.success and r.wall_s > 0 else None
+
     rows: dict[str, Any] = {}
     t0 = time.time()
     for i, cfg in enumerate(configs):
         handle = ad.prepare(cfg)
         try:
             ad.run(handle, 10_000 + i)  # warm-up, untimed
-            recs = [ad.run(handle, 20_000 + 10 * i + r) for r in range(args.runs)]
+            pairs = []
+            for p in range(args.pairs):
+                seed = 20_000 + 10 * i + p  # the same prompts for both sides of a pair
+                if p % 2 == 0:
+                    a = tps(stock, seed)
+                    b = tps(handle, seed)
+                else:  # the configuration first
+                    b = tps(handle, seed)
+                    a = tps(stock, seed)
+                pairs.append([a, b])
         finally:
             ad.release(handle)
-        tps = [r.output_tokens / r.wall_s for r in recs if r.success and r.wall_s > 0]
-        rows[config_key(cfg)] = {"config": cfg, "tok_s": tps, "errors": [r.error for r in recs if not r.success]}
-        print(f"{i + 1}/{len(configs)} {time.time() - t0:6.0f} s  {statistics.mean(tps) if tps else float('nan'):8.1f} tok/s  "
+        ratios = [b / a for a, b in pairs if a and b]
+        rows[config_key(cfg)] = {"config": cfg, "pairs_tok_s": pairs, "ratios": ratios}
+        print(f"{i + 1}/{len(configs)} {time.time() - t0:6.0f} s  x{statistics.mean(ratios) if ratios else float('nan'):7.3f}  "
+              f"(stock {statistics.mean(a for a, _ in pairs if a):7.1f} tok/s)  "
               + ", ".join(f"{k}={cfg[k]}" for k in SUBSPACE), flush=True)
     meta.update(wall_s=time.time() - t0, loadavg_end=os.getloadavg())
+    ad.release(stock)
     ad.close()
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
@@ -115,9 +140,9 @@ class MeasuredLandscape:
         self.knobs = [replace(k, choices=tuple(self.dom[k.name])) if k.kind == "choice" and k.name in self.dom
                       else replace(k, low=min(self.dom[k.name]), high=max(self.dom[k.name])) if k.name in self.dom
                       else k for k in all_knobs if k.name in self.dom]  # what the searchers may change
-        self.runs = {key: r["tok_s"] for key, r in table["rows"].items() if r["tok_s"]}
-        self.base = math.log(statistics.mean(self.runs[config_key(self.stock)]))
-        self.best = max(self.value(r["config"]) for r in table["rows"].values() if r["tok_s"])
+        self.runs = {key: [math.log(x) for x in r["ratios"]] for key, r in table["rows"].items() if r["ratios"]}
+        self.base = 0.0  # values are log ratios to stock, each measured next to a stock run
+        self.best = max(statistics.mean(v) for v in self.runs.values())
         self.noise = random.Random(0)
 
     def full(self, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -127,11 +152,13 @@ class MeasuredLandscape:
         return config_key(self.full(cfg)) in self.runs
 
     def value(self, cfg: dict[str, Any]) -> float:
-        return math.log(statistics.mean(self.runs[config_key(self.full(cfg))])) - self.base
+        """The mean of its paired log ratios to stock (stock's own: its A/A pairs)."""
+        return statistics.mean(self.runs[config_key(self.full(cfg))])
 
     def measure(self, cfg: dict[str, Any]) -> float | None:
+        """One of its measured pairs, drawn at random: the engine's own noise."""
         runs = self.runs.get(config_key(self.full(cfg)))
-        return math.log(self.noise.choice(runs)) - self.base if runs else None
+        return self.noise.choice(runs) if runs else None
 
 
 def search(args: argparse.Namespace) -> None:
@@ -139,11 +166,13 @@ def search(args: argparse.Namespace) -> None:
     ls = MeasuredLandscape(table, _adapter().knob_space())
     budgets = [b for b in (5, 10, 20, 40) if b <= args.budget]
     m = table["meta"]
-    cv = statistics.mean(statistics.stdev(v) / statistics.mean(v) for v in ls.runs.values() if len(v) > 1)
-    print(f"table: {len(ls.runs)} configurations measured ({m['date']}, commit {m['commit']}, {m['runs']} runs each, "
-          f"{m['wall_s'] / 60:.1f} min); stock {math.exp(ls.base):.1f} tok/s; best x{math.exp(ls.best):.3f} over stock; "
-          f"mean run-to-run cv {cv * 100:.1f}%")
-    best_key = max(ls.runs, key=lambda k: statistics.mean(ls.runs[k]))
+    sd = statistics.mean(statistics.stdev(v) for v in ls.runs.values() if len(v) > 1)
+    aa = ls.runs[config_key(ls.stock)]
+    print(f"table: {len(ls.runs)} configurations measured ({m['date']}, commit {m['commit']}, {m['pairs']} pairs each, "
+          f"{m['wall_s'] / 60:.1f} min, load {m['loadavg_start'][0]:.1f} -> {m['loadavg_end'][0]:.1f}); stock A/A "
+          f"x{math.exp(statistics.mean(aa)):.3f}; best x{math.exp(ls.best):.3f} over stock; mean sd of a pair's "
+          f"log ratio {sd:.3f}")
+    best_key = max(ls.runs, key=lambda k: statistics.mean(ls.runs[k]))  # the best configuration
     print(f"best: {best_key}")
     print("| strategy | " + " | ".join(f"@{b}" for b in budgets) + " | trials to 95% | infeasible tried |")
     print("| --- " * (len(budgets) + 3) + "|")
@@ -170,7 +199,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     me = sub.add_parser("measure")
     me.add_argument("--out", required=True)
-    me.add_argument("--runs", type=int, default=3)
+    me.add_argument("--pairs", type=int, default=3)
     se = sub.add_parser("search")
     se.add_argument("--table", required=True)
     se.add_argument("--seeds", type=int, default=10)
