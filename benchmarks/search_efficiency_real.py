@@ -133,7 +133,8 @@ def measure(args: argparse.Namespace) -> None:
 class MeasuredLandscape:
     """The duck type the searchers of search_efficiency.py use, over a measured table."""
 
-    def __init__(self, table: dict[str, Any], all_knobs: list[Any]) -> None:
+    def __init__(self, table: dict[str, Any], all_knobs: list[Any], estimator: str = "median") -> None:
+        self.center = statistics.median if estimator == "median" else statistics.mean
         self.all_knobs = all_knobs
         self.stock = {k.name: k.default for k in all_knobs}
         self.dom = {n: list(v) for n, v in table["meta"]["subspace"].items()}
@@ -142,7 +143,7 @@ class MeasuredLandscape:
                       else k for k in all_knobs if k.name in self.dom]  # what the searchers may change
         self.runs = {key: [math.log(x) for x in r["ratios"]] for key, r in table["rows"].items() if r["ratios"]}
         self.base = 0.0  # values are log ratios to stock, each measured next to a stock run
-        self.best = max(statistics.mean(v) for v in self.runs.values())
+        self.best = max(self.center(v) for v in self.runs.values())
         self.noise = random.Random(0)
 
     def full(self, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -152,8 +153,8 @@ class MeasuredLandscape:
         return config_key(self.full(cfg)) in self.runs
 
     def value(self, cfg: dict[str, Any]) -> float:
-        """The mean of its paired log ratios to stock (stock's own: its A/A pairs)."""
-        return statistics.mean(self.runs[config_key(self.full(cfg))])
+        """The median (or mean) of its paired log ratios to stock (stock's own: its A/A pairs)."""
+        return self.center(self.runs[config_key(self.full(cfg))])
 
     def measure(self, cfg: dict[str, Any]) -> float | None:
         """One of its measured pairs, drawn at random: the engine's own noise."""
@@ -163,16 +164,18 @@ class MeasuredLandscape:
 
 def search(args: argparse.Namespace) -> None:
     table = json.loads(Path(args.table).read_text())
-    ls = MeasuredLandscape(table, _adapter().knob_space())
+    ls = MeasuredLandscape(table, _adapter().knob_space(), args.estimator)
     budgets = [b for b in (5, 10, 20, 40) if b <= args.budget]
     m = table["meta"]
     sd = statistics.mean(statistics.stdev(v) for v in ls.runs.values() if len(v) > 1)
     aa = ls.runs[config_key(ls.stock)]
     print(f"table: {len(ls.runs)} configurations measured ({m['date']}, commit {m['commit']}, {m['pairs']} pairs each, "
           f"{m['wall_s'] / 60:.1f} min, load {m['loadavg_start'][0]:.1f} -> {m['loadavg_end'][0]:.1f}); stock A/A "
-          f"x{math.exp(statistics.mean(aa)):.3f}; best x{math.exp(ls.best):.3f} over stock; mean sd of a pair's "
+          f"x{math.exp(ls.center(aa)):.3f}; {args.estimator} of the pairs; best x{math.exp(ls.best):.3f} over stock; mean sd of a pair's "
           f"log ratio {sd:.3f}")
-    best_key = max(ls.runs, key=lambda k: statistics.mean(ls.runs[k]))  # the best configuration
+    best_key = max(ls.runs, key=lambda k: ls.center(ls.runs[k]))  # the best configuration
+    above = sum(1 for v in ls.runs.values() if ls.center(v) > math.log(1.05))
+    print(f"{above} of {len(ls.runs)} configurations over x1.05 of stock")
     print(f"best: {best_key}")
     print("| strategy | " + " | ".join(f"@{b}" for b in budgets) + " | trials to 95% | infeasible tried |")
     print("| --- " * (len(budgets) + 3) + "|")
@@ -205,6 +208,9 @@ def main() -> None:
     se.add_argument("--seeds", type=int, default=10)
     se.add_argument("--budget", type=int, default=40)
     se.add_argument("--json")
+    se.add_argument("--estimator", choices=("median", "mean"), default="median",
+                    help="a configuration's true value from its pairs (median: a contention spike in one pair "
+                    "does not make it the best)")
     args = ap.parse_args()
     (measure if args.cmd == "measure" else search)(args)
 
