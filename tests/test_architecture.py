@@ -31,6 +31,8 @@ ALLOWED_LOCAL: dict[tuple[str, str], str] = {
     ("workloads/engine_attention.py", "inferloom.kernels.catalog.ops"): _TRITON + " (attention_kernel=triton_decode only)",
     ("workloads/engine_gate_up.py", "inferloom.kernels.catalog.ops"): _TRITON + " (mlp_kernel=triton_gate_up_silu only)",
     ("workloads/diffusers_ops.py", "inferloom.kernels.catalog.rmsnorm"): _TRITON + " (rmsnorm_impl=triton only)",
+    ("phases/kernel_llm.py", "inferloom.kernels.catalog.index"):
+        _TRITON + " (the entry the LLM kernel author writes for, reached only when the role plays)",
     ("kernels/catalog_backend.py", "inferloom.kernels.catalog.index"):
         _TRITON + " (the entries, reached once unavailable() found triton; kernels.registry imports the backend)",
 }

@@ -4,6 +4,7 @@ LLM kernel author through the real openai SDK against the scripted localhost
 server (a correct kernel passes guards, correctness and the microbenchmark; a
 wrong one, one that does not load, and malformed answers are refused)."""
 
+import hashlib
 import random
 import textwrap
 
@@ -108,17 +109,89 @@ def test_llm_kernel_author_through_the_gates(tmp_path):
     with ScriptedLLM() as s:
         s.script("KernelSource", ans(HONEST_SRC), ans(WRONG_SRC), ans("def kernel(:\n"), text("{"), text("no"))
         a = author(s.url, tmp_path)
-        cand, calls = a.write(ENTRY, "float32", SHOWN, "t1")
+        cand, calls, written = a.write(ENTRY, "float32", SHOWN, "t1")
         prompt = s.requests[0]["body"]["messages"][-1]["content"]
         assert "def _silu_reference" in prompt and "'tokens': 4" in prompt and len(calls) == 1
+        assert cand.id == "llm:silu_mul-t1" and written["path"].endswith("llm/kernels/silu_mul-t1.py")
         gates = gate_written_kernel(cand, "cpu", SHOWN, min_speedup=0.01)
         assert [g.gate for g in gates] == ["reward_hacking_guards", "correctness", "microbenchmark"]
         assert all(g.passed for g in gates) and gates[2].details["timer"] == "host clock"
-        wrong, _ = a.write(ENTRY, "float32", SHOWN, "t2")
+        wrong, _, written = a.write(ENTRY, "float32", SHOWN)
         gates = gate_written_kernel(wrong, "cpu", SHOWN, min_speedup=0.01)
         assert len(gates) == 1 and gates[0].rule == "kernel_incorrect"
+        assert written["name"] == "silu_mul-" + hashlib.sha256(WRONG_SRC.encode()).hexdigest()[:10]
         with pytest.raises(LLMRefusal) as exc:
             a.write(ENTRY, "float32", SHOWN, "t3")
         assert exc.value.rule == "kernel_load_failed" and (tmp_path / "llm/kernels/silu_mul-t3.py").is_file()
         with pytest.raises(LLMRefusal, match="llm_schema_invalid"):
             a.write(ENTRY, "float32", SHOWN, "t4")
+
+
+GATE_UP_SRC = textwrap.dedent('''
+    import torch
+
+    def kernel(x, w_gate_up, *, out):
+        n = w_gate_up.shape[0] // 2
+        gu = x @ w_gate_up.T
+        out.copy_(torch.nn.functional.silu(gu[:, :n]) * gu[:, n:])
+''')
+
+
+def test_written_kernels_switch_on_in_the_engine_by_their_knob_and_survive_a_resume(tmp_path, monkeypatch):
+    import copy
+
+    from inferloom.kernels import written
+    from inferloom.workloads.base import AdapterError
+    from inferloom.workloads.engine_kernels import apply_kernels
+    from inferloom.workloads.transformers_knobs import check_applicable
+    from test_kernels import _logits, _tiny_llama
+
+    monkeypatch.setattr(written, "_REGISTRY", {})
+    assert written.knob().choices == ("none",) and written.knob().phase == "KERNEL"
+    with pytest.raises(ValueError, match="no such written kernel in this session"):
+        apply_kernels(_tiny_llama(), {"llm_kernel": "silu_mul-0123456789"})
+    kdir = tmp_path / "llm" / "kernels"
+    kdir.mkdir(parents=True)
+    (kdir / "silu_mul-aaaa.py").write_text(HONEST_SRC)
+    (kdir / "gate_up_silu-bbbb.py").write_text(GATE_UP_SRC)
+    written.register(tmp_path, "silu_mul-aaaa", "silu_mul", kdir / "silu_mul-aaaa.py")
+    written.register(tmp_path, "gate_up_silu-bbbb", "gate_up_silu", kdir / "gate_up_silu-bbbb.py")
+    with pytest.raises(ValueError, match="has no engine switch"):
+        written.register(tmp_path, "qkv-cccc", "qkv_proj", kdir / "silu_mul-aaaa.py")
+    monkeypatch.setattr(written, "_REGISTRY", {})  # a new process: the session's passed kernels come back
+    assert written.restore(tmp_path) == ["gate_up_silu-bbbb", "silu_mul-aaaa"]
+    assert written.knob().choices == ("none", "gate_up_silu-bbbb", "silu_mul-aaaa")
+    ids = torch.randint(0, 100, (2, 7), generator=torch.Generator().manual_seed(0))
+    eager = _tiny_llama()
+    want = _logits(eager, ids)
+    for value in ("silu_mul-aaaa", "gate_up_silu-bbbb"):
+        model = copy.deepcopy(eager)
+        notes = apply_kernels(model, {"llm_kernel": value})
+        assert notes["llm_kernel"].startswith(f"{value}: 2 MLP modules call the written")
+        assert (_logits(model, ids) - want).abs().max() <= 1e-5 * want.abs().max()
+    wrong = copy.deepcopy(eager)
+    (kdir / "silu_mul-aaaa.py").write_text(WRONG_SRC)  # the engine runs what the file says: the gates vetted it
+    apply_kernels(wrong, {"llm_kernel": "silu_mul-aaaa"})
+    assert (_logits(wrong, ids) - want).abs().max() > 1e-3
+    knobs = [written.knob(), *[k for k in _engine_knobs() if k.name != "llm_kernel"]]
+    cfg = {k.name: k.default for k in knobs}
+    with pytest.raises(AdapterError, match="llm_kernel.*rewrites the MLP itself; mlp_kernel is torch_gate_up"):
+        check_applicable(knobs, {**cfg, "llm_kernel": "silu_mul-aaaa", "mlp_kernel": "torch_gate_up"}, "cpu")
+    check_applicable(knobs, {**cfg, "llm_kernel": "silu_mul-aaaa"}, "cpu")
+
+
+def _engine_knobs():
+    from inferloom.workloads.transformers_knobs import transformers_knobs
+
+    return transformers_knobs(load_spec(None, {"model": "llama-tiny", "device": "cpu"}), 2)
+
+
+def test_the_llm_kernel_knob_exists_only_with_the_kernel_author_role():
+    from inferloom.workloads.transformers_engine import TransformersEngine
+
+    base = {"model": "llama-tiny", "device": "cpu", "agents.llm.provider": "openai", "agents.llm.model": "m",
+            "agents.llm.api_key_env": "K"}
+    names = {r: [k.name for k in TransformersEngine(load_spec(None, {**base, "agents.llm.roles": r})).knob_space()]
+             for r in ("orchestrator", "kernel_author")}
+    assert "llm_kernel" not in names["orchestrator"] and "llm_kernel" in names["kernel_author"]
+    assert [n for n in names["kernel_author"] if n != "llm_kernel"] == names["orchestrator"]

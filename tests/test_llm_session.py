@@ -18,7 +18,7 @@ from inferloom.spec import load_spec
 from inferloom.workloads.base import Knob
 from inferloom.verify import verify_session
 from inferloom.workloads.synthetic import SyntheticAdapter
-from llm_scripted_server import ScriptedLLM, ok, text
+from llm_scripted_server import ScriptedLLM, ok, status, text
 
 KNOBS = [Knob("fast_path", "bool", False, "synthetic +20%"), Knob("useless", "bool", False, "synthetic 0%")]
 BASE = {"model": "llama-tiny", "framework": "synthetic", "device": "cpu", "protocol.bootstrap_resamples": 999,
@@ -75,6 +75,11 @@ def test_llm_session_goes_through_the_gates_is_recorded_and_replays(tmp_path):
     assert b["llm"]["cost_usd"] == pytest.approx(b["llm"]["calls"] * (100 * 3 + 20 * 15) / 1e6)
     assert b["llm"]["kept_gain_pct"] > 10 and b["llm"]["cost_usd_per_gain_pct"] > 0
     assert "## LLM agents" in (d / "report.md").read_text()
+    assert set(b["llm"]["refusals_by_rule"]) == {"unknown_knob", "llm_schema_invalid"}
+    assert "Refusals of the LLM agents' outputs by rule: llm_schema_invalid x1" in (d / "report.md").read_text()
+    assert main(["report", str(d), "--html", "--out", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert '<section id="llm"><h2>LLM agents</h2>' in html and "<code>unknown_knob</code>" in html
     findings = verify_session(d)  # the LLM's session verifies like any other
     assert findings.checks and all(c.ok for c in findings.checks)
     recorded = read_exchanges(d)
@@ -105,3 +110,21 @@ def test_cli_llm_replay_of_a_session_without_llm_is_refused(tmp_path, capsys):
                  "--out", str(tmp_path / "new"), "--quiet", "--no-kb"])
     assert code == 2 and "ran without agents.llm" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+
+@pytest.mark.parametrize("replies, rule", [((text("keep it!"), text("{not json")), "llm_schema_invalid"),
+                                           ((status(500, None),), "llm_http_error")])
+def test_a_failing_llm_critic_is_a_refusal_and_the_protocols_decision_stands(tmp_path, replies, rule):
+    d = tmp_path / "s"
+    with ScriptedLLM() as s:  # garbage twice (the answer and its repair attempt), or a server error
+        s.script("CriticRuling", *replies)
+        st = start(d, spec(s.url, roles="critic"), budget_minutes=10, max_trials=2, adapter=adapter(),
+                   cycle_ceiling=1, sweep=False, kb_url=None)
+        assert not s.left()
+    kept = [t for t in st.trials if t.changes == {"fast_path": True}]
+    assert kept and kept[0].kept and st.stack["fast_path"] is True  # the rules' keep stands
+    refused = [e for e in L.read_entries(d) if e["kind"] == L.REFUSAL and e["agent"] == "llm-critic"]
+    assert [e["rule"] for e in refused] == [rule]
+    assert "the decision stands" in refused[0]["why"] and refused[0]["output"]["decision"] == "keep"
+    assert f"refused ({rule}) from llm-critic" in (d / "report.md").read_text()

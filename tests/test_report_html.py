@@ -126,9 +126,9 @@ def test_full_page_parses_and_has_every_section_and_chart():
     p = parse(page)
     assert_self_contained(page)
     headings = [t for t, _ in p.tags if t == "h2"]
-    assert len(headings) == len(SECTIONS) - 1  # no source patches: not a custom workload
+    assert len(headings) == len(SECTIONS) - 2  # no source patches (not a custom workload), no LLM agents
     for key, title in SECTIONS.items():
-        assert (f"<h2>{title}</h2>" in page.replace("&amp;", "&")) == (key != "patches")
+        assert (f"<h2>{title}</h2>" in page.replace("&amp;", "&")) == (key not in ("patches", "llm"))
     # the headline and its citation
     assert "x1.319" in page and "+31.9%" in _section(page, "summary") and _cited(page, 24)
     # every charted number's ledger entry is cited on the page
@@ -151,6 +151,29 @@ def test_full_page_parses_and_has_every_section_and_chart():
     # text is escaped
     assert "&lt;b&gt;inconclusive&lt;/b&gt; &amp; reverted" in page and "<b>inconclusive" not in page
     assert "Test CPU &lt;x&gt;" in page
+
+
+def test_llm_section_counts_calls_cost_per_gain_and_refusals_by_rule():
+    b = full_breakdown()
+    b["llm"] = {"calls": 5, "tokens": 1234, "latency_s": 2.5, "cost_usd": 0.0123,
+                "by_role": {"orchestrator": {"calls": 4, "input_tokens": 1000, "output_tokens": 100, "errors": 1},
+                            "kernel_author": {"calls": 1, "input_tokens": 100, "output_tokens": 34, "errors": 0}},
+                "kept_gain_pct": 31.9, "cost_usd_per_gain_pct": 0.0123 / 31.9, "tokens_per_gain_pct": 1234 / 31.9,
+                "refusals_by_rule": {"kernel_incorrect": {"count": 1, "agents": ["llm-kernel-author"],
+                                                          "ledger_seqs": [41]},
+                                     "unknown_knob": {"count": 2, "agents": ["llm-orchestrator"],
+                                                      "ledger_seqs": [31, 33]}},
+                "errors": [], "ledger_seqs": [30, 40]}
+    page = render_html(b)
+    assert_self_contained(page)
+    sec = _section(page, "llm")
+    assert "$0.0123" in sec and "1,234" in sec and "39 tokens per +1%" in sec and "+31.9% over stock" in sec
+    assert "kernel_author" in sec and "<code>kernel_incorrect</code>" in sec and "llm-kernel-author" in sec
+    for seq in (30, 40, 41, 31, 33):
+        assert _cited(sec, seq), seq
+    b["llm"].update(cost_usd=None, cost_usd_per_gain_pct=None, kept_gain_pct=None, refusals_by_rule={})
+    sec = _section(render_html(b), "llm")
+    assert "not priced" in sec and "n/a (the final stack is not faster" in sec and "No output of an LLM" in sec
 
 
 def test_absent_sections_say_why():

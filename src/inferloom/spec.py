@@ -142,7 +142,9 @@ class KernelSpec(_Strict):
         "auto", description="KERNEL phase backend: auto (catalog on CUDA, torch on CPU, none for the synthetic "
         "adapter), none (skip the phase), torch (torch's fused ops), catalog (inferloom's Triton kernels, CUDA)")
     min_share: float = Field(0.02, ge=0.0, le=1.0, description="a category below this share of the profiled run is not targeted")
-    min_speedup: float = _n(1.05, 1.0, 100.0, "microbenchmark speed-up a kernel must reach over the op it replaces")
+    min_speedup: float = _n(1.05, 0.0, 100.0, "microbenchmark speed-up a kernel must reach over the op it replaces "
+                            "(below 1 lets a kernel slower on its op through to the end-to-end measurement, which "
+                            "alone keeps anything: e.g. the Triton interpreter on a CPU, in tests)", gt=True)
     budget_share: float = Field(
         0.35, ge=0.0, lt=1.0, description="share of the session's budget (wall-clock minutes and trials) kept for "
         "the KERNEL phase when a kernel backend applies: FRAMEWORK ends once the rest is used (0: FRAMEWORK may use "

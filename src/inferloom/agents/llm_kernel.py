@@ -12,17 +12,16 @@ shapes it was not shown. The source is stored with the session
 catalog's kernels are): only turn on the ``kernel_author`` role for an
 endpoint you trust.
 
-Not yet wired end to end: a written kernel that passes its gates is reported,
-not switched on in the engine (the engine's KERNEL knobs select catalog
-kernels only).
+In a session (``phases/kernel_llm.py``) a written kernel that passes its
+gates is switched on end to end by the engine's ``llm_kernel`` knob
+(:mod:`inferloom.kernels.written`) and measured like a catalog kernel.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
 import inspect
 import random
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -34,8 +33,9 @@ from inferloom.agents.llm_record import LLMRefusal
 from inferloom.kernels.base import KernelCandidate
 from inferloom.kernels.gates import GateResult, correctness, microbenchmark
 from inferloom.kernels.guards import reward_hacking_guards, unseen_shapes
+from inferloom.kernels.written import import_kernel, kernel_name
 
-__all__ = ["KernelSource", "LLMKernelAuthor", "KERNEL_SYSTEM", "load_kernel", "gate_written_kernel"]
+__all__ = ["KernelSource", "LLMKernelAuthor", "KERNEL_SYSTEM", "load_kernel", "gate_written_kernel", "written_candidate"]
 
 
 class KernelSource(BaseModel):
@@ -62,17 +62,18 @@ def load_kernel(source: str, path: Path) -> Any:
     """Write ``source`` to ``path`` and import its ``kernel``; :class:`LLMRefusal` ``kernel_load_failed``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(source, encoding="utf-8")
-    name = "inferloom_llm_kernel_" + re.sub(r"\W", "_", path.stem)
     try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        return import_kernel(path)
     except Exception as exc:  # noqa: BLE001 - whatever the written module raises is a refusal
         raise LLMRefusal("kernel_load_failed", f"{path.name}: {type(exc).__name__}: {str(exc)[:300]}") from None
-    fn = getattr(module, "kernel", None)
-    if not callable(fn):
-        raise LLMRefusal("kernel_load_failed", f"{path.name} defines no callable `kernel`")
-    return fn
+
+
+def written_candidate(entry: Any, dtype: str, shown: Sequence[Mapping[str, int]], fn: Any, name: str,
+                      claimed_speedup: float, notes: str) -> KernelCandidate:
+    """The candidate ``llm:<name>`` for a written kernel ``fn`` against ``entry``'s signature
+    (no ``config_changes``: the KERNEL phase adds the engine switch)."""
+    fields = {**entry.candidate_fields(dtype, tuple(shown)), "id": f"llm:{name}", "implementation": fn, "notes": notes}
+    return KernelCandidate(**fields, claimed_speedup=claimed_speedup, config_changes={})
 
 
 def gate_written_kernel(cand: KernelCandidate, device: str, shown: Sequence[Mapping[str, int]], *,
@@ -111,14 +112,18 @@ class LLMKernelAuthor:
         return "\n\n".join(parts)
 
     def write(self, entry: Any, dtype: str, shown: Sequence[Mapping[str, int]],
-              tag: str) -> tuple[KernelCandidate, list[dict[str, Any]]]:
-        """The candidate (``llm:<entry>:<tag>``) and the calls it took; :class:`LLMRefusal` when
-        the LLM gave nothing usable or the source does not load."""
+              tag: str | None = None) -> tuple[KernelCandidate, list[dict[str, Any]], dict[str, Any]]:
+        """The candidate ``llm:<name>``, the calls it took, and what was written (``name``: ``<entry>-<tag>``,
+        the tag by default the source's sha256; ``path``; ``claimed_speedup``; ``rationale``).
+        :class:`LLMRefusal` when the LLM gave nothing usable or the source does not load."""
         answer, calls = self.client.ask("kernel_author", KERNEL_SYSTEM, self.prompt(entry, dtype, shown), KernelSource)
+        name = f"{entry.name}-{tag}" if tag else kernel_name(entry.name, hashlib.sha256(answer.source.encode()).hexdigest())
+        path = self.dir / "llm" / "kernels" / f"{name}.py"
         try:
-            fn = load_kernel(answer.source, self.dir / "llm" / "kernels" / f"{entry.name}-{tag}.py")
+            fn = load_kernel(answer.source, path)
         except LLMRefusal as exc:
             raise LLMRefusal(exc.rule, exc.why, calls) from None
-        fields = {**entry.candidate_fields(dtype, tuple(shown)), "id": f"llm:{entry.name}:{tag}", "implementation": fn,
-                  "notes": f"written by {self.client.llm.model}: {answer.rationale[:300]}"}
-        return KernelCandidate(**fields, claimed_speedup=answer.claimed_speedup, config_changes={}), calls
+        notes = f"written by {self.client.llm.model}: {answer.rationale[:300]}"
+        written = {"name": name, "path": str(path), "claimed_speedup": answer.claimed_speedup,
+                   "rationale": answer.rationale[:2000]}
+        return written_candidate(entry, dtype, shown, fn, name, answer.claimed_speedup, notes), calls, written

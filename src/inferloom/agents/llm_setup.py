@@ -6,8 +6,9 @@ roles ``agents.llm.roles`` names; the others stay deterministic) and ``llm``,
 the session's :class:`~inferloom.agents.llm_client.LLMClient` (the coordinator
 reads its budget). The ``specialist`` role makes the LLM a custom workload's
 patch source (in place of ``custom.patches``' directory and command); the
-``kernel_author`` (:mod:`inferloom.agents.llm_kernel`) is not wired into the
-KERNEL phase yet. With ``replay`` (``optimize --llm-replay SESSION_DIR``) the
+``kernel_author`` (:mod:`inferloom.agents.llm_kernel`) writes kernels in the
+KERNEL phase (``phases/kernel_llm.py``; the kernels a resumed session's gates
+passed are registered again here). With ``replay`` (``optimize --llm-replay SESSION_DIR``) the
 recorded session's replies answer instead: no key, no network.
 
 A spec that asks for an LLM without a usable key or SDK is refused before the
@@ -22,10 +23,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from inferloom.agents.llm_client import LLMClient, make_transport
+from inferloom.agents.llm_kernel import LLMKernelAuthor
 from inferloom.agents.llm_record import LLMRefusal, ReplayTransport, read_exchanges
 from inferloom.agents.llm_roles import LLMCritic, LLMOrchestrator
 from inferloom.agents.llm_specialist import LLMPatchSource
 from inferloom.errors import InferloomError
+from inferloom.kernels.written import restore
 
 __all__ = ["LLMSetupError", "llm_agents", "check_llm"]
 
@@ -61,4 +64,7 @@ def llm_agents(llm: Any, directory: str | os.PathLike[str], replay: str | None,
         out["critic_factory"] = lambda: LLMCritic(client, load_view)
     if "specialist" in llm.roles:  # a custom workload's patches: the LLM is its patch source
         out["patch_source"] = LLMPatchSource(client)
+    if "kernel_author" in llm.roles:
+        restore(directory)
+        out["kernel_author"] = LLMKernelAuthor(client, directory)
     return out

@@ -49,6 +49,7 @@ class Agents:
     patch_source: Any = None
     patch_critic_factory: Callable[[], Any] | None = None
     llm: Any = None  # the session's LLMClient when agents.llm is set: its budget_reason() stops the search
+    kernel_author: Any = None  # the LLM kernel author (agents/llm_kernel.py) when agents.llm.roles names it
 
     @classmethod
     def of(cls, agents: "Agents | Mapping[str, Any]") -> "Agents":

@@ -17,13 +17,16 @@ One tick does one thing, so a kill at any point resumes cleanly:
    than Amdahl's law allows from the op's time share and its microbenchmark
    speed-up is refused (``amdahl_suspect``) and measured once more; only that
    second measurement can keep it.
-3. when every candidate is done (or the budget is used): SWEEP.
+3. then, when ``agents.llm.roles`` names ``kernel_author``, the LLM writes
+   kernels for the picked targets it can (``phases/kernel_llm.py``): guards,
+   the same gates, then the same end-to-end measurement.
+4. when every candidate is done (or the budget is used): SWEEP.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
 
 from inferloom.kernels.base import KernelCandidate, Target, workload_of
 from inferloom.kernels.gates import correctness, microbenchmark
@@ -37,18 +40,19 @@ from inferloom.phases.common import jsonable as _jsonable
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.context import SessionContext
 from inferloom.phases.roofline import PROFILE
-from inferloom.phases.trial import Guard, begin, execute_trial, run_trial
+from inferloom.phases.kernel_llm import author_categories, author_entries, author_step
+from inferloom.phases.kernel_trial import AMDAHL_TOLERANCE, KERNEL_CLAIM, KERNEL_GATE
+from inferloom.phases.kernel_trial import decided as _decided
+from inferloom.phases.kernel_trial import kernel_trial as _trial
+from inferloom.phases.kernel_trial import share as _share
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState
-from inferloom.session.state_models import KernelProgress, KernelTarget
+from inferloom.session.state_models import KernelProgress
 from inferloom.workloads.base import DeclaredProfile, config_key
 
 __all__ = ["kernel_step", "kernel_reserve", "KERNEL_TARGETS", "KERNEL_CLAIM", "KERNEL_GATE", "AMDAHL_TOLERANCE"]
 
 KERNEL_TARGETS = "kernel_targets"
-KERNEL_CLAIM = "kernel_claim"
-KERNEL_GATE = "kernel_gate"
-AMDAHL_TOLERANCE = 0.05
 
 
 def _to_sweep(ctx: SessionContext, st: SessionState, why: str, skipped: bool) -> None:
@@ -99,7 +103,7 @@ def _begin(ctx: SessionContext, st: SessionState) -> KernelProgress | None:
         _to_sweep(ctx, st, f"no profile to pick targets from ({source})", skipped=True)
         return None
     ks = ctx.spec.kernels
-    targets = select_targets(cats, backend.rewritable(), ks.min_share)
+    targets = select_targets(cats, backend.rewritable() | author_categories(ctx), ks.min_share)
     ctx.ledger.append(KERNEL_TARGETS, {"cycle": st.cycle, "backend": backend.name, "profile_seq": pseq,
                                      "profile_source": source, "targets": [t.to_dict() for t in targets]},
                     key=_key("kernel-targets", st.session_id, st.cycle))
@@ -120,27 +124,9 @@ def _candidates(ctx: SessionContext, st: SessionState, ks: KernelProgress) -> li
     return list(backend.propose(targets, work)) if backend is not None else []
 
 
-def _decided(st: SessionState) -> dict[str, str]:
-    """Candidate id -> how it was decided, for the whole session (created by its first reader)."""
-    if st.extra.kernel_decided is None:
-        st.extra.kernel_decided = {}
-    return st.extra.kernel_decided
-
-
 def _refuse(ctx: SessionContext, st: SessionState, cand_id: str, rule: str, why: str, agent: str) -> None:
     ctx.record_refusal(st, rule, why, agent, {"candidate": cand_id},
                      _key("kernel-refusal", st.session_id, st.cycle, cand_id, rule))
-
-
-def _share(targets: list[KernelTarget], cand: KernelCandidate) -> tuple[float | None, str]:
-    """The profiled share the candidate's op spends: its target's plus the
-    categories it also covers (``KernelCandidate.covers``); None when the
-    target is not in the profile."""
-    shares = {t.category: float(t.share) for t in targets}
-    if cand.target not in shares:
-        return None, ""
-    cats = [cand.target] + [k for k in cand.covers if k in shares and k != cand.target]
-    return sum(shares[k] for k in cats), " + ".join(cats)
 
 
 def kernel_reserve(ctx: SessionContext, st: SessionState) -> str | None:
@@ -165,36 +151,6 @@ def kernel_reserve(ctx: SessionContext, st: SessionState) -> str | None:
     return None
 
 
-def _guard(bound: float | None) -> Guard:
-    def check(ev: Mapping[str, Any]) -> tuple[str, str] | None:
-        r = ev.get("ratio")
-        if bound is None or r is None or r <= bound * (1 + AMDAHL_TOLERANCE):
-            return None
-        return ("amdahl_suspect", f"measured x{r:.3f} end to end, more than the x{bound:.3f} Amdahl's law allows "
-                f"from the op's time share and its microbenchmark speed-up: measuring it once more")
-    return check
-
-
-def _trial(ctx: SessionContext, st: SessionState, ks: KernelProgress, proposal: dict[str, Any], key: str,
-           first: bool = False) -> None:
-    """Measure a candidate (``first``: its proposal entry and pending action first);
-    an Amdahl-suspect result is measured once more."""
-    agent = f"kernel:{ks.backend}"
-    remeasure = bool(proposal.get("remeasure"))
-    guard = None if remeasure else _guard(proposal.get("amdahl_bound"))
-    t = (run_trial(ctx, st, proposal, key, action="try_kernel", agent=agent, entry={"candidate": proposal["candidate"]},
-                   guard=guard) if first else execute_trial(ctx, st, proposal, key, agent=agent, guard=guard))
-    if t.verdict == "amdahl_suspect" and not remeasure:
-        again = {**proposal, "remeasure": True}
-        begin(ctx, st, "try_kernel", key + ":remeasure", _jsonable(again))
-        _trial(ctx, st, ks, again, key + ":remeasure")
-        return
-    if t.kept:
-        ks.kept.append(str(proposal.get("candidate")))
-    _decided(st)[str(proposal.get("candidate"))] = f"cycle {st.cycle}: measured end to end, {t.verdict} (trial {t.trial})"
-    ks.next += 1
-
-
 def kernel_step(ctx: SessionContext, st: SessionState) -> None:
     if st.stop_reason:
         _to_sweep(ctx, st, st.stop_reason, skipped=True)
@@ -213,10 +169,15 @@ def kernel_step(ctx: SessionContext, st: SessionState) -> None:
         return
     cands = _candidates(ctx, st, ks)
     i = ks.next
-    if i >= len(cands):
+    if i >= len(cands):  # the backend's candidates are done: the LLM kernel author's turn (if it plays)
+        written = author_entries(ctx, ks)
+        if i < len(cands) + len(written):
+            author_step(ctx, st, ks, i, written[i - len(cands)])
+            return
         kept = ks.kept
-        _to_sweep(ctx, st, f"{len(cands)} candidate(s) from {ks.backend}, {len(kept)} kept"
-                  + (f" ({', '.join(kept)})" if kept else ""), skipped=False)
+        _to_sweep(ctx, st, f"{len(cands)} candidate(s) from {ks.backend}"
+                  + (f" and {len(written)} asked of the LLM kernel author" if written else "")
+                  + f", {len(kept)} kept" + (f" ({', '.join(kept)})" if kept else ""), skipped=False)
         return
     cand = cands[i]
     agent = f"kernel:{ks.backend}"

@@ -108,6 +108,11 @@ def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, 
         ruling = {"error": f"{type(exc).__name__}: {exc}"}
     ctx.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "critic", "input": evidence, "output": jsonable(ruling)},
                       key=key + ":critic")
+    failed = ruling.get("llm_refusal") if isinstance(ruling, Mapping) else None
+    if isinstance(failed, Mapping):  # the LLM critic failed: the decision stands as the rules made it
+        ctx.record_refusal(st, str(failed.get("rule")), f"{failed.get('why')}; the decision stands as the protocol "
+                           f"and the rule critic made it ({ruling.get('decision')})", critic.name,
+                           {"changes": changes, "decision": ruling.get("decision")}, key + ":critic-llm")
     ok_shape = isinstance(ruling, Mapping) and ruling.get("decision") in ("keep", "revert")
     if not ok_shape:
         ctx.refuse(st, "malformed_output", "critic must return decision keep|revert and a lesson", ruling, critic.name)

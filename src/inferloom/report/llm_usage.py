@@ -1,7 +1,8 @@
 """The LLM agents' part of the breakdown and of ``report.md``: calls, tokens,
 latency and cost (from the declared prices) summed over the ledger's agent
-entries, per role, and the cost per kept gain (cost over the final stack's
-measured gain over stock, in percent). Empty for a session without an LLM."""
+entries, per role, the cost per kept gain (cost over the final stack's
+measured gain over stock, in percent) and the refusals of the LLM agents'
+outputs (agents named ``llm-*``) by rule. Empty for a session without an LLM."""
 
 from __future__ import annotations
 
@@ -15,6 +16,14 @@ __all__ = ["llm_breakdown", "llm_report_lines"]
 def llm_breakdown(entries: list[dict[str, Any]], final_ratio: float | None) -> dict[str, Any]:
     """``{"llm": {...}}`` when some agent entry carries ``llm_calls``, else {}."""
     calls, seqs = [], []
+    by_rule: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        if e.get("kind") == L.REFUSAL and str(e.get("agent") or "").startswith("llm-"):
+            r = by_rule.setdefault(str(e.get("rule")), {"count": 0, "agents": [], "ledger_seqs": []})
+            r["count"] += 1
+            r["ledger_seqs"].append(e["seq"])
+            if e["agent"] not in r["agents"]:
+                r["agents"].append(e["agent"])
     for e in entries:
         if e.get("kind") == L.AGENT_IO and isinstance(e.get("output"), dict) and e["output"].get("llm_calls"):
             calls += [c for c in e["output"]["llm_calls"] if isinstance(c, dict)]
@@ -38,7 +47,7 @@ def llm_breakdown(entries: list[dict[str, Any]], final_ratio: float | None) -> d
                     "tokens_per_gain_pct": tokens / gain_pct if gain_pct else None,
                     "errors": [{"rule": (c.get("error") or {}).get("rule"), "role": c.get("role")}
                                for c in calls if c.get("error")],
-                    "ledger_seqs": seqs}}
+                    "refusals_by_rule": by_rule, "ledger_seqs": seqs}}
 
 
 def llm_report_lines(b: dict[str, Any]) -> list[str]:
@@ -58,4 +67,8 @@ def llm_report_lines(b: dict[str, Any]) -> list[str]:
         per = "" if m["cost_usd_per_gain_pct"] is None else f"${m['cost_usd_per_gain_pct']:.4f} and "
         lines.append(f"- Cost per kept gain: {per}{m['tokens_per_gain_pct']:,.0f} tokens per +1% "
                      f"(final stack +{m['kept_gain_pct']:.1f}% over stock).")
+    rules = m.get("refusals_by_rule") or {}
+    lines.append("- Refusals of the LLM agents' outputs by rule: " + (", ".join(
+        f"{rule} x{v['count']} ({', '.join(v['agents'])}; ledger {', '.join('#' + str(s) for s in v['ledger_seqs'])})"
+        for rule, v in sorted(rules.items())) if rules else "none") + ".")
     return lines

@@ -24,12 +24,16 @@ up projections into one ``[2I, H]`` weight (the separate ones released) and
 replaces the module's ``forward`` on the instance: one GEMM + SiLU·mul
 (``torch_gate_up``) or the catalog's Triton GEMM with a SiLU·mul epilogue
 (``triton_gate_up_silu``, CUDA); see :mod:`inferloom.workloads.engine_gate_up`.
+
+``llm_kernel`` (only in a session with the LLM kernel author): a written
+kernel whose gates passed, in the MLP; see :mod:`inferloom.kernels.written`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from inferloom.kernels.written import apply_written_kernel
 from inferloom.workloads.engine_attention import register
 from inferloom.workloads.engine_gate_up import apply_mlp_kernel
 
@@ -75,4 +79,7 @@ def apply_kernels(model: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
     mlp = cfg.get("mlp_kernel", "eager")
     if mlp != "eager":
         notes["mlp_kernel"] = apply_mlp_kernel(model, mlp)
+    written = cfg.get("llm_kernel", "none")  # only in a session with the LLM kernel author
+    if written != "none":
+        notes["llm_kernel"] = apply_written_kernel(model, written)
     return notes

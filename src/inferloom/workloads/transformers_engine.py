@@ -33,6 +33,7 @@ from inferloom.provenance import cpu_model
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads import transformers_quality as quality
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
+from inferloom.kernels.written import knob as written_knob
 from inferloom.workloads.engine_kernels import apply_kernels
 from inferloom.workloads.prompts import load_jsonl_texts, random_prompts, text_prompts
 from inferloom.workloads.transformers_generation import (
@@ -72,7 +73,9 @@ class TransformersEngine:
     def knob_space(self) -> list[Knob]:
         if self._knobs is None:
             self._knobs = transformers_knobs(self.spec, self._startup_threads)
-        return list(self._knobs)
+        llm = self.spec.agents.llm
+        # the LLM kernel author's switch, its domain the kernels whose gates passed so far (kernels/written.py)
+        return list(self._knobs) + ([written_knob()] if llm is not None and "kernel_author" in llm.roles else [])
 
     # -------------------------------------------------------------- tokenizer
     def _model_vocab(self) -> int:

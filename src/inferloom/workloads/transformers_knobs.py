@@ -180,6 +180,8 @@ def check_applicable(knobs: list[Knob], cfg: Mapping[str, Any], device: str) -> 
                f"attn_implementation is {cfg['attn_implementation']}")
     if cfg["attention_kernel"] == "triton_decode" and dev != "cuda":
         refuse("attention_kernel", f"triton_decode is a CUDA kernel; device is {dev}")
+    if cfg.get("llm_kernel", "none") != "none" and cfg["mlp_kernel"] != "eager":
+        refuse("llm_kernel", f"the written kernel rewrites the MLP itself; mlp_kernel is {cfg['mlp_kernel']}")
     if cfg["mlp_kernel"] == "triton_gate_up_silu" and dev != "cuda":
         refuse("mlp_kernel", f"triton_gate_up_silu is a CUDA kernel; device is {dev}")
     if cfg["attention_kernel"] == "torch_sliced" and cfg["compile_mode"] == "reduce-overhead":
