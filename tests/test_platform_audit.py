@@ -92,6 +92,24 @@ def test_energy_per_output_token_from_the_raw_records():
     assert p["energy"]["final"]["output_tokens_per_s"] == pytest.approx(2000.0)
 
 
+
+def test_an_image_workload_reports_energy_per_image():
+    """A diffusers run record counts images in ``output_tokens`` (extra.unit "images"): the report says J per
+    image at images/s, not per output token (the H200 SD3 session of 2026-12-01 printed "per output token")."""
+    from inferloom.report.platform import platform_breakdown, platform_lines
+
+    def rec(j, n, wall):
+        return {"success": True, "output_tokens": n, "wall_s": wall,
+                "extra": {"unit": "images", "gpu_energy_j": j, "energy_method": "nvml_energy_counter"}}
+    final = {"kind": "measurement", "action": "final_compare", "seq": 9, "protocol": {"pairs": [
+        {"a": rec(2000.0, 2, 3.0), "b": rec(1600.0, 2, 2.4)}]}}
+    audit = {"kind": "platform_audit", "seq": 1, "at_phase": "PRELUDE", "audit": {"cpu": {}, "gpu": {"available": True}}}
+    p = platform_breakdown([audit, final])
+    assert p["per"] == "image" and p["energy"]["stock"]["j_per_output_token"] == pytest.approx(1000.0)
+    text = "\n".join(platform_lines(p))
+    assert "1000.0000 J per image at 0.667 images/s" in text and "per output token" not in text
+    assert "| base J/image | base images/s |" in text
+
 def _with_energy(entries, bump=None):
     """The session's entries with a reading in every successful timed run (as a metered machine writes them:
     joules in proportion to the run's time), ``bump`` = (seq, factor) scaling one measurement's first run."""

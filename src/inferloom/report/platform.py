@@ -71,6 +71,18 @@ def _trials(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _per(entries: list[dict[str, Any]]) -> str:
+    """What one "output token" of a run record counts: an image for image workloads (their run records
+    count images in ``output_tokens``), else a token."""
+    for m in entries:
+        for p in ((m.get("protocol") or {}).get("pairs") or []) if m["kind"] == "measurement" else []:
+            extra = (p.get("a") or {}).get("extra") or {}
+            unit = str(extra.get("unit") or (extra.get("objective") or {}).get("unit") or "")
+            if unit.startswith("image"):
+                return "image"
+    return "output token"
+
+
 def platform_breakdown(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The section's data, or None for a ledger without platform audits (an older session)."""
     audits = [e for e in entries if e["kind"] == "platform_audit"]
@@ -85,7 +97,8 @@ def platform_breakdown(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     out: dict[str, Any] = {
         "audit_seqs": {k: e["seq"] for k, e in by.items()}, "cpu": first.get("cpu"),
         "gpu_available": bool(gpu.get("available")), "gpus": gpu.get("gpus") or [],
-        "changes": (close or {}).get("changes") or [], "energy": energy, "energy_by_measurement": _trials(entries)}
+        "changes": (close or {}).get("changes") or [], "energy": energy, "energy_by_measurement": _trials(entries),
+        "per": _per(entries)}
     if energy is None:
         out["energy_skipped"] = (gpu.get("why") or "no GPU energy was metered") if not gpu.get("available") else (
             "no final comparison was measured" if final is None else "the timed runs carry no energy readings")
@@ -121,16 +134,19 @@ def platform_lines(p: dict[str, Any] | None) -> list[str]:
         for arm in ("stock", "final"):
             a = e[arm]
             jpt = f"{a['j_per_output_token']:.4f} J" if a.get("j_per_output_token") is not None else "n/a"
-            lines.append(f"- Energy, {arm}: {jpt} per output token at {a['output_tokens_per_s']:,.1f} output tok/s, "
+            per = p.get("per") or "output token"
+            rate = "images/s" if per == "image" else "output tok/s"
+            lines.append(f"- Energy, {arm}: {jpt} per {per} at {_rate(a['output_tokens_per_s'])} {rate}, "
                          f"mean {a['mean_power_w']:.0f} W over {a['runs']} timed runs ({a['method']}; ledger #{e['ledger_seq']}).")
     else:
-        lines.append(f"- Energy per output token: not measured ({p.get('energy_skipped')}).")
+        lines.append(f"- Energy per {p.get('per') or 'output token'}: not measured ({p.get('energy_skipped')}).")
     if p.get("cpu_energy_skipped"):
         lines.append(f"- CPU energy: not measured ({p['cpu_energy_skipped']}).")
     rows = p.get("energy_by_measurement") or []
     if rows:
-        lines += ["", "| measurement | energy | base J/token | base tok/s | candidate J/token | candidate tok/s | "
-                  "candidate/base J/token | ledger |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        u, r_ = ("image", "images/s") if p.get("per") == "image" else ("token", "tok/s")
+        lines += ["", f"| measurement | energy | base J/{u} | base {r_} | candidate J/{u} | candidate {r_} | "
+                  f"candidate/base J/{u} | ledger |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in rows:
             what = (f"trial {r['trial']} `{changes_text(r['changes'])}`" if r.get("trial") is not None
                     else str(r.get("action")))
@@ -140,6 +156,10 @@ def platform_lines(p: dict[str, Any] | None) -> list[str]:
                          f"{_f(c.get('output_tokens_per_s'), ',.1f')} | {_f(r.get('energy_ratio'), '.3f')} | "
                          f"#{r['ledger_seq']} |")
     return lines
+
+
+def _rate(v: Any) -> str:
+    return "n/a" if v is None else format(v, ",.1f" if v >= 10 else ".3f")
 
 
 def _f(v: Any, fmt: str) -> str:
