@@ -278,6 +278,10 @@ def test_critic_keeps_proven_gain():
     ({"protocol_verdict": "revert", "ratio": 0.93, "ci_low": 0.903, "ci_high": 0.959, "n_pairs": 7,
       "changes": {"cache_implementation": "static"}},
      ["cache_implementation=static: -7.0% [-9.7%, -4.1%] over 7 pairs", "reverted (slower)"]),
+    ({"protocol_verdict": "revert", "ratio": 1.0107, "ci_low": 0.8812, "ci_high": 1.1591, "n_pairs": 3,
+      "changes": {"async_scheduling": True},  # the H200 vLLM session of 2026-12-01 said "(slower)" here
+      "protocol_reason": "revert (futility): a gain of +3.8% is out of reach after 3 pairs"},
+     ["+1.1% [-11.9%, +15.9%] over 3 pairs", "reverted (a gain worth keeping is out of reach: futility)"]),
     ({"quality_passed": False, "quality_failed": ["greedy_agreement 0.57 < 0.8"]},
      ["faster but failed quality (greedy_agreement 0.57 < 0.8): reverted"]),
     ({"protocol_verdict": "inconclusive", "ratio": 1.01, "ci_low": 0.98, "ci_high": 1.04, "n_pairs": 15},

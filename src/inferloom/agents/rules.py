@@ -8,8 +8,7 @@ gives the same output (see the Protocols in ``inferloom.agents.base``).
   configuration that was already measured: stock, the stack, every
   ``trials[i]["config"]`` and every ``measured_config_keys`` entry count as
   measured. When nothing unmeasured is left it answers ``end_phase``.
-* :class:`RuleCritic` keeps what the session's keep rule admits (measure.keep_rule);
-  its lesson is one line naming the change, the measured gain and interval, and why.
+* :class:`RuleCritic` keeps what the session's keep rule admits (measure.keep_rule); its lesson: one line.
 * :class:`RuleRobustness` trips on N consecutive failed trials, two identical
   proposals in a row, or no keep for T minutes; else it returns ``None``.
 
@@ -327,8 +326,9 @@ class RuleCritic:
         failed = "; ".join(str(x) for x in evidence.get("quality_failed") or [])
         quality = f"failed quality ({failed})" if failed else "failed quality"
 
-        if verdict == "revert":
-            return self._revert(f"{head}: reverted (slower)" + (f"; also {quality}" if passed is False else ""))
+        if verdict == "revert":  # a futility stop is not "slower": say why the protocol stopped
+            why = "a gain worth keeping is out of reach: futility" if "futility" in str(evidence.get("protocol_reason")) else "slower"
+            return self._revert(f"{head}: reverted ({why})" + (f"; also {quality}" if passed is False else ""))
         if verdict == "inconclusive":
             return self._revert(f"{what}: {_pct(ratio)} [{_pct(lo)}, {_pct(hi)}], inconclusive after {n} pairs: reverted")
         if verdict != "keep":

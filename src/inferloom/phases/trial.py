@@ -100,7 +100,7 @@ def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, 
                 "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"), "n_pairs": d.get("n_pairs"),
                 "quality_passed": q.get("passed") if q.get("evaluated") else None,
                 "quality_failed": q.get("failed", []), "noise_floor": noise_floor_gain(st),
-                "min_gain": ctx.settings.min_gain, "error": res.get("error")}
+                "min_gain": ctx.settings.min_gain, "error": res.get("error"), "protocol_reason": d.get("reason")}
     critic = ctx.agents.critic_factory()  # fresh for every decision: no memory of earlier turns
     try:
         ruling = critic.judge(evidence)
