@@ -53,7 +53,8 @@ EXPECTED = {
     "synthetic": {"DeclaredProfile"},
     "transformers": {"GreedyLogprobs", "CrossKnobRules"},
     "custom": {"OwnQualityGate", "OwnObjective", "SourceTrees"},
-    "vllm": {"ServerLogs", "RejectedFlags", "RecoveryOptions", "ApproximateScores", "ServerReuse", "BatchedProbes"},
+    "vllm": {"ServerLogs", "RejectedFlags", "RecoveryOptions", "ApproximateScores", "ServerReuse", "BatchedProbes",
+             "AAQuality"},
     "diffusers": {"OwnObjective", "ImageOutputs", "CrossKnobRules"},
 }
 
@@ -79,7 +80,7 @@ def test_an_adapter_with_any_member_of_a_hook_satisfies_the_hook(make, tmp_path,
 
 
 def test_every_hook_is_a_runtime_checkable_protocol_with_a_contract():
-    assert len(OPTIONAL_HOOKS) == 13
+    assert len(OPTIONAL_HOOKS) == 14
     for hook in OPTIONAL_HOOKS:
         assert getattr(hook, "_is_runtime_protocol", False), hook
         assert hook.__doc__ and len(hook.__doc__) > 40, hook
@@ -102,3 +103,30 @@ def test_the_engine_tells_the_default_orchestrator_its_cross_knob_rules():
         assert feasible({"prompt_lookup": 3, "micro_batch": 1}) and not feasible({"prompt_lookup": 3, "micro_batch": 4})
     finally:
         engine.close()
+
+
+def _stock_aa(tmp_path, adapter):
+    from test_session import SPEC, agents
+
+    from inferloom.phases.runner import start
+    from inferloom.session import ledger as L
+
+    d = tmp_path / type(adapter).__name__
+    start(d, SPEC, budget_minutes=10, max_trials=1, adapter=adapter, agents=agents(), sweep=False, kb_url=None)
+    return next(e for e in L.read_entries(d, L.MEASUREMENT) if e.get("action") == "measure_stock")
+
+
+def test_aa_quality_is_the_adapter_s_capability_not_its_framework_name(tmp_path):
+    """AAQuality: PRELUDE's A/A measures the quality contract on the sets the adapter names (a server whose
+    outputs vary between identical instances), whatever the spec's framework; without the hook, speed only."""
+    from inferloom.workloads.quality_hooks import AAQuality
+    from inferloom.workloads.synthetic import SyntheticAdapter
+
+    class Varying(SyntheticAdapter):
+        aa_quality_sets = ("eval",)
+
+    assert isinstance(Varying(), AAQuality) and not isinstance(SyntheticAdapter(), AAQuality)
+    plain = _stock_aa(tmp_path, SyntheticAdapter())
+    assert not (plain.get("quality") or {}).get("sets")
+    varying = _stock_aa(tmp_path, Varying())
+    assert [s["set_name"] for s in varying["quality"]["sets"]] == ["eval"]

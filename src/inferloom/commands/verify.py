@@ -70,6 +70,10 @@ def _remeasure(args: argparse.Namespace, d: Path, bad: int, out: Any, err: Any) 
     if src:  # a custom workload: how the final stack was rebuilt
         out(f"remeasure source: {src['applied_with']} of {len(src['series'])} exported patch(es) on a fresh clone of "
             f"{src['checkout']} at {src['stock_commit'][:12]}: {src['why']}", highlight=False, markup=False, soft_wrap=True)
+    if r.get("clock"):  # a custom workload: inferloom's clock against the objective's claimed gain
+        c = r["clock"]
+        out(f"remeasure clock check: {c['rule'] + ': ' if c.get('rule') else ''}{c.get('why')}",
+            highlight=False, markup=False, soft_wrap=True)
     out(f"remeasure (fresh process {r['pid']}" + (f" of {r['python']}" if rec else "") + f", {r['seconds']:.0f} s): {r['why']}: "
         + ("PASS" if r["passed"] else "FAIL: the final stack's gain did not reproduce"),
         highlight=False, markup=False, soft_wrap=True)

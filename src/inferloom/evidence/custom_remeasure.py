@@ -21,7 +21,11 @@ user's checkout, then the final stack measured paired against stock.
 
 :func:`measure` then runs stock's tree against the final tree through the session's protocol and the
 workload's own quality gate (fail-closed), with the protected files' checksums the session took at stock
-verified before every run (:mod:`inferloom.workloads.protected`).
+verified before every run (:mod:`inferloom.workloads.protected`), then applies the session's clock check
+(:func:`inferloom.measure.clock_check.clock_check`, as :mod:`inferloom.phases.custom_clock` did for every
+patch) to the re-measured pairs: inferloom's own wall clock around each run against the stock run's reported
+``timed_s``, the noise pooled with the session's A/A. A final stack whose claimed gain the clock does not see
+(``gain_not_seen_by_clock``; or can't check: ``clock_unverifiable``) fails the re-measure, overlap or not.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from inferloom.bench import overall_verdict, run_seed_base
+from inferloom.measure.clock_check import clock_check
 from inferloom.patches.export import export_session
 from inferloom.phases.compare import References, compare
 from inferloom.workloads.base import AdapterError
@@ -134,8 +139,9 @@ def rebuild_trees(d: Path, spec: Any, st: Any, root: Path, error: type[Exception
 
 
 def measure(spec: Any, st: Any, trees: dict[str, Any], root: Path, settings: Any,
-            progress: Callable[[str], None]) -> dict[str, Any]:
-    """Stock's tree against the final tree, paired, with the workload's own quality gate on every final run."""
+            progress: Callable[[str], None], noise_pairs: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Stock's tree against the final tree, paired, with the workload's own quality gate on every final run,
+    and the clock check on the pairs (``res["clock"]``; ``noise_pairs``: the session's A/A pairs)."""
     adapter = CustomAdapter(spec)
     try:
         adapter.protected = st.extra.source.protected  # stock's checksums, verified before every run
@@ -149,4 +155,7 @@ def measure(spec: Any, st: Any, trees: dict[str, Any], root: Path, settings: Any
     res["verdict"] = overall_verdict(res["verdict"], (res.get("quality") or {}).get("passed"), False)
     res["source"] = trees
     res["sandbox"] = adapter.sandbox_record
+    clock = clock_check((res.get("protocol") or {}).get("pairs") or [], noise_pairs=noise_pairs)
+    res["clock"] = clock.to_dict()
+    progress(f"clock check: {clock.rule + ': ' if clock.rule else ''}{clock.why}")
     return res

@@ -11,7 +11,8 @@ A re-measurement whose quality contract fails does not pass, overlap or not.
 Engine and server workloads: the final configuration of knobs. A custom workload: the session's exported
 patch series applied to a fresh clone of the user's checkout at the recorded stock commit (rebuilding the
 session's final commit, checked), then stock's tree against the final tree
-(:mod:`inferloom.evidence.custom_remeasure`). ``python`` runs the fresh process (``verify --rebuild``: the
+(:mod:`inferloom.evidence.custom_remeasure`); it must also pass the session's clock check (inferloom's wall
+clock around each re-measured run must see the gain the objective claims), overlap or not. ``python`` runs the fresh process (``verify --rebuild``: the
 rebuilt virtualenv's, :mod:`inferloom.evidence.rebuild`).
 """
 
@@ -75,7 +76,9 @@ def _custom_child(d: Path, spec: Any) -> dict[str, Any]:
         say(trees["why"])
         if trees["same_tree"] is False:
             return {"verdict": "failed", "error": trees["why"], "source": trees}
-        return CR.measure(spec, st, trees, Path(tmp), ProtocolSettings.from_spec(spec.protocol), say)
+        aa = next((e for e in L.read_entries(d, L.MEASUREMENT) if e.get("action") == "measure_stock"), {})
+        return CR.measure(spec, st, trees, Path(tmp), ProtocolSettings.from_spec(spec.protocol), say,
+                          noise_pairs=(aa.get("protocol") or {}).get("pairs") or [])
 
 
 def _child(args: list[str]) -> int:
@@ -143,13 +146,17 @@ def remeasure(directory: str | Path, *, max_pairs: int | None = None, timeout_s:
                + ("overlaps" if overlaps else "does NOT overlap")
                + f" the session's x{final['ratio']:.3f} [{final['ci_low']:.3f}, {final['ci_high']:.3f}] "
                f"over {final['n_pairs']} pairs (ledger #{final['ledger_seq']})")
-    passed = overlaps and new["quality_passed"] is not False
-    if overlaps and not passed:
+    clock = res.get("clock") or {}  # a custom workload's: inferloom's clock against the claimed gain
+    passed = overlaps and new["quality_passed"] is not False and not clock.get("rule")
+    if overlaps and new["quality_passed"] is False:
         why += f"; but the quality contract FAILED ({'; '.join((res.get('quality') or {}).get('failed') or [])})"
+    if clock.get("rule"):
+        why += f"; but inferloom's clock check FAILED ({clock['rule']}: {clock.get('why')})"
     return {"session": {k: final.get(k) for k in ("ratio", "ci_low", "ci_high", "n_pairs", "ledger_seq")},
             "remeasured": new, "changes": changes, "overlaps": overlaps, "passed": passed, "why": why,
             "pid": res.get("pid"), "python": python or sys.executable, "child": res.get("child"), "max_pairs": max_pairs,
-            "seconds": time.time() - t0, **({"source": src} if src is not None else {})}
+            "seconds": time.time() - t0, **({"source": src} if src is not None else {}),
+            **({"clock": clock} if clock else {})}
 
 
 if __name__ == "__main__":

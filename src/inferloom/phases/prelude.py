@@ -42,16 +42,11 @@ from inferloom.session.state_models import (
 )
 from inferloom.phases.audit import record_audit
 from inferloom.spec import objective_label
-from inferloom.workloads.base import ConfigError, ServerReuse, config_key, resolve_config
+from inferloom.workloads.base import AAQuality, ConfigError, ServerReuse, config_key, resolve_config
 
-__all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP", "AA_QUALITY_FRAMEWORKS",
-           "SERVER_PROFILE_SKIPPED"]
+__all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP", "SERVER_PROFILE_SKIPPED"]
 
 KB_LOOKUP = "kb_lookup"
-#: frameworks whose outputs vary between identical instances (a server's
-#: batch-dependent kernels): their A/A also measures the quality contract, and
-#: that A/A disagreement is every later candidate's floor (measure.quality_floor)
-AA_QUALITY_FRAMEWORKS = frozenset({"vllm"})
 #: why a server session records no kernel profile of its own (the roofline is still placed)
 SERVER_PROFILE_SKIPPED = ("the server runs out of process; a session spends no server start on a profile: "
                           "benchmarks/vllm_profile_stock.py takes a kernel-level one through vLLM's own profiler")
@@ -80,12 +75,15 @@ def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
     st.pending_action = PendingAction(action="measure_stock", key=key)
     ctx.save(st)
     ctx.progress("PRELUDE: stock baseline and A/A noise floor (stock against itself)")
-    aa_quality = ctx.spec.framework in AA_QUALITY_FRAMEWORKS
+    # an adapter whose outputs vary between identical instances (AAQuality): its A/A also measures the
+    # quality contract, and that disagreement is every later candidate's floor (measure.quality_floor)
+    aa_sets = tuple(ctx.adapter.aa_quality_sets) if isinstance(ctx.adapter, AAQuality) else ()
+    aa_quality = bool(aa_sets)
     res, seq = ctx.measured(key, L.MEASUREMENT, lambda: {
         "action": "measure_stock", **compare(
             ctx.adapter, ctx.spec, st.stock_config, st.stock_config, settings=ctx.settings,
             seed_base=_seed_base(ctx.spec.seed, 0), refs=ctx.refs if aa_quality else None, progress=ctx.progress,
-            stop_early=False, labels=("stock", "stock-2"), quality_sets=("eval", "heldout") if aa_quality else (),
+            stop_early=False, labels=("stock", "stock-2"), quality_sets=aa_sets,
             stock_is_base=aa_quality)})
     st.pending_action = None
     if res["verdict"] == "failed":

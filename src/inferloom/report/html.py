@@ -13,7 +13,8 @@ arithmetic intensity, the measured memory-bandwidth slope and matmul roof,
 the stock and final decode steps placed on it), sweep (ratio final / stock
 against concurrency, one line per input length, interval whiskers, a
 reference line at 1.0), then where the time went, predicted against
-measured, the LLM agents (only with agents.llm: calls, tokens, cost, cost per
+measured, the platform (the PRELUDE and CLOSE audits, a change between them
+flagged), energy per output token (or why it was not measured), the LLM agents (only with agents.llm: calls, tokens, cost, cost per
 kept gain, refusals by rule) and the phase log. A section without data says why it is absent.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 from inferloom.report.fmt import esc
 from inferloom.report.html_image import image_roofline_body, is_image_roofline
 from inferloom.report.html_llm import llm_section
+from inferloom.report.html_platform import energy_section, platform_section
 from inferloom.report.html_sections import section_bodies
 
 __all__ = ["SECTIONS", "PAGE_CSS", "render_html"]
@@ -40,6 +42,8 @@ SECTIONS: dict[str, str] = {
     "sweep": "Sweep: final stack vs stock",
     "time": "Where the time went",
     "predicted": "Predicted vs measured",
+    "platform": "Platform",
+    "energy": "Energy per output token",
     "llm": "LLM agents",
     "phases": "Phases",
 }
@@ -103,7 +107,8 @@ def render_html(b: dict[str, Any], *, manifest: dict[str, Any] | None = None, ti
         sub = (f"{spec.get('model')} on {spec.get('framework')} / {spec.get('device')} ({spec.get('dtype')}); "
                f"traffic {t.get('concurrency')} concurrent, {t.get('input_len')} in / {t.get('output_len')} out "
                f"(spec, manifest.json); session {(manifest or {}).get('seeds', {}).get('session_id', '')}")
-    body = {**section_bodies(b), "llm": llm_section(b)}
+    body = {**section_bodies(b), "llm": llm_section(b),
+            "platform": platform_section(b), "energy": energy_section(b)}
     if is_image_roofline(b):  # per denoising step, images/s
         body["roofline"] = image_roofline_body(b)
     shown = {k: v for k, v in SECTIONS.items() if body[k] is not None}

@@ -36,13 +36,13 @@ from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_
 
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 from inferloom.workloads.image_hooks import ImageOutputs  # the image generator's hook, listed here too
-from inferloom.workloads.quality_hooks import BatchedProbes  # the batched quality probes' hook, too
+from inferloom.workloads.quality_hooks import AAQuality, BatchedProbes  # the quality contract's hooks, too
 
 __all__ = [
     "AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter", "resolve_config", "config_key",
     "ServerLogs", "RejectedFlags", "RecoveryOptions", "DeclaredProfile", "OwnQualityGate", "OwnObjective",
     "GreedyLogprobs", "ApproximateScores", "SourceTrees", "ServerReuse", "ImageOutputs", "BatchedProbes", "OPTIONAL_HOOKS",
-    "CrossKnobRules"
+    "CrossKnobRules", "AAQuality"
 ]
 
 Platform = Literal["cpu", "cuda", "rocm"]
@@ -384,4 +384,4 @@ class CrossKnobRules(Protocol):
 
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
                                     OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ServerReuse,
-                                    CrossKnobRules, ImageOutputs, BatchedProbes)
+                                    CrossKnobRules, ImageOutputs, BatchedProbes, AAQuality)

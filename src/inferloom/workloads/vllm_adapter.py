@@ -35,9 +35,8 @@
   log-probabilities) one request per prompt, ``quality.concurrency`` in
   flight; ``*_batched``: all prompts in one request (the batched guard).
 
-The server's command line and launch checks are ``vllm_launch.py``; the HTTP
-quality probes ``vllm_probes.py``; the knob table ``vllm_knobs.py``; the
-process itself ``server_process.py``.
+The command line and launch checks: ``vllm_launch.py``; the HTTP quality probes
+``vllm_probes.py``; the knob table ``vllm_knobs.py``; the process ``server_process.py``.
 """
 
 from __future__ import annotations
@@ -75,6 +74,7 @@ __all__ = ["VLLMAdapter", "VLLMHandle", "from_spec"]
 
 class VLLMAdapter:
     name = "vllm"
+    aa_quality_sets = ("eval", "heldout")  # AAQuality: outputs vary between identical servers (batch-dependent kernels)
 
     def __init__(self, spec: Any, log_dir: str | Path | None = None,
                  progress: Callable[[str], None] | None = None) -> None:
