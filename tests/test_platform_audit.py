@@ -109,6 +109,9 @@ def test_an_image_workload_reports_energy_per_image():
     text = "\n".join(platform_lines(p))
     assert "1000.0000 J per image at 0.667 images/s" in text and "per output token" not in text
     assert "| base J/image | base images/s |" in text
+    from inferloom.report.html_platform import energy_section
+    html = energy_section({"platform": p})
+    assert "J / image" in html and "images/s" in html and "0.667" in html and "output token" not in html
 
 def _with_energy(entries, bump=None):
     """The session's entries with a reading in every successful timed run (as a metered machine writes them:

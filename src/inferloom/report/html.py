@@ -43,7 +43,7 @@ SECTIONS: dict[str, str] = {
     "time": "Where the time went",
     "predicted": "Predicted vs measured",
     "platform": "Platform",
-    "energy": "Energy per output token",
+    "energy": "Energy per output (token or image)",
     "llm": "LLM agents",
     "phases": "Phases",
 }

@@ -78,28 +78,30 @@ def energy_section(b: dict[str, Any]) -> str:
         return _absent(_NO_AUDIT)
     out = []
     e = p.get("energy")
+    u, r_ = ("image", "images/s") if p.get("per") == "image" else ("token", "tok/s")  # image workloads count images
+    rf = ".3f" if u == "image" else ",.1f"
     if e:
         out.append(_table(
-            [("arm", False), ("J / output token", True), ("output tok/s", True), ("mean power (W)", True),
+            [("arm", False), (f"J / {'image' if u == 'image' else 'output token'}", True), (f"{'images/s' if u == 'image' else 'output tok/s'}", True), ("mean power (W)", True),
              ("timed runs", True), ("method", False), ("ledger", False)],
-            [[esc(arm), _jpt(e[arm]), number(e[arm].get("output_tokens_per_s")),
+            [[esc(arm), _jpt(e[arm]), number(e[arm].get("output_tokens_per_s"), rf),
               number(e[arm].get("mean_power_w"), ",.0f"), f"{e[arm].get('runs', 0):,}", esc(e[arm].get("method")),
               _cite(e.get("ledger_seq"))] for arm in ("stock", "final")]))
     else:
-        out.append(_absent(f"GPU energy per output token not measured: {esc(p.get('energy_skipped'))}."))
+        out.append(_absent(f"GPU energy per {'image' if u == 'image' else 'output token'} not measured: {esc(p.get('energy_skipped'))}."))
     if p.get("cpu_energy_skipped"):
         out.append(_absent(f"CPU energy not measured: {esc(p['cpu_energy_skipped'])}."))
     rows = p.get("energy_by_measurement") or []
     if rows:
         out.append("<h3>Every measurement with energy readings</h3>")
         out.append(_table(
-            [("measurement", False), ("energy", False), ("base J/token", True), ("base tok/s", True),
-             ("candidate J/token", True), ("candidate tok/s", True), ("candidate / base J/token", True),
+            [("measurement", False), ("energy", False), (f"base J/{u}", True), (f"base {r_}", True),
+             (f"candidate J/{u}", True), (f"candidate {r_}", True), (f"candidate / base J/{u}", True),
              ("ledger", False)],
             [[(f"trial {esc(r['trial'])} <code>{esc(changes_text(r.get('changes') or {}))}</code>"
                if r.get("trial") is not None else esc(r.get("action"))), esc(r.get("source")),
-              _jpt(r["base"]), number(r["base"].get("output_tokens_per_s")), _jpt(r["candidate"]),
-              number(r["candidate"].get("output_tokens_per_s")), number(r.get("energy_ratio"), ".3f"),
+              _jpt(r["base"]), number(r["base"].get("output_tokens_per_s"), rf), _jpt(r["candidate"]),
+              number(r["candidate"].get("output_tokens_per_s"), rf), number(r.get("energy_ratio"), ".3f"),
               _cite(r.get("ledger_seq"))] for r in rows]))
     elif e is None:
         out.append('<p class="note">No timed run of this session carries an energy reading.</p>')
