@@ -20,7 +20,7 @@ they are the server's own batch-composition noise, measured where it arises.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from inferloom.measure import image_quality as IQ
 from inferloom.measure import quality as Q
@@ -49,11 +49,12 @@ def judge_batched(values: dict[str, float]) -> tuple[str | None, str | None]:
 
 
 def batched_guard(adapter: Any, handle: Any, ref: Q.Reference, verdict: Q.QualityVerdict,
-                  margin: float) -> Q.QualityVerdict:
+                  margin: "float | Callable[[], float]") -> Q.QualityVerdict:
     """Run the batched probes on ``handle`` against ``ref`` and fold the result into ``verdict``:
     ``details["batched"]`` always; a failed check fails a verdict that passed. No hook: unchanged."""
     if not isinstance(adapter, BatchedProbes) or isinstance(ref, IQ.ImageReference):
         return verdict
+    margin = margin() if callable(margin) else margin  # after the check: an image reference has no tie margin
     t0 = time.perf_counter()
     lp = adapter.score_batched(handle, ref.prompts, ref.continuations)
     conts = adapter.greedy_batched(handle, ref.prompts, len(ref.continuations[0]))

@@ -261,7 +261,7 @@ def compare(
                     th_set, floor_info = QF.apply_floor(th, (quality_floor or {}).get(name))  # the A/A floor
                     v = Q.evaluate(adapter, handles[1], refs.sets[name], th_set)
                     v = batched_guard(adapter, handles[1], refs.sets[name], v,  # a server's batched paths
-                                      Q.effective_tie_margin(refs.sets[name], th_set))
+                                      lambda r=refs.sets[name], t=th_set: Q.effective_tie_margin(r, t))
                     v.details["tolerance"] = tolerance
                     v.details["thresholds"] = {**floor_info, "tolerance": tolerance["name"]}
                     if name in refs.tasks:
