@@ -109,10 +109,12 @@ class Landscape:
         return self.value(cfg) + self.noise.gauss(0.0, NOISE_SD) if self.feasible(cfg) else None
 
 
-def run_default(ls: Landscape, seed: int, budget: int, priors: bool = True, rules: bool = False) -> list[float]:
+def run_default(ls: Landscape, seed: int, budget: int, priors: bool = True, rules: bool = False,
+                **orchestrator: Any) -> list[float]:
     """True values of the configurations measured, in order (-inf: infeasible). ``rules``: the
     orchestrator knows the engine's cross-knob rules (``feasible``)."""
-    o = RuleOrchestrator(seed=seed, prior_table=None if priors else [], feasible=ls.feasible if rules else None)
+    o = RuleOrchestrator(seed=seed, prior_table=None if priors else [], feasible=ls.feasible if rules else None,
+                         **orchestrator)
     stock = ls.stock
     state: dict[str, Any] = {"device": "cpu", "knobs": [k.to_dict() for k in ls.knobs], "pinned": {},
                              "stock_config": stock, "stack": dict(stock), "trials": [],

@@ -113,7 +113,9 @@ def test_prior_order_and_dtype_conditions():
 
 def test_never_repeats_a_measured_config_over_a_long_loop():
     state = make_state(engine_knobs())
-    orch, seen, sources = RuleOrchestrator(seed=3), {config_key(state["stock_config"])}, []
+    # without the adaptive rules (search_moves.py), the order is plain: priors, then one knob at a time
+    orch = RuleOrchestrator(seed=3, prior_patience=None, stall=None)
+    seen, sources = {config_key(state["stock_config"])}, []
     for i in range(30):
         p = orch.propose(state)
         assert p["action"] == "try_config", p
@@ -182,12 +184,12 @@ def test_inapplicable_knobs_never_proposed():
 def test_past_failures_rank_down_but_do_not_ban():
     failures = [{"compile_mode": "default"}]
     state = make_state(engine_knobs(), kb_failures=failures)
-    first = RuleOrchestrator().propose(state)
+    first = RuleOrchestrator(prior_patience=None).propose(state)
     # both compile priors contain the failed change: the first clean prior goes first
     assert first["changes"] == {"cache_implementation": "static"}
     proposed = []
     for _ in range(8):
-        p = RuleOrchestrator().propose(state)
+        p = RuleOrchestrator(prior_patience=None).propose(state)
         if p["source"] != "prior":
             break
         proposed.append(p)
@@ -216,7 +218,7 @@ def test_tpe_used_after_priors():
     """No prior names a synthetic knob: TPE drives from the first call; its
     samples are the ones proposed (not the enumeration fallback)."""
     state = make_state(list(SYNTHETIC_KNOBS))
-    p = RuleOrchestrator().propose(state)
+    p = RuleOrchestrator(search="tpe").propose(state)
     assert p["source"] == "search" and p["predicted_gain"] is None and "TPE sample" in p["rationale"]
     wide = RuleOrchestrator(max_changes=None).propose(make_state(engine_knobs()))
     assert wide["source"] == "prior"
@@ -228,7 +230,7 @@ def test_tpe_steers_toward_the_good_knob():
     knobs = [Knob("fast_path", "bool", False, ""), Knob("junk", "int", 0, "", low=0, high=30),
              Knob("mode", "choice", "a", "", choices=tuple("abcde"))]
     state = make_state(knobs)
-    orch = RuleOrchestrator(max_changes=None, n_startup_trials=3)
+    orch = RuleOrchestrator(max_changes=None, n_startup_trials=3, search="tpe")
     picks = []
     for _ in range(15):
         p = orch.propose(state)
@@ -387,7 +389,7 @@ def test_search_without_optuna_falls_back_to_enumeration(monkeypatch):
         return real(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_optuna)
-    p = RuleOrchestrator().propose(make_state(TINY))
+    p = RuleOrchestrator(search="tpe").propose(make_state(TINY))
     assert p["source"] == "search" and "optuna is not installed" in p["rationale"] and p["changes"] == {"a": True}
 
 
