@@ -1,5 +1,5 @@
 """Search efficiency (issue 15): the default orchestrator (expert priors, then
-Optuna TPE) against Optuna TPE alone, random search and a grid, on synthetic
+its additive-model search; agents/search_model.py) against Optuna TPE alone, random search and a grid, on synthetic
 landscapes over the real CPU engine's FRAMEWORK knob space (llama-tiny:
 dtype, attention, SDPA backend, cache, compile mode, micro-batch, threads,
 prompt lookup, decode loop; 126,720 configurations).
@@ -190,9 +190,14 @@ def run_grid(ls: Landscape, seed: int, budget: int) -> list[float]:
 
 
 STRATEGIES: dict[str, Callable[[Landscape, int, int], list[float]]] = {
-    "default (priors + TPE)": run_default,
+    "default (priors + search)": run_default,
     "default + cross-knob rules": lambda ls, s, b: run_default(ls, s, b, rules=True),
-    "TPE alone (orchestrator, no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False),
+    "default search alone + cross-knob rules (no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False,
+                                                                                         rules=True),
+    "TPE alone (orchestrator's TPE, no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False, search="tpe",
+                                                                               stall=None),
+    "TPE alone + cross-knob rules": lambda ls, s, b: run_default(ls, s, b, priors=False, rules=True, search="tpe",
+                                                                  stall=None),
     "Optuna TPE, full configs": run_tpe,
     "Optuna TPE, full configs, infeasible free": lambda ls, s, b: run_tpe(ls, s, b, feasible_only=True),
     "random (feasible only)": run_random,

@@ -205,13 +205,13 @@ def test_priors_skip_unknown_knobs_and_measured_configs():
              Prior("ok", {"compile_mode": "default"}, 0.1, "x", BOTH, 3),
              {"name": "as-dict", "changes": {"cpu_threads": "max"}, "rank": 4}]
     state = make_state(engine_knobs())
-    p = RuleOrchestrator(prior_table=table).propose(state)
+    p = RuleOrchestrator(prior_table=table, prior_patience=None).propose(state)
     assert p["changes"] == {"compile_mode": "default"}
     feed(state, p, verdict="revert", ratio=0.9)
-    p = RuleOrchestrator(prior_table=table).propose(state)
+    p = RuleOrchestrator(prior_table=table, prior_patience=None).propose(state)
     assert p["changes"] == {"cpu_threads": 4} and p["source"] == "prior"
     feed(state, p, verdict="revert", ratio=0.9)
-    assert RuleOrchestrator(prior_table=table).propose(state)["source"] == "search"
+    assert RuleOrchestrator(prior_table=table, prior_patience=None).propose(state)["source"] == "search"
 
 
 def test_tpe_used_after_priors():

@@ -78,7 +78,7 @@ class RuleOrchestrator:
 
     def __init__(self, seed: int = 0, prior_table: Any = None, *, max_changes: int | None = 1,
                  n_startup_trials: int = 5, feasible: Callable[[Mapping[str, Any]], bool] | None = None,
-                 prior_patience: int | None = 2, stall: int | None = 6, search: str = "ucb") -> None:
+                 prior_patience: int | None = 1, stall: int | None = 6, search: str = "ucb") -> None:
         if max_changes is not None and max_changes < 1:
             raise ValueError("RuleOrchestrator: max_changes must be >= 1 or None")
         self.seed, self.prior_table = int(seed), prior_table
