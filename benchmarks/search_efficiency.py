@@ -190,7 +190,7 @@ def run_grid(ls: Landscape, seed: int, budget: int) -> list[float]:
 
 
 STRATEGIES: dict[str, Callable[[Landscape, int, int], list[float]]] = {
-    "default (priors + search)": run_default,
+    "default, no cross-knob rules (priors, then TPE)": run_default,
     "default + cross-knob rules": lambda ls, s, b: run_default(ls, s, b, rules=True),
     "default search alone + cross-knob rules (no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False,
                                                                                          rules=True),

@@ -402,7 +402,7 @@ def test_known_cross_knob_rules_cost_no_trial():
 
     state = make_state(engine_knobs(concurrency=2))
     orch, refused = RuleOrchestrator(seed=1, feasible=feasible), 0
-    blind = RuleOrchestrator(seed=1)
+    blind = RuleOrchestrator(seed=1, search="ucb")  # the same search as orch, without the rules
     for _ in range(40):
         b = blind.propose(state)
         refused += b["action"] == "try_config" and not feasible({**state["stack"], **b["changes"]})

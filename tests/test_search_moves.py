@@ -49,18 +49,27 @@ def test_values_the_rules_gate_are_reached(monkeypatch):
     assert not reached(RuleOrchestrator(prior_table=[], feasible=feasible, stall=None))
 
 
+def test_without_the_rules_the_default_is_the_previous_search():
+    """No ``feasible``: priors first, then TPE one knob at a time (the model is used with the rules only)."""
+    blind, ruled = RuleOrchestrator(), RuleOrchestrator(feasible=feasible)
+    assert (blind.search, blind.prior_patience, blind.stall) == ("tpe", None, None)
+    assert (ruled.search, ruled.prior_patience, ruled.stall) == ("ucb", 1, 6)
+    state = make_state([Knob("a", "bool", False, ""), Knob("b", "int", 0, "", low=0, high=9)])
+    assert "TPE sample" in blind.propose(state)["rationale"]
+
+
 def test_priors_alternate_with_the_search_once_they_stop_helping():
     state = make_state(engine_knobs())
     sources = []
     for _ in range(6):
-        p = RuleOrchestrator().propose(state)
+        p = RuleOrchestrator(feasible=lambda cfg: True).propose(state)
         sources.append(p["source"])
         feed(state, p, verdict="revert", ratio=0.97)
     assert sources == ["prior", "search", "prior", "search", "prior", "search"]
     state = make_state(engine_knobs())
     plain = []
     for _ in range(6):
-        p = RuleOrchestrator(prior_patience=None).propose(state)
+        p = RuleOrchestrator(feasible=lambda cfg: True, prior_patience=None).propose(state)
         plain.append(p["source"])
         feed(state, p, verdict="revert", ratio=0.97)
     assert plain == ["prior"] * 6
@@ -72,7 +81,7 @@ def test_a_value_measured_good_is_carried_to_other_configurations():
     knobs = [Knob("fast_path", "bool", False, ""), Knob("junk", "int", 0, "", low=0, high=30),
              Knob("mode", "choice", "a", "", choices=tuple("abcde"))]
     state = make_state(knobs)
-    orch = RuleOrchestrator(stall=3)
+    orch = RuleOrchestrator(stall=3, search="ucb")
     picks = []
     for _ in range(12):
         p = orch.propose(state)

@@ -71,23 +71,33 @@ class RuleOrchestrator:
     none is left, ``end_phase``. ``prior_table``
     replaces :data:`~inferloom.agents.priors.DEFAULT_PRIORS`. ``feasible(config)``,
     when given (the engine's cross-knob rules), skips every configuration it
-    refuses, so that none costs a trial. ``phase`` is not
+    refuses, so that none costs a trial, and the search completes a refused
+    change-set with what the rules need (``search_moves.repair``). ``search``:
+    ``"ucb"`` the additive model (``search_model.py``), ``"tpe"`` Optuna TPE,
+    ``"auto"`` (default) the model when ``feasible`` is given, else TPE with
+    ``prior_patience`` and ``stall`` off (without the rules the model's
+    exploration lands on refusals: docs/benchmarks.md section 10).
+    ``prior_patience``: after that many trials without a keep, priors and the
+    search alternate; ``stall``: a stack that old without a keep widens the
+    search to two knobs (``search_moves.py``; None: off). ``phase`` is not
     consulted: the coordinator's allowlist decides what is admitted."""
 
     name = "rule-orchestrator"
 
     def __init__(self, seed: int = 0, prior_table: Any = None, *, max_changes: int | None = 1,
                  n_startup_trials: int = 5, feasible: Callable[[Mapping[str, Any]], bool] | None = None,
-                 prior_patience: int | None = 1, stall: int | None = 6, search: str = "ucb") -> None:
+                 prior_patience: int | None = 1, stall: int | None = 6, search: str = "auto") -> None:
         if max_changes is not None and max_changes < 1:
             raise ValueError("RuleOrchestrator: max_changes must be >= 1 or None")
         self.seed, self.prior_table = int(seed), prior_table
         self.max_changes, self.n_startup_trials = max_changes, int(n_startup_trials)
         self.feasible = feasible  # the engine's cross-knob rules: a configuration they refuse is never proposed
         self.prior_patience, self.stall = prior_patience, stall  # search_moves.py; None: off
-        if search not in ("ucb", "tpe"):
-            raise ValueError(f"RuleOrchestrator: search must be 'ucb' or 'tpe', got {search!r}")
-        self.search = search
+        if search not in ("auto", "ucb", "tpe"):
+            raise ValueError(f"RuleOrchestrator: search must be 'auto', 'ucb' or 'tpe', got {search!r}")
+        if search == "auto" and feasible is None:  # blind to refusals, the model explores into them: as before
+            search, self.prior_patience, self.stall = "tpe", None, None
+        self.search = "ucb" if search == "auto" else search
 
     def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:
         """Unmeasured, and not refused by the cross-knob rules (when known)."""
