@@ -3,8 +3,10 @@ gives the same output (see the Protocols in ``inferloom.agents.base``).
 
 * :class:`RuleOrchestrator` reads only the state dict. It proposes expert
   priors first (``inferloom.agents.priors``, ranked for device, concurrency and
-  the current dtype), then a Bayesian search (Optuna TPE) over the knobs that
-  apply to the device and are not pinned. It never proposes a full
+  the current dtype), then a search over the knobs that apply to the device
+  and are not pinned: with the engine's cross-knob rules, an additive model
+  (``search_model.py``) that priors alternate with once a trial brings no
+  keep (``search_moves.py``); without them, Optuna TPE. It never proposes a full
   configuration that was already measured: stock, the stack, every
   ``trials[i]["config"]`` and every ``measured_config_keys`` entry count as
   measured. When nothing unmeasured is left it answers ``end_phase``.
