@@ -76,7 +76,8 @@ class RuleOrchestrator:
     refuses, so that none costs a trial, and the search completes a refused
     change-set with what the rules need (``search_moves.repair``). ``search``:
     ``"ucb"`` the additive model (``search_model.py``), ``"tpe"`` Optuna TPE,
-    ``"auto"`` (default) the model when ``feasible`` is given, else TPE with
+    ``"auto"`` (default) the model (at most two knobs per proposal, whatever
+    ``max_changes``) when ``feasible`` is given, else TPE with
     ``prior_patience`` and ``stall`` off (without the rules the model's
     exploration lands on refusals: docs/benchmarks.md section 10).
     ``prior_patience``: after that many trials without a keep, priors and the
@@ -191,7 +192,7 @@ class RuleOrchestrator:
 
     def _search(self, view: _View) -> dict[str, Any]:
         if self.search == "ucb":
-            found = ucb_proposal(view, self._history(view), width(view, self.max_changes, self.stall) or 1,
+            found = ucb_proposal(view, self._history(view), min(width(view, self.max_changes, self.stall) or 2, 2),
                                  lambda c: self._complete(view, c))
             if found is not None:
                 return {"action": "try_config", "changes": found[0], "predicted_gain": math.expm1(found[1]),
