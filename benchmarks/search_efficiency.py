@@ -1,5 +1,5 @@
 """Search efficiency (issue 15): the default orchestrator (expert priors, then
-Optuna TPE) against Optuna TPE alone, random search and a grid, on synthetic
+its additive-model search; agents/search_model.py) against Optuna TPE alone, random search and a grid, on synthetic
 landscapes over the real CPU engine's FRAMEWORK knob space (llama-tiny:
 dtype, attention, SDPA backend, cache, compile mode, micro-batch, threads,
 prompt lookup, decode loop; 126,720 configurations).
@@ -109,10 +109,12 @@ class Landscape:
         return self.value(cfg) + self.noise.gauss(0.0, NOISE_SD) if self.feasible(cfg) else None
 
 
-def run_default(ls: Landscape, seed: int, budget: int, priors: bool = True, rules: bool = False) -> list[float]:
+def run_default(ls: Landscape, seed: int, budget: int, priors: bool = True, rules: bool = False,
+                **orchestrator: Any) -> list[float]:
     """True values of the configurations measured, in order (-inf: infeasible). ``rules``: the
     orchestrator knows the engine's cross-knob rules (``feasible``)."""
-    o = RuleOrchestrator(seed=seed, prior_table=None if priors else [], feasible=ls.feasible if rules else None)
+    o = RuleOrchestrator(seed=seed, prior_table=None if priors else [], feasible=ls.feasible if rules else None,
+                         **orchestrator)
     stock = ls.stock
     state: dict[str, Any] = {"device": "cpu", "knobs": [k.to_dict() for k in ls.knobs], "pinned": {},
                              "stock_config": stock, "stack": dict(stock), "trials": [],
@@ -188,9 +190,14 @@ def run_grid(ls: Landscape, seed: int, budget: int) -> list[float]:
 
 
 STRATEGIES: dict[str, Callable[[Landscape, int, int], list[float]]] = {
-    "default (priors + TPE)": run_default,
+    "default, no cross-knob rules (priors, then TPE)": run_default,
     "default + cross-knob rules": lambda ls, s, b: run_default(ls, s, b, rules=True),
-    "TPE alone (orchestrator, no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False),
+    "default search alone + cross-knob rules (no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False,
+                                                                                         rules=True),
+    "TPE alone (orchestrator's TPE, no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False, search="tpe",
+                                                                               stall=None),
+    "TPE alone + cross-knob rules": lambda ls, s, b: run_default(ls, s, b, priors=False, rules=True, search="tpe",
+                                                                  stall=None),
     "Optuna TPE, full configs": run_tpe,
     "Optuna TPE, full configs, infeasible free": lambda ls, s, b: run_tpe(ls, s, b, feasible_only=True),
     "random (feasible only)": run_random,

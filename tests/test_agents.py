@@ -113,7 +113,9 @@ def test_prior_order_and_dtype_conditions():
 
 def test_never_repeats_a_measured_config_over_a_long_loop():
     state = make_state(engine_knobs())
-    orch, seen, sources = RuleOrchestrator(seed=3), {config_key(state["stock_config"])}, []
+    # without the adaptive rules (search_moves.py), the order is plain: priors, then one knob at a time
+    orch = RuleOrchestrator(seed=3, prior_patience=None, stall=None)
+    seen, sources = {config_key(state["stock_config"])}, []
     for i in range(30):
         p = orch.propose(state)
         assert p["action"] == "try_config", p
@@ -182,12 +184,12 @@ def test_inapplicable_knobs_never_proposed():
 def test_past_failures_rank_down_but_do_not_ban():
     failures = [{"compile_mode": "default"}]
     state = make_state(engine_knobs(), kb_failures=failures)
-    first = RuleOrchestrator().propose(state)
+    first = RuleOrchestrator(prior_patience=None).propose(state)
     # both compile priors contain the failed change: the first clean prior goes first
     assert first["changes"] == {"cache_implementation": "static"}
     proposed = []
     for _ in range(8):
-        p = RuleOrchestrator().propose(state)
+        p = RuleOrchestrator(prior_patience=None).propose(state)
         if p["source"] != "prior":
             break
         proposed.append(p)
@@ -203,20 +205,20 @@ def test_priors_skip_unknown_knobs_and_measured_configs():
              Prior("ok", {"compile_mode": "default"}, 0.1, "x", BOTH, 3),
              {"name": "as-dict", "changes": {"cpu_threads": "max"}, "rank": 4}]
     state = make_state(engine_knobs())
-    p = RuleOrchestrator(prior_table=table).propose(state)
+    p = RuleOrchestrator(prior_table=table, prior_patience=None).propose(state)
     assert p["changes"] == {"compile_mode": "default"}
     feed(state, p, verdict="revert", ratio=0.9)
-    p = RuleOrchestrator(prior_table=table).propose(state)
+    p = RuleOrchestrator(prior_table=table, prior_patience=None).propose(state)
     assert p["changes"] == {"cpu_threads": 4} and p["source"] == "prior"
     feed(state, p, verdict="revert", ratio=0.9)
-    assert RuleOrchestrator(prior_table=table).propose(state)["source"] == "search"
+    assert RuleOrchestrator(prior_table=table, prior_patience=None).propose(state)["source"] == "search"
 
 
 def test_tpe_used_after_priors():
     """No prior names a synthetic knob: TPE drives from the first call; its
     samples are the ones proposed (not the enumeration fallback)."""
     state = make_state(list(SYNTHETIC_KNOBS))
-    p = RuleOrchestrator().propose(state)
+    p = RuleOrchestrator(search="tpe").propose(state)
     assert p["source"] == "search" and p["predicted_gain"] is None and "TPE sample" in p["rationale"]
     wide = RuleOrchestrator(max_changes=None).propose(make_state(engine_knobs()))
     assert wide["source"] == "prior"
@@ -228,7 +230,7 @@ def test_tpe_steers_toward_the_good_knob():
     knobs = [Knob("fast_path", "bool", False, ""), Knob("junk", "int", 0, "", low=0, high=30),
              Knob("mode", "choice", "a", "", choices=tuple("abcde"))]
     state = make_state(knobs)
-    orch = RuleOrchestrator(max_changes=None, n_startup_trials=3)
+    orch = RuleOrchestrator(max_changes=None, n_startup_trials=3, search="tpe")
     picks = []
     for _ in range(15):
         p = orch.propose(state)
@@ -391,7 +393,7 @@ def test_search_without_optuna_falls_back_to_enumeration(monkeypatch):
         return real(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_optuna)
-    p = RuleOrchestrator().propose(make_state(TINY))
+    p = RuleOrchestrator(search="tpe").propose(make_state(TINY))
     assert p["source"] == "search" and "optuna is not installed" in p["rationale"] and p["changes"] == {"a": True}
 
 
@@ -404,7 +406,7 @@ def test_known_cross_knob_rules_cost_no_trial():
 
     state = make_state(engine_knobs(concurrency=2))
     orch, refused = RuleOrchestrator(seed=1, feasible=feasible), 0
-    blind = RuleOrchestrator(seed=1)
+    blind = RuleOrchestrator(seed=1, search="ucb")  # the same search as orch, without the rules
     for _ in range(40):
         b = blind.propose(state)
         refused += b["action"] == "try_config" and not feasible({**state["stack"], **b["changes"]})

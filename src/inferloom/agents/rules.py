@@ -3,8 +3,10 @@ gives the same output (see the Protocols in ``inferloom.agents.base``).
 
 * :class:`RuleOrchestrator` reads only the state dict. It proposes expert
   priors first (``inferloom.agents.priors``, ranked for device, concurrency and
-  the current dtype), then a Bayesian search (Optuna TPE) over the knobs that
-  apply to the device and are not pinned. It never proposes a full
+  the current dtype), then a search over the knobs that apply to the device
+  and are not pinned: with the engine's cross-knob rules, an additive model
+  (``search_model.py``) that priors alternate with once a trial brings no
+  keep (``search_moves.py``); without them, Optuna TPE. It never proposes a full
   configuration that was already measured: stock, the stack, every
   ``trials[i]["config"]`` and every ``measured_config_keys`` entry count as
   measured. When nothing unmeasured is left it answers ``end_phase``.
@@ -31,7 +33,10 @@ from typing import Any, Callable, Iterator, Mapping
 from inferloom.agents.priors import Prior, rank_priors
 from inferloom.agents.server_priors import default_table
 from inferloom.measure.keep_rule import keep_threshold, session_keep
-from inferloom.workloads.base import ConfigError, Knob, config_key
+from inferloom.agents.search_moves import alternate_to_search, repair, width
+from inferloom.agents.search_model import ucb_proposal
+from inferloom.agents.search_view import _View, _distribution, _domain, knob_from_dict
+from inferloom.workloads.base import ConfigError, Knob
 
 __all__ = ["RuleOrchestrator", "RuleCritic", "RuleRobustness", "knob_from_dict"]
 
@@ -40,85 +45,13 @@ __all__ = ["RuleOrchestrator", "RuleCritic", "RuleRobustness", "knob_from_dict"]
 PENALTY_LOG = math.log(0.5)
 MAX_ASKS = 50  # TPE samples per call before falling back to enumeration
 ENUM_LIMIT = 20_000  # candidate configurations the enumeration looks at, at most
-_INT_FULL = 32  # int knobs with at most this many values are enumerated in full
 _BAD = {"failed", "refused", "reject-quality"}
-
-
-def knob_from_dict(d: Mapping[str, Any]) -> Knob:
-    """Rebuild a :class:`Knob` from ``Knob.to_dict()`` output (JSON-loaded)."""
-    choices = d.get("choices")
-    return Knob(
-        name=str(d["name"]), kind=d["kind"], default=d.get("default"),
-        description=str(d.get("description", "")),
-        choices=tuple(choices) if choices is not None else None,
-        low=d.get("low"), high=d.get("high"),
-        applies_to=frozenset(d.get("applies_to", ("cpu", "cuda"))),
-        changes_numerics=bool(d.get("changes_numerics", False)),
-        phase=d.get("phase", "FRAMEWORK"),
-    )
 
 
 def _fmt(changes: Mapping[str, Any]) -> str:
     text = ", ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in changes.items())
     return text or "(no change)"
 
-
-class _View:
-    """What the orchestrator needs from one state dict, parsed once."""
-
-    def __init__(self, state: Mapping[str, Any]) -> None:
-        self.knobs = [knob_from_dict(k) for k in state.get("knobs", [])]
-        self.by_name = {k.name: k for k in self.knobs}
-        self.device = str(state.get("device", "cpu"))
-        self.pinned = dict(state.get("pinned") or {})
-        base = {k.name: k.default for k in self.knobs}
-        self.stock = self.full(state.get("stock_config") or {}, base)
-        self.stack = self.full(state.get("stack") or {}, self.stock)
-        self.space = [k for k in self.knobs if self.device in k.applies_to and k.name not in self.pinned
-                      and k.phase == "FRAMEWORK"
-                      and (k.choices if k.kind == "choice" else k.kind == "bool" or None not in (k.low, k.high))]
-        self.trials = [t for t in state.get("trials", []) if isinstance(t, Mapping)]
-        # (trial, its full config): ``config`` if recorded, else the replayed stack + ``changes``
-        self.replayed: list[tuple[Mapping[str, Any], dict[str, Any]]] = []
-        stack = self.stock
-        for t in self.trials:
-            raw = t.get("config") if isinstance(t.get("config"), Mapping) else (
-                {**stack, **t["changes"]} if isinstance(t.get("changes"), Mapping) else None)
-            if raw is not None:
-                self.replayed.append((t, self.full(raw, self.stock)))
-                stack = self.replayed[-1][1] if t.get("verdict") == "keep" else stack
-        self.seen = {config_key(self.stock), config_key(self.stack)}
-        self.seen.update(str(x) for x in state.get("measured_config_keys") or [])
-        self.seen.update(config_key(cfg) for _, cfg in self.replayed)
-        self.workload = dict(state.get("workload") or {})
-
-    def full(self, cfg: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
-        return {n: cfg.get(n, base[n]) for n in self.by_name}
-
-    def candidate(self, changes: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-        cfg = {**self.stack, **changes}
-        return cfg, config_key(cfg)
-
-
-def _distribution(knob: Knob) -> Any:
-    from optuna.distributions import CategoricalDistribution, IntDistribution
-
-    if knob.kind == "int":
-        return IntDistribution(int(knob.low), int(knob.high))
-    return CategoricalDistribution((False, True) if knob.kind == "bool" else tuple(knob.choices or ()))
-
-
-def _domain(knob: Knob, keep: Any) -> tuple[list[Any], bool]:
-    """Values enumerated for ``knob`` and whether that is its whole domain."""
-    if knob.kind == "bool":
-        return [False, True], True
-    if knob.kind == "choice":
-        return list(knob.choices or ()), True
-    lo, hi = int(knob.low), int(knob.high)
-    if hi - lo < _INT_FULL:
-        return list(range(lo, hi + 1)), True
-    vals = {lo, hi, knob.default, keep} | {2**i for i in range(hi.bit_length()) if lo <= 2**i <= hi}
-    return sorted(v for v in vals if isinstance(v, int) and lo <= v <= hi), False
 
 
 class RuleOrchestrator:
@@ -139,28 +72,53 @@ class RuleOrchestrator:
     none is left, ``end_phase``. ``prior_table``
     replaces :data:`~inferloom.agents.priors.DEFAULT_PRIORS`. ``feasible(config)``,
     when given (the engine's cross-knob rules), skips every configuration it
-    refuses, so that none costs a trial. ``phase`` is not
+    refuses, so that none costs a trial, and the search completes a refused
+    change-set with what the rules need (``search_moves.repair``). ``search``:
+    ``"ucb"`` the additive model (``search_model.py``), ``"tpe"`` Optuna TPE,
+    ``"auto"`` (default) the model (at most two knobs per proposal, whatever
+    ``max_changes``) when ``feasible`` is given, else TPE with
+    ``prior_patience`` and ``stall`` off (without the rules the model's
+    exploration lands on refusals: docs/benchmarks.md section 10).
+    ``prior_patience``: after that many trials without a keep, priors and the
+    search alternate; ``stall``: a stack that old without a keep widens the
+    search to two knobs (``search_moves.py``; None: off). ``phase`` is not
     consulted: the coordinator's allowlist decides what is admitted."""
 
     name = "rule-orchestrator"
 
     def __init__(self, seed: int = 0, prior_table: Any = None, *, max_changes: int | None = 1,
-                 n_startup_trials: int = 5, feasible: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
+                 n_startup_trials: int = 5, feasible: Callable[[Mapping[str, Any]], bool] | None = None,
+                 prior_patience: int | None = 1, stall: int | None = 6, search: str = "auto") -> None:
         if max_changes is not None and max_changes < 1:
             raise ValueError("RuleOrchestrator: max_changes must be >= 1 or None")
         self.seed, self.prior_table = int(seed), prior_table
         self.max_changes, self.n_startup_trials = max_changes, int(n_startup_trials)
         self.feasible = feasible  # the engine's cross-knob rules: a configuration they refuse is never proposed
+        self.prior_patience, self.stall = prior_patience, stall  # search_moves.py; None: off
+        if search not in ("auto", "ucb", "tpe"):
+            raise ValueError(f"RuleOrchestrator: search must be 'auto', 'ucb' or 'tpe', got {search!r}")
+        if search == "auto" and feasible is None:  # blind to refusals, the model explores into them: as before
+            search, self.prior_patience, self.stall = "tpe", None, None
+        self.search = "ucb" if search == "auto" else search
 
     def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:
         """Unmeasured, and not refused by the cross-knob rules (when known)."""
         cfg, key = view.candidate(changes)
         return key not in view.seen and (self.feasible is None or bool(self.feasible(cfg)))
 
+    def _complete(self, view: _View, changes: Mapping[str, Any]) -> dict[str, Any] | None:
+        """``changes`` completed for the cross-knob rules (when known), if then unmeasured."""
+        out = repair(view, changes, self.feasible) if self.feasible is not None else dict(changes)
+        return out if out is not None and self._ok(view, out) else None
+
     def propose(self, state: Mapping[str, Any]) -> dict[str, Any]:
         view = _View(state)
         if not view.space:
             return {"action": "end_phase", "rationale": f"no unpinned knob applies to device {view.device}"}
+        if alternate_to_search(view, self.prior_patience):  # the priors stopped helping: search every other slot
+            proposal = self._search(view)
+            if proposal["action"] == "try_config":
+                return proposal
         return self._from_priors(view, state) or self._search(view)
 
     # ---------------------------------------------------------------- priors
@@ -232,6 +190,13 @@ class RuleOrchestrator:
             return False
 
     def _search(self, view: _View) -> dict[str, Any]:
+        if self.search == "ucb":
+            found = ucb_proposal(view, self._history(view), min(width(view, self.max_changes, self.stall) or 2, 2),
+                                 lambda c: self._complete(view, c))
+            if found is not None:
+                return {"action": "try_config", "changes": found[0], "predicted_gain": math.expm1(found[1]),
+                        "rationale": f"additive model over {len(view.space)} knobs given {len(view.replayed)} "
+                        "measured trials: highest upper confidence bound", "source": "search"}
         try:
             import optuna
         except ImportError:  # optuna missing (e.g. a bare GPU host): enumerate instead
@@ -247,17 +212,20 @@ class RuleOrchestrator:
             study = optuna.create_study(direction="maximize", sampler=sampler)
             for params, value in self._history(view):
                 study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
-            n_known = len(study.trials)
+            n_known, w = len(study.trials), width(view, self.max_changes, self.stall)
             for _ in range(MAX_ASKS):
                 trial = study.ask(dists)  # left running: TPE's constant liar steers off repeats
                 diff = [k for k, v in trial.params.items() if v != view.stack[k]]
                 rng.shuffle(diff)
-                r = min(len(diff), self.max_changes or len(diff))
+                r = min(len(diff), w or len(diff))
                 for names in itertools.combinations(diff, r) if r else ():
                     changes = {k: trial.params[k] for k in sorted(names, key=list(dists).index)}
+                    if self.feasible is not None:  # complete a refused change-set with what the rules need
+                        changes = repair(view, changes, self.feasible) or changes
                     key = view.candidate(changes)[1]
                     if key not in tried and self._ok(view, changes):
                         trimmed = f", {r} of the {len(diff)} knobs it changed" if r < len(diff) else ""
+                        trimmed += f", {len(changes) - r} more the cross-knob rules need" if len(changes) > r else ""
                         return {
                             "action": "try_config", "changes": changes, "predicted_gain": None,
                             "rationale": f"TPE sample over {len(dists)} knobs given {n_known} measured "

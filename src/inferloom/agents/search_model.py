@@ -1,0 +1,67 @@
+"""An additive surrogate for the default orchestrator's search (issue 15):
+Bayesian linear regression of every measured trial's log-gain over stock on
+one-hot knob values (main effects only; stock's value of each knob is the
+baseline), and the next change-set relative to the stack chosen by an upper
+confidence bound: predicted log-gain + ``beta`` x its posterior sd. A value
+never measured has the prior's mean 0 and the widest interval, so it is
+explored; one measured good in any configuration is believed good in others
+(main effects carry over; interactions are what the model leaves out, and
+what the stalled-stack widening in ``search_moves.py`` is for).
+
+Deterministic (no randomness; ties go to knob order, then value order); numpy
+only. Trials that failed or were refused enter with the penalty the TPE
+history gives them, so a value the engine refuses is learned as bad."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from inferloom.agents.search_view import _domain, _View
+
+__all__ = ["ucb_proposal", "PRIOR_SD", "NOISE_SD"]
+
+PRIOR_SD = 0.1  # a main effect of one knob value: about +-10% (a guess, the size of the priors' own claims)
+NOISE_SD = 0.05  # one trial's log-ratio noise plus what the additive model leaves out (a guess)
+
+
+def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]], width: int,
+                 ok: Callable[[Mapping[str, Any]], Mapping[str, Any] | None], beta: float = 1.0
+                 ) -> tuple[dict[str, Any], float] | None:
+    """The change-set of at most ``width`` knobs (before ``ok``'s completion) with the
+    highest upper confidence bound, with its predicted log-gain over the stack;
+    ``ok(changes)`` returns the change-set to measure (possibly completed) or None
+    to skip it. None when no candidate is left."""
+    domains = {k.name: [v for v in _domain(k, view.stack[k.name])[0]] for k in view.space}
+    cols = {(n, v): i for i, (n, v) in enumerate((n, v) for n, vs in domains.items() for v in vs
+                                                  if v != view.stock[n])}
+
+    def row(cfg: Mapping[str, Any]) -> np.ndarray:
+        x = np.zeros(len(cols))
+        for n in domains:
+            i = cols.get((n, cfg[n]))
+            if i is not None:
+                x[i] = 1.0
+        return x
+
+    data = [(row(p), y) for p, y in history]
+    X = np.array([x for x, _ in data]).reshape(len(data), len(cols))
+    y = np.array([v for _, v in data])
+    A = X.T @ X / NOISE_SD**2 + np.eye(len(cols)) / PRIOR_SD**2
+    cov = np.linalg.inv(A)
+    mean = cov @ (X.T @ y) / NOISE_SD**2
+    stack = row(view.stack)
+    best: tuple[float, dict[str, Any], float] | None = None
+    for r in range(1, width + 1):
+        for names in itertools.combinations(list(domains), r):
+            for vals in itertools.product(*[[v for v in domains[n] if v != view.stack[n]] for n in names]):
+                changes = ok(dict(zip(names, vals)))
+                if changes is None:
+                    continue
+                dx = row({**view.stack, **changes}) - stack
+                mu, sd = float(dx @ mean), float(np.sqrt(max(dx @ cov @ dx, 0.0)))
+                if best is None or mu + beta * sd > best[0] + 1e-12:
+                    best = (mu + beta * sd, dict(changes), mu)
+    return None if best is None else (best[1], best[2])
