@@ -286,6 +286,9 @@ RENDERED = {
     "h200-campaign-2026-11-30/session": ("4a3f32bb7de3304b", "1c8795bcfe24c68c", "ec4a852cd3273ffa"),
     "h200-sessions-2026-11-30/first": ("da349a157d6a919b", "a5be0095dd4fd815", "d11c68609a8abea3"),
     "h200-sessions-2026-11-30/second": ("e4edda2863302433", "46ec7cda96cad287", "05a5bef8248b9f36"),
+    # published 2026-12-01, rendered by main at their commit (session 24): from now on they render as they did
+    "diffusers-h200-2026-12-01/session": ("38108cb4cc7a2676", "1b458d2b7edfffb2", "2d80b3e87bbceed4"),
+    "h200-vllm-2026-12-01-s24/session": ("e6b69f108d5f5c08", "88b807ca71ac3b33", "64ace1c4b1ff6a40"),
 }
 
 
