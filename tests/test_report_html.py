@@ -126,9 +126,11 @@ def test_full_page_parses_and_has_every_section_and_chart():
     p = parse(page)
     assert_self_contained(page)
     headings = [t for t, _ in p.tags if t == "h2"]
-    assert len(headings) == len(SECTIONS) - 2  # no source patches (not a custom workload), no LLM agents
+    # no source patches (not a custom workload), no LLM agents, no platform audit (so neither Platform nor Energy)
+    absent = ("patches", "llm", "platform", "energy")
+    assert "platform" not in b and len(headings) == len(SECTIONS) - len(absent)
     for key, title in SECTIONS.items():
-        assert (f"<h2>{title}</h2>" in page.replace("&amp;", "&")) == (key not in ("patches", "llm"))
+        assert (f"<h2>{title}</h2>" in page.replace("&amp;", "&")) == (key not in absent)
     # the headline and its citation
     assert "x1.319" in page and "+31.9%" in _section(page, "summary") and _cited(page, 24)
     # every charted number's ledger entry is cited on the page
