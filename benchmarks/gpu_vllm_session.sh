@@ -7,6 +7,8 @@
 #     bundle         copy the bundle part(s) this call carries (.whl/vllm/cN) into /tmp/vl; once every
 #                    part and SHA256 are there, check, unpack into /tmp/vllm-site and write /tmp/vllm-py
 #                    (exactly as ../shared/gpu/vllm-lean-bundle.sh says); a no-op when /tmp/vllm-py runs
+#     wheels         install the carried .whl/py (pydantic, optuna, sqlalchemy) into /tmp/site for later calls
+#                    (tfbg does it too; a call that carries a bundle part has no room for .whl/py)
 #     model          write the llama-3.1-8b preset (seeded random bf16 weights, built on the GPU; config and
 #                    tokenizer built locally) where the vLLM adapter looks for it; a no-op when written
 #     start NAME     the session /tmp/sessions/NAME (optimize, or resume it) as a detached process
@@ -242,6 +244,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     bundle) bundle || exit 1; shift;;
     model) model || exit 1; shift;;
+    wheels) pywheels || exit 1; echo "wheels: /tmp/site has pydantic, optuna, sqlalchemy"; shift;;
     session) session "${2:-}" || exit 1; shift 2;;
     profile) profile "${2:-}" || exit 1; shift 2;;
     goodput) goodput "${2:-}" || exit 1; shift 2;;
@@ -249,7 +252,7 @@ while [ $# -gt 0 ]; do
     tfbg) tfbg "${2:-}" || exit 1; shift 2;;
     start) start "${2:-}" || exit 1; shift 2;;
     follow) follow "${2:-}" || exit 1; shift 2;;
-    *) echo "unknown step '$1': expected bundle, model, session NAME, start NAME, follow NAME, profile NAME," \
+    *) echo "unknown step '$1': expected bundle, wheels, model, session NAME, start NAME, follow NAME, profile NAME," \
             "goodput NAME, tf NAME or tfbg NAME"; exit 2;;
   esac
 done
