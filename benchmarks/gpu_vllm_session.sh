@@ -16,7 +16,7 @@
 #                    packs /tmp/sessions/NAME into $OUT/NAME.tgz and tees $OUT/NAME.log
 #     session NAME   run, or resume, the session in the foreground for at most SESSION_TIMEOUT s
 #     goodput NAME   `inferloom bench` of the goodput spec (Poisson arrivals at 45 req/s, ~85% of stock's
-#                    saturation; TTFT 500 ms / TPOT 50 ms SLOs): stock against the final stack of the session
+#                    saturation; TTFT 100 ms / TPOT 9 ms SLOs, inside stock's measured distribution): stock against the final stack of the session
 #                    GOODPUT_FROM (default tput; its state.json), or an A/A of stock when nothing was kept;
 #                    3 pairs; $OUT/NAME.json (~4.5 min: 2 server starts, warm compile cache)
 #     profile NAME   a kernel-level profile of stock through vLLM's /start_profile../stop_profile, one wave

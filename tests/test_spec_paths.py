@@ -289,6 +289,8 @@ RENDERED = {
     # published 2026-12-01, rendered by main at their commit (session 24): from now on they render as they did
     "diffusers-h200-2026-12-01/session": ("38108cb4cc7a2676", "1b458d2b7edfffb2", "2d80b3e87bbceed4"),
     "h200-vllm-2026-12-01-s24/session": ("e6b69f108d5f5c08", "88b807ca71ac3b33", "64ace1c4b1ff6a40"),
+    # published 2026-12-01 (session 25, run 3 of docs/benchmarks.md §13), rendered by main at 40fbca3+
+    "h200-vllm-2026-12-01-s25/session": ("f141ce93a4ca8cd2", "92e8f9ccac64cb0b", "76c9c94891dd9af1"),
 }
 
 

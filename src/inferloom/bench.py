@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from inferloom.measure import protocol as proto
+from inferloom.measure.slo_bound import slo_binding
 from inferloom.provenance import environment
 from inferloom.session.atomic import write_json_atomic
 from inferloom.phases.compare import References, compare
@@ -105,6 +106,9 @@ def run_bench(
         for k in ("protocol", "noise", "error", "error_kind"):
             if k in res:
                 result[k] = res[k]
+        bound = slo_binding((res.get("protocol") or {}).get("pairs") or [])
+        if bound is not None:  # goodput: did the SLOs decide anything?
+            result["slo_binding"] = bound
         result["quality"] = res.get("quality", {"evaluated": False})
         result["verdict"] = overall_verdict(res["verdict"], result["quality"].get("passed"), aa)
     finally:

@@ -59,6 +59,10 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
         if d.get("reason"):
             s.add_row("why it stopped", str(d["reason"]))
         s.add_row("pairs", f"{d['n_pairs']} (min gain to keep {d.get('min_gain', 0) * 100:.1f}%)")
+    sb = res.get("slo_binding")
+    if sb:
+        s.add_row("SLOs", sb.get("note") or f"{sb['missed_slo']} of {sb['completed']} requests missed an SLO "
+                  f"({(sb.get('missed_fraction') or 0) * 100:.1f}%)")
     s.add_row("protocol verdict", prot.get("verdict", "-") + (f": {res.get('error')}" if res.get("error") else ""))
     if aa and res.get("noise"):
         n = res["noise"]
