@@ -2,6 +2,8 @@
 summarize(), and on the H200 goodput A/A committed in docs/results (run 3)."""
 
 import json
+
+import pytest
 from pathlib import Path
 
 from inferloom.loadgen.metrics import SLO, RequestRecord, summarize
@@ -61,3 +63,41 @@ def test_bench_output_says_so(tmp_path):
     con = Console(record=True, width=400)
     print_bench(res, con, str(tmp_path / "r.json"))
     assert "the SLOs never bound: all 2400 requests of 6 timed runs met them" in con.export_text()
+
+
+class _GoodputRuns:
+    """Synthetic runs that carry a load generator's serving summary: ``missed`` requests of each run miss the
+    SLOs (their goodput is what's left)."""
+
+    def __init__(self, missed):
+        from inferloom.workloads.synthetic import SyntheticAdapter
+
+        class A(SyntheticAdapter):
+            def run(s, handle, seed):
+                rec = super().run(handle, seed)
+                if rec.success:
+                    good = 20 - missed
+                    rec.extra["serving"] = {"completed": 20, "good_requests": good, "p99_ttft_ms": 80.0,
+                                            "goodput_slo_ms": {"ttft_ms": 500.0},
+                                            "request_goodput": rec.output_tokens / rec.wall_s / 100.0 * good / 20}
+                return rec
+        self.adapter = A()
+
+
+@pytest.mark.parametrize("missed,warned", [(0, True), (3, False)])
+def test_a_goodput_session_warns_in_prelude_when_the_slos_never_bound(tmp_path, missed, warned):
+    from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
+    from inferloom.phases.runner import start
+    from inferloom.spec import load_spec
+    spec = load_spec(None, {"model": "llama-tiny", "framework": "vllm", "device": "cpu", "objective": "goodput",
+                            "serving.slo_ttft_ms": 500, "protocol.bootstrap_resamples": 999,
+                            "quality.eval_prompts": 4, "quality.heldout_prompts": 4, "quality.prompt_len": 8,
+                            "quality.continuation_len": 8})
+    said = []
+    start(tmp_path / "s", spec, budget_minutes=5, max_trials=1, adapter=_GoodputRuns(missed).adapter,
+          agents={"orchestrator": RuleOrchestrator(seed=0), "critic_factory": RuleCritic,
+                  "robustness": RuleRobustness()}, progress=said.append, sweep=False)
+    warn = [m for m in said if "SLOs never bound" in m]
+    assert bool(warn) is warned, said[:20]
+    if warned:
+        assert warn[0].startswith("PRELUDE: warning: the SLOs never bound: all") and "request_rate" in warn[0]

@@ -17,6 +17,7 @@ import datetime as _dt
 import math
 from typing import Any
 
+from inferloom.measure.slo_bound import slo_binding
 from inferloom.kb import KBError, RecipeStore, WorkloadKey
 from inferloom.measure.profile import profile_config
 from inferloom.measure.ceilings import _cpu_name, measure_ceilings
@@ -109,6 +110,9 @@ def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
         st.measured_config_keys.append(config_key(st.stock_config))
     ctx.progress(f"PRELUDE: stock {stock:,.1f} {objective_label(ctx.spec)}; A/A ratio {res['noise']['ratio']:.4f} "
                f"[{res['noise']['ci_low']:.4f}, {res['noise']['ci_high']:.4f}]")
+    bound = slo_binding(res["protocol"]["pairs"]) if getattr(ctx.spec, "objective", None) == "goodput" else None
+    if bound and bound.get("note"):  # every request met the SLOs: goodput can't tell candidates apart
+        ctx.progress(f"PRELUDE: warning: {bound['note']}")
     if isinstance(ctx.adapter, ServerReuse):  # stock's PRELUDE server is alive: it is the quality reference
         try:
             stock_references(ctx.adapter, ctx.spec, st.stock_config, reference_sets(ctx.adapter, ()), ctx.refs,
