@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferloom.report.fmt import esc, num, number, ratio_x, si
-from inferloom.report.html_sections import _absent, _cite, _table
+from inferloom.report.html_blocks import _absent, _cite, _table
 from inferloom.report.svg import FINAL_COLOR, STOCK_COLOR, roofline_chart
 
 __all__ = ["is_image_roofline", "image_roofline_body"]
