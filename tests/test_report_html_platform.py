@@ -15,6 +15,7 @@ from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.report.html import render_html
 from inferloom.session import ledger as L
 from inferloom.verify import verify_session
+from energy_helpers import with_energy
 from test_report_html import _cited, _section, assert_self_contained, parse
 from test_session import SPEC, agents, two_knob_adapter
 
@@ -68,26 +69,12 @@ def test_on_this_cpu_machine_the_energy_section_says_why_it_is_not_measured(sess
     assert "J / output token" not in sec and "Every measurement with energy readings" not in sec
 
 
-def _with_energy(entries):
-    out = copy.deepcopy(entries)
-    for m in out:
-        if m["kind"] != L.MEASUREMENT or not m.get("protocol"):
-            continue
-        for p in m["protocol"]["pairs"]:
-            for arm in "ab":
-                r = p[arm]
-                if r.get("success"):
-                    r.setdefault("extra", {}).update(gpu_energy_j=250.0 * r["wall_s"] + 0.5,
-                                                     energy_method="nvml_energy_counter")
-    return out
-
-
 def test_with_readings_the_page_shows_the_j_per_token_that_verify_rederives(session, tmp_path):
     import shutil
 
     from inferloom.verify.energy import _arm  # verify's own arithmetic, independent of the report's
 
-    entries = _with_energy(L.read_entries(session))
+    entries = with_energy(L.read_entries(session), j_per_s=250.0, offset_j=0.5)
     b = breakdown_from_ledger(entries)
     page = render_html(b)
     parse(page)
