@@ -10,7 +10,7 @@ from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.report.markdown import render_report
 from inferloom.session import ledger as L
 from inferloom.verify import verify_session
-from energy_helpers import with_energy
+from energy_helpers import verify_with, with_energy
 from test_session import SPEC, agents, two_knob_adapter
 
 
@@ -116,7 +116,6 @@ def test_an_image_workload_reports_energy_per_image():
 
 def test_every_measurement_has_its_energy_per_token_in_the_report_and_verify_rederives_it(session, tmp_path):
     import json
-    import shutil
 
     from inferloom.verify.record import Findings
     from inferloom.verify.energy import check_energy
@@ -144,11 +143,7 @@ def test_every_measurement_has_its_energy_per_token_in_the_report_and_verify_red
     assert f.mismatches and {c.seq for c in f.mismatches} == {trial["ledger_seq"]}
     assert any(c.name.endswith("candidate.j_per_output_token") for c in f.mismatches)
     # end to end through `inferloom verify`: a session directory whose ledger carries the readings
-    d = tmp_path / "s"
-    shutil.copytree(session, d)
-    (d / "ledger.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
-    (d / "session_breakdown.json").write_text(json.dumps(b))
-    v = verify_session(d)
+    v = verify_with(session, tmp_path / "s", entries, b)
     assert not v.mismatches and any(c.group == "energy per token" for c in v.checks)
 
 
