@@ -10,6 +10,7 @@ from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.report.markdown import render_report
 from inferloom.session import ledger as L
 from inferloom.verify import verify_session
+from energy_helpers import verify_with, with_energy
 from test_session import SPEC, agents, two_knob_adapter
 
 
@@ -113,32 +114,13 @@ def test_an_image_workload_reports_energy_per_image():
     html = energy_section({"platform": p})
     assert "J / image" in html and "images/s" in html and "0.667" in html and "output token" not in html
 
-def _with_energy(entries, bump=None):
-    """The session's entries with a reading in every successful timed run (as a metered machine writes them:
-    joules in proportion to the run's time), ``bump`` = (seq, factor) scaling one measurement's first run."""
-    import copy
-
-    out = copy.deepcopy(entries)
-    for m in out:
-        if m["kind"] != L.MEASUREMENT or not m.get("protocol"):
-            continue
-        for i, p in enumerate(m["protocol"]["pairs"]):
-            for arm in "ab":
-                r = p[arm]
-                if r.get("success"):
-                    j = 300.0 * r["wall_s"] * (bump[1] if bump and bump[0] == m["seq"] and i == 0 else 1.0)
-                    r.setdefault("extra", {}).update(gpu_energy_j=j, energy_method="nvml_energy_counter")
-    return out
-
-
 def test_every_measurement_has_its_energy_per_token_in_the_report_and_verify_rederives_it(session, tmp_path):
     import json
-    import shutil
 
     from inferloom.verify.record import Findings
     from inferloom.verify.energy import check_energy
 
-    entries = _with_energy(L.read_entries(session))
+    entries = with_energy(L.read_entries(session))
     b = breakdown_from_ledger(entries)
     rows = b["platform"]["energy_by_measurement"]
     meas = [m for m in entries if m["kind"] == L.MEASUREMENT and m.get("protocol")]
@@ -155,17 +137,13 @@ def test_every_measurement_has_its_energy_per_token_in_the_report_and_verify_red
     check_energy(f, entries, json.loads(json.dumps(b)))
     assert f.checks and not f.mismatches
     # one run's joules changed in the ledger: the breakdown no longer matches it, named by seq
-    bad = _with_energy(L.read_entries(session), bump=(trial["ledger_seq"], 3.0))
+    bad = with_energy(L.read_entries(session), bump=(trial["ledger_seq"], 3.0))
     f = Findings()
     check_energy(f, bad, json.loads(json.dumps(b)))
     assert f.mismatches and {c.seq for c in f.mismatches} == {trial["ledger_seq"]}
     assert any(c.name.endswith("candidate.j_per_output_token") for c in f.mismatches)
     # end to end through `inferloom verify`: a session directory whose ledger carries the readings
-    d = tmp_path / "s"
-    shutil.copytree(session, d)
-    (d / "ledger.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
-    (d / "session_breakdown.json").write_text(json.dumps(b))
-    v = verify_session(d)
+    v = verify_with(session, tmp_path / "s", entries, b)
     assert not v.mismatches and any(c.group == "energy per token" for c in v.checks)
 
 

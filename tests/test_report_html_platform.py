@@ -3,7 +3,6 @@
 J/token figures that are the ones `inferloom verify` re-derives from the raw records."""
 
 import copy
-import json
 import re
 
 import pytest
@@ -14,7 +13,7 @@ from inferloom.phases.runner import start
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.report.html import render_html
 from inferloom.session import ledger as L
-from inferloom.verify import verify_session
+from energy_helpers import verify_with, with_energy
 from test_report_html import _cited, _section, assert_self_contained, parse
 from test_session import SPEC, agents, two_knob_adapter
 
@@ -68,26 +67,10 @@ def test_on_this_cpu_machine_the_energy_section_says_why_it_is_not_measured(sess
     assert "J / output token" not in sec and "Every measurement with energy readings" not in sec
 
 
-def _with_energy(entries):
-    out = copy.deepcopy(entries)
-    for m in out:
-        if m["kind"] != L.MEASUREMENT or not m.get("protocol"):
-            continue
-        for p in m["protocol"]["pairs"]:
-            for arm in "ab":
-                r = p[arm]
-                if r.get("success"):
-                    r.setdefault("extra", {}).update(gpu_energy_j=250.0 * r["wall_s"] + 0.5,
-                                                     energy_method="nvml_energy_counter")
-    return out
-
-
 def test_with_readings_the_page_shows_the_j_per_token_that_verify_rederives(session, tmp_path):
-    import shutil
-
     from inferloom.verify.energy import _arm  # verify's own arithmetic, independent of the report's
 
-    entries = _with_energy(L.read_entries(session))
+    entries = with_energy(L.read_entries(session), j_per_s=250.0, offset_j=0.5)
     b = breakdown_from_ledger(entries)
     page = render_html(b)
     parse(page)
@@ -105,11 +88,7 @@ def test_with_readings_the_page_shows_the_j_per_token_that_verify_rederives(sess
     assert f"{_arm(final, 'a', 'gpu_energy_j')['j_per_output_token']:.4f} J" in stock_row
     assert _cited(stock_row, final["seq"])
     # the same ledger through `inferloom verify`: its re-derivation agrees with the numbers shown
-    d = tmp_path / "s"
-    shutil.copytree(session, d)
-    (d / "ledger.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
-    (d / "session_breakdown.json").write_text(json.dumps(b))
-    v = verify_session(d)
+    v = verify_with(session, tmp_path / "s", entries, b)
     assert not v.mismatches and any(c.group == "energy per token" for c in v.checks)
 
 

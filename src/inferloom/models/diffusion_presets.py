@@ -70,6 +70,21 @@ _VAE_16CH = {"block_out_channels": [128, 256, 512, 512], "in_channels": 3, "out_
 _T5_TINY = {"vocab_size": 300, "d_model": 32, "d_ff": 37, "d_kv": 8, "num_heads": 4, "num_layers": 2,
             "relative_attention_num_buckets": 8}
 
+
+def _sd3_tiny(**denoiser: Any) -> dict[str, Any]:
+    """An SD3 preset at the tiny size: a 2-layer MMDiT (``denoiser``: what differs), the tiny VAE, SD3's two CLIP
+    encoders with projection (tiny), no T5."""
+    return {
+        "family": "sd3",
+        "denoiser": {"sample_size": 16, "patch_size": 1, "in_channels": 4, "num_layers": 2, "attention_head_dim": 8,
+                     "num_attention_heads": 4, "caption_projection_dim": 32, "joint_attention_dim": 32,
+                     "pooled_projection_dim": 64, "out_channels": 4, **denoiser},
+        "vae": dict(_VAE_TINY, shift_factor=0.0609, scaling_factor=1.5035),
+        "text_encoders": [dict(_CLIP_TINY, projection_dim=32) for _ in range(2)],
+        "call": {"max_sequence_length": 16},
+    }
+
+
 # Shapes only. Each preset: the pipeline family, its components' configs and the call's fixed arguments.
 DIFFUSION_PRESETS: dict[str, dict[str, Any]] = {
     "sd-unet-tiny": {
@@ -84,37 +99,16 @@ DIFFUSION_PRESETS: dict[str, dict[str, Any]] = {
         "text_encoders": [dict(_CLIP_TINY)],
         "call": {},
     },
-    "sd3-tiny": {
-        "family": "sd3",
-        "denoiser": {"sample_size": 16, "patch_size": 1, "in_channels": 4, "num_layers": 2, "attention_head_dim": 8,
-                     "num_attention_heads": 4, "caption_projection_dim": 32, "joint_attention_dim": 32,
-                     "pooled_projection_dim": 64, "out_channels": 4},
-        "vae": {"block_out_channels": [8, 16], "in_channels": 3, "out_channels": 3, "latent_channels": 4,
-                "down_block_types": ["DownEncoderBlock2D"] * 2, "up_block_types": ["UpDecoderBlock2D"] * 2,
-                "norm_num_groups": 4, "sample_size": 32, "use_quant_conv": False, "use_post_quant_conv": False,
-                "shift_factor": 0.0609, "scaling_factor": 1.5035},
-        "text_encoders": [dict(_CLIP_TINY, projection_dim=32), dict(_CLIP_TINY, projection_dim=32)],
-        "call": {"max_sequence_length": 16},
-    },
-    "sd35-tiny": {  # SD3.5's MMDiT change at the tiny size: RMSNorm on q and k (the KERNEL phase's target)
-        "family": "sd3",
-        "denoiser": {"sample_size": 16, "patch_size": 1, "in_channels": 4, "num_layers": 2, "attention_head_dim": 8,
-                     "num_attention_heads": 4, "caption_projection_dim": 32, "joint_attention_dim": 32,
-                     "pooled_projection_dim": 64, "out_channels": 4, "qk_norm": "rms_norm"},
-        "vae": dict(_VAE_TINY, shift_factor=0.0609, scaling_factor=1.5035),
-        "text_encoders": [dict(_CLIP_TINY, projection_dim=32), dict(_CLIP_TINY, projection_dim=32)],
-        "call": {"max_sequence_length": 16},
-    },
+    "sd3-tiny": _sd3_tiny(),
+    # SD3.5's MMDiT change at the tiny size: RMSNorm on q and k (the KERNEL phase's target)
+    "sd35-tiny": _sd3_tiny(qk_norm="rms_norm"),
     "sd3-medium-shaped": {
         "family": "sd3",
         "denoiser": {"sample_size": 128, "patch_size": 2, "in_channels": 16, "num_layers": 24,
                      "attention_head_dim": 64, "num_attention_heads": 24, "caption_projection_dim": 1536,
                      "joint_attention_dim": 4096, "pooled_projection_dim": 2048, "out_channels": 16,
                      "pos_embed_max_size": 192},
-        "vae": {"block_out_channels": [128, 256, 512, 512], "in_channels": 3, "out_channels": 3, "latent_channels": 16,
-                "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
-                "layers_per_block": 2, "norm_num_groups": 32, "sample_size": 1024, "use_quant_conv": False,
-                "use_post_quant_conv": False, "shift_factor": 0.0609, "scaling_factor": 1.5305},
+        "vae": dict(_VAE_16CH, shift_factor=0.0609, scaling_factor=1.5305),
         "text_encoders": [dict(_CLIP_TINY, hidden_size=256, intermediate_size=1024, projection_dim=768),
                           dict(_CLIP_TINY, hidden_size=256, intermediate_size=1024, projection_dim=1280)],
         "call": {"max_sequence_length": 256},

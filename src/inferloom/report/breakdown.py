@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferloom.report.platform import platform_breakdown
+from inferloom.report.platform import platform_breakdown, run_extras
 from inferloom.session import ledger as L
 from inferloom.measure.metrics import median_objective
 from inferloom.report.llm_usage import llm_breakdown
@@ -185,12 +185,10 @@ def stock_never_ran(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _unit(entries: list[dict[str, Any]]) -> str | None:
-    for e in entries:
-        if e["kind"] == "measurement":
-            for p in (e.get("protocol") or {}).get("pairs", []):
-                obj = ((p.get("a") or {}).get("extra") or {}).get("objective")
-                if isinstance(obj, dict):
-                    return str(obj.get("unit") or "")
+    for extra in run_extras(entries):
+        obj = extra.get("objective")
+        if isinstance(obj, dict):
+            return str(obj.get("unit") or "")
     return None
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferloom.report.fmt import esc
-from inferloom.report.html_sections import _cite, _table
+from inferloom.report.html_blocks import _cite, _table
 
 __all__ = ["llm_section"]
 

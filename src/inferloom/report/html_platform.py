@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferloom.report.fmt import changes_text, esc, number
-from inferloom.report.html_sections import _absent, _cite, _table
+from inferloom.report.html_blocks import _absent, _cite, _table
 
 __all__ = ["platform_section", "energy_section"]
 

@@ -1,51 +1,20 @@
 """The sections of the HTML report (:mod:`inferloom.report.html`), each a function of the breakdown that
-returns its HTML (or None: no section), with the HTML building blocks they share (citations, tables, notes)."""
+returns its HTML (or None: no section); the HTML building blocks they share (citations, tables, notes) are in
+:mod:`inferloom.report.html_blocks`."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from inferloom.report.breakdown import TIME_CATEGORIES
-from inferloom.report.fmt import changes_text, esc, num, number, pct_safe, ratio_x, sandbox_text, si
-from inferloom.report.svg import FINAL_COLOR, STOCK_COLOR, action_path_chart, profile_chart, roofline_chart, sweep_chart
+from inferloom.report.fmt import esc, num, number, pct_safe, ratio_x, sandbox_text
+from inferloom.report.html_blocks import _absent, _changes, _cite, _table
+from inferloom.report.html_roofline import decode_roofline
+from inferloom.report.svg import action_path_chart, profile_chart, sweep_chart
 
 __all__ = ["section_bodies"]
 
 
-def _cite(seq: Any) -> str:
-    if isinstance(seq, (list, tuple)):
-        seqs = [s for s in seq if s is not None]
-        if not seqs:
-            return '<span class="cite">(ledger: none)</span>'
-        return f'<span class="cite">(ledger {", ".join("#" + esc(s) for s in seqs)})</span>'
-    if seq is None:
-        return '<span class="cite">(ledger: none)</span>'
-    return f'<span class="cite">(ledger #{esc(seq)})</span>'
-
-
-def _changes(changes: Any) -> str:
-    if not isinstance(changes, dict) or not changes:
-        return "<code>(none)</code>"
-    return "<code>" + esc(changes_text(changes)) + "</code>"
-
-
-def _absent(why: str) -> str:
-    return f'<p class="absent">{why}</p>'
-
-
-def _table(head: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]], row_class: Sequence[str] | None = None) -> str:
-    """``head``: (label, numeric); cells are already-escaped HTML."""
-    h = "".join(f'<th class="num">{esc(t)}</th>' if n else f"<th>{esc(t)}</th>" for t, n in head)
-    out = [f'<div class="tw"><table><thead><tr>{h}</tr></thead><tbody>']
-    for i, r in enumerate(rows):
-        cls = f' class="{row_class[i]}"' if row_class and row_class[i] else ""
-        cells = "".join(f'<td class="num">{c}</td>' if head[j][1] else f"<td>{c}</td>" for j, c in enumerate(r))
-        out.append(f"<tr{cls}>{cells}</tr>")
-    out.append("</tbody></table></div>")
-    return "".join(out)
-
-
-# ----------------------------------------------------------------- sections
 def _summary(b: dict[str, Any]) -> str:
     s, f = b.get("stock") or {}, b.get("final") or {}
     out = []
@@ -234,78 +203,6 @@ def _profile(b: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _roof_point(label: str, r: dict[str, Any], seq: Any, color: str, shape: str) -> dict[str, Any] | None:
-    d = r.get("decode_step") or {}
-    flops, nbytes = num(d.get("flops")), num(d.get("bytes"))
-    meas, batch, floor = num(r.get("measured_tok_per_s")), num(r.get("batch")), num(d.get("floor_s"))
-    if not (flops and nbytes and meas and batch and floor):
-        return None
-    achieved = flops * meas / batch  # decode steps per second (prefill time counted against it) x FLOPs per step
-    frac = num(r.get("decode_only_fraction"))
-    return {"label": label, "ai": flops / nbytes, "achieved": achieved, "attainable": flops / floor, "color": color,
-            "shape": shape, "sub": f"{frac * 100:.1f}% of the roof (#{seq})" if frac is not None else f"#{seq}",
-            "tip": f"{label}: {flops / nbytes:.3g} FLOP/B, {si(achieved, 'FLOP/s')} (ledger #{seq})"}
-
-
-def _roofline(b: dict[str, Any]) -> str:
-    rf = b.get("roofline")
-    if not rf:
-        return _absent("The ledger has no roofline entry: this session measured no device ceilings (sessions from before "
-                       "the roofline existed have none).")
-    seqs = rf.get("ledger_seqs") or []
-    s_seq = rf.get("stock_seq") or (seqs[0] if seqs else None)
-    f_seq = rf.get("final_seq") or (seqs[-1] if seqs else None)
-    kept = rf.get("kept") or []
-    st_, fi, ce = rf.get("stock") or {}, rf.get("final") or {}, rf.get("ceilings") or {}
-    if not st_ or not ce:
-        return _absent("No roofline: the ceilings were not measured or the cost model was not applied. The synthetic "
-                       "adapter has no model to cost, so its sessions record an empty roofline entry; otherwise PRELUDE "
-                       f"could not measure this device's ceilings {_cite(seqs)}.")
-    out = [f"<p>Measured ceilings of {esc(ce.get('device_name'))}: memory bandwidth "
-           f"{number((num(ce.get('memory_bandwidth_bytes_per_s')) or 0) / 1e9, ',.1f')} GB/s, matmul "
-           f"{number((num(ce.get('matmul_flops_per_s')) or 0) / 1e12, ',.3f')} TFLOP/s ({esc(ce.get('matmul_dtype') or '')}), "
-           f"measured {esc(ce.get('measured_at'))}{' (cached in the knowledge base)' if ce.get('cached') else ''} {_cite(s_seq)}.</p>"]
-    pts = [p for p in (_roof_point("stock", st_, s_seq, STOCK_COLOR, "circle"),
-                       _roof_point("final", fi, f_seq, FINAL_COLOR, "diamond") if fi else None) if p]
-    if pts and num(ce.get("memory_bandwidth_bytes_per_s")) and num(ce.get("matmul_flops_per_s")):
-        out.append("<figure>" + roofline_chart(ce, pts) + "<figcaption>Log-log roofline of one decode step (the phase that "
-                   "dominates a generation): the roof is min(bandwidth x intensity, matmul rate) from the measured ceilings. "
-                   "A filled marker is the achieved rate, (measured output tok/s / batch) x FLOPs per step, so prefill time "
-                   "counts against it; the hollow marker above it is the roof at that intensity. "
-                   f"{_cite([s_seq] + ([f_seq] if fi else []))}</figcaption></figure>")
-    rows = []
-    stacks = [("stock", st_, s_seq)] + [(f"after trial {k['trial']}", k.get("roofline") or {}, k.get("ledger_seq"))
-                                        for k in kept] + [("final", fi, f_seq)]
-    for name, r, seq in stacks:
-        if not r:
-            continue
-        d, p = r.get("decode_step") or {}, r.get("prefill") or {}
-        ai_d = (num(d.get("flops")) or 0) / (num(d.get("bytes")) or 1)
-        ai_p = (num(p.get("flops")) or 0) / (num(p.get("bytes")) or 1)
-        rows.append([esc(name) + (' <span class="tag bad">suspect</span>' if r.get("suspect") else ""),
-                     number(r.get("measured_tok_per_s")), number(r.get("ceiling_tok_per_s"), ",.0f"),
-                     f"{(num(r.get('fraction')) or 0) * 100:.1f}% / {(num(r.get('decode_only_fraction')) or 0) * 100:.1f}%",
-                     ratio_x(r.get("headroom"), 2), f"{ai_d:.3g} {esc(d.get('bound'))} / {ai_p:.3g} {esc(p.get('bound'))}",
-                     _cite(seq)])
-    out.append(_table([("stack", False), ("measured tok/s", True), ("ceiling tok/s", True),
-                       ("fraction: run / decode only", True), ("headroom", True),
-                       ("FLOP/B: decode / prefill (bound)", True), ("ledger", False)], rows))
-    if st_.get("reason"):
-        out.append(f'<p><span class="tag bad">suspect</span> stock: {esc(st_["reason"])} {_cite(s_seq)}</p>')
-    if fi.get("reason"):
-        out.append(f'<p><span class="tag bad">suspect</span> final: {esc(fi["reason"])} {_cite(f_seq)}</p>')
-    am = rf.get("amdahl") or {}
-    if am:
-        tag = '<span class="tag bad">suspect</span>' if am.get("suspect") else f'<span class="tag good">{esc(am.get("verdict"))}</span>'
-        out.append(f"<p>Amdahl / roofline check of the final gain: measured {ratio_x(am.get('measured_gain'))} against at most "
-                   f"{ratio_x(am.get('max_possible_gain'), 2)} (the stock headroom) {tag} {esc(am.get('reason') or '')} {_cite(f_seq)}</p>")
-    if not fi:
-        why = ("nothing was kept, so the final stack is stock" if not (b.get("final") or {}).get("ledger_seq")
-               else "the ledger has no roofline for the final stack")
-        out.append(f'<p class="note">No final-stack point: {esc(why)}.</p>')
-    return "".join(out)
-
-
 def _sweep(b: dict[str, Any]) -> str:
     pts = b.get("sweep") or []
     if not pts:
@@ -391,7 +288,7 @@ def section_bodies(b: dict[str, Any]) -> dict[str, str | None]:
         "rejected": _rejected(b),
         "patches": _patches(b),
         "profile": _profile(b),
-        "roofline": _roofline(b),
+        "roofline": decode_roofline(b),
         "sweep": _sweep(b),
         "time": _time(b),
         "predicted": _predicted(b),

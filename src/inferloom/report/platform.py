@@ -7,11 +7,11 @@ was skipped."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from inferloom.report.fmt import changes_text
 
-__all__ = ["platform_breakdown", "platform_lines", "measurement_energy"]
+__all__ = ["platform_breakdown", "platform_lines", "measurement_energy", "run_extras"]
 
 
 _SOURCES = (("gpu", "gpu_energy_j", "energy_method"), ("cpu", "cpu_energy_j", "cpu_energy_method"))
@@ -71,15 +71,20 @@ def _trials(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def run_extras(entries: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The ``extra`` of each measurement pair's first run (arm a), in ledger order ({} where it has none)."""
+    for m in entries:
+        if m["kind"] == "measurement":
+            for p in (m.get("protocol") or {}).get("pairs") or []:
+                yield (p.get("a") or {}).get("extra") or {}
+
+
 def _per(entries: list[dict[str, Any]]) -> str:
     """What one "output token" of a run record counts: an image for image workloads (their run records
     count images in ``output_tokens``), else a token."""
-    for m in entries:
-        for p in ((m.get("protocol") or {}).get("pairs") or []) if m["kind"] == "measurement" else []:
-            extra = (p.get("a") or {}).get("extra") or {}
-            unit = str(extra.get("unit") or (extra.get("objective") or {}).get("unit") or "")
-            if unit.startswith("image"):
-                return "image"
+    for extra in run_extras(entries):
+        if str(extra.get("unit") or (extra.get("objective") or {}).get("unit") or "").startswith("image"):
+            return "image"
     return "output token"
 
 

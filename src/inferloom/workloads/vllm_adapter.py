@@ -17,7 +17,8 @@
   knob wins (``vllm_launch.memory_args``).
 * ``run(handle, seed)`` drives it with the streaming load generator
   (``inferloom.loadgen``) on fresh prompts drawn from ``seed``; the
-  RunRecord's ``extra['serving']`` holds the result (vLLM bench field names).
+  RunRecord's ``extra['serving']`` holds the result (vLLM bench field names)
+  (``vllm_run.py``).
 * Paired A/B on a small CPU machine: both servers of a comparison stay up and
   only one receives load at a time (the protocol alternates them). Each run
   records the CPU seconds the *other* live servers burnt meanwhile
@@ -36,7 +37,8 @@
   flight; ``*_batched``: all prompts in one request (the batched guard).
 
 The command line and launch checks: ``vllm_launch.py``; the HTTP quality probes
-``vllm_probes.py``; the knob table ``vllm_knobs.py``; the process ``server_process.py``.
+``vllm_probes.py``; the knob table, the knobs a server lacks and the recovery options
+``vllm_knobs.py``; a timed run ``vllm_run.py``; the process ``server_process.py``.
 """
 
 from __future__ import annotations
@@ -47,27 +49,19 @@ import json
 import os
 import platform
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from inferloom.loadgen.client import run_load
-from inferloom.loadgen.metrics import SLO, summarize
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
 from inferloom.workloads.handle_pool import HandlePool
 from inferloom.workloads.prompts import random_prompts
-from inferloom.workloads.server_process import ServerProcess, free_port, servers_cpu_seconds, wait_quiet
+from inferloom.workloads.server_process import ServerProcess, free_port
 from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_server_flags
-from inferloom.workloads.vllm_knobs import vllm_knobs
-from inferloom.workloads.vllm_launch import (
-    SERVED_NAME,
-    check_launchable,
-    launch_command,
-    server_distribution,
-    server_model_dir,
-)
+from inferloom.workloads.vllm_knobs import recovery_options, vllm_knobs, without_dropped
+from inferloom.workloads.vllm_launch import check_launchable, launch_command, server_distribution, server_model_dir
 from inferloom.workloads.vllm_servers import MemoryShareOnce, VLLMHandle, start_server
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
+from inferloom.workloads.vllm_run import serving_run
 
 __all__ = ["VLLMAdapter", "VLLMHandle", "from_spec"]
 
@@ -164,17 +158,7 @@ class VLLMAdapter:
         return list(self._knobs)
 
     def _without_dropped(self, values: Mapping[str, Any], what: str) -> dict[str, Any]:
-        """``values`` less the knobs the installed server can't take, where they
-        are at their default (a session started before, a ``stack`` that lists
-        every knob); a dropped knob set off its default is refused."""
-        out = dict(values)
-        static = {k.name: k for k in self._static}
-        for name in set(out) & set(self._dropped):
-            if out[name] != static[name].default and str(out[name]) != str(static[name].default):
-                raise AdapterError(f"{what} knob '{name}'={out[name]!r}: {self._dropped[name]}; not launched",
-                                   kind="unsupported_flag")
-            del out[name]
-        return out
+        return without_dropped(values, self._static, self._dropped, what)
 
     def _check(self, cfg: Mapping[str, Any]) -> None:
         check_launchable(cfg, self._knobs, self.device, self.rejected_flags)
@@ -257,61 +241,8 @@ class VLLMAdapter:
         return [h.server for h in self._handles.values() if h is not handle]
 
     def run(self, handle: VLLMHandle, seed: int) -> RunRecord:
-        s, t = self.spec.serving, self.spec.traffic
-        n = self.spec.requests_per_run
-        rec = RunRecord(config_id=handle.config_id, seed=seed, success=False, started_at=time.time(),
-                        num_requests=n, expected_output_tokens=n * t.output_len,
-                        extra={"handle_id": handle.id, "concurrency": t.concurrency})
-        if handle.released or not handle.server.alive():
-            rec.error = f"crash: server {handle.id} is not running (log {handle.server.log_path})"
-            rec.extra["kind"] = "crash"
-            return rec
-        prompts, cache = self.run_prompts(seed)
-        warm_n = s.warmup_requests if s.warmup_requests is not None else t.concurrency
-        warm = self.prompts(seed + 500_000_003, warm_n) if warm_n else []
-        try:
-            if warm:  # untimed, excluded from every number
-                run_load(handle.server.base_url, SERVED_NAME, warm, t.output_len, concurrency=t.concurrency,
-                         seed=seed, timeout_s=s.request_timeout_s)
-            rec.extra["quiet_wait"] = wait_quiet(self._others(handle))
-            cpu0 = servers_cpu_seconds(self._others(handle))
-            records, duration = run_load(handle.server.base_url, SERVED_NAME, prompts, t.output_len,
-                                         concurrency=t.concurrency,
-                                         request_rate=s.request_rate if s.arrival == "poisson" else None,
-                                         seed=seed, timeout_s=s.request_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - failures are data
-            rec.error = f"error: load generator: {type(exc).__name__}: {exc}"[:1000]
-            rec.extra["kind"] = "error"
-            return rec
-        idle_cpu = servers_cpu_seconds(self._others(handle)) - cpu0
-        slo = SLO(s.slo_ttft_ms, s.slo_tpot_ms, s.slo_e2el_ms)
-        cache["prefix_caching"] = handle.config.get("prefix_caching")
-        summary = summarize(records, duration, slo, extra={
-            "cache_state": cache, "arrival": s.arrival, "request_rate": s.request_rate if s.arrival == "poisson" else None,
-            "max_concurrency": t.concurrency, "warmup_requests": len(warm), "model_id": self.model_dir(),
-            "backend": "openai", "endpoint": "/v1/completions"})
-        # per-token gaps are summarized above (mean/median/std/p50/p90/p99 itl), not kept per run: at c64 x 128
-        # tokens they were 540 KB of each run's ledger record; errors are kept only where a request failed
-        summary.pop("itls", None)
-        summary["errors"] = {str(i): e for i, e in enumerate(summary.get("errors") or []) if e}
-        rec.extra["serving"] = summary
-        rec.extra["idle_servers_cpu_s"] = idle_cpu
-        rec.wall_s = duration
-        rec.input_tokens = summary["total_input_tokens"]
-        rec.output_tokens = summary["total_output_tokens"]
-        if summary["failed"]:
-            alive = handle.server.alive()
-            first = next(r.error for r in records if not r.success)
-            kind = "error" if alive else "crash"
-            rec.error = (f"{kind}: {summary['failed']} of {n} requests failed (first: {first})"
-                         + ("" if alive else f"; the server died (log {handle.server.log_path})"))[:2000]
-            rec.extra["kind"] = kind
-            return rec
-        rec.success = rec.output_tokens == rec.expected_output_tokens and duration > 0
-        if not rec.success:
-            rec.error = f"token_count: {rec.output_tokens} output tokens, expected {rec.expected_output_tokens}"
-            rec.extra["kind"] = "token_count"
-        return rec
+        return serving_run(self.spec, handle, seed, draw_prompts=self.prompts, run_prompts=self.run_prompts,
+                           others=lambda: self._others(handle), model_id=self.model_dir)
 
     # ------------------------------------------------------------- quality
     def greedy(self, handle: VLLMHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
@@ -339,26 +270,7 @@ class VLLMAdapter:
 
     def recovery_options(self, kind: str, stock: dict[str, Any]) -> list[dict[str, Any]]:
         """Flag or environment changes that address a failure kind, least invasive first."""
-        opts: list[dict[str, Any]] = []
-        if kind == "oom":
-            if self.device == "cpu" and int(stock.get("kv_cache_space_gib", 1)) != 1:
-                opts.append({"kv_cache_space_gib": 1})
-            seqs = int(stock.get("max_num_seqs") or 0)
-            opts.extend({"max_num_seqs": m} for m in (64, 16) if not seqs or m < seqs)
-        if kind in ("startup_timeout", "missing_kernel", "crash") and not stock.get("enforce_eager"):
-            opts.append({"enforce_eager": True})
-        if kind == "missing_kernel":
-            if stock.get("attention_backend", "default") != "default":
-                opts.append({"attention_backend": "default"})
-            if stock.get("dtype") != "float32":
-                opts.append({"dtype": "float32"})
-        defaults = {x.name: x.default for x in self._knobs}
-        if kind == "unsupported_flag":
-            for info in self.rejected_flags.values():
-                k = info.get("knob")
-                if k in defaults:
-                    opts.append({k: defaults[k]})
-        return [o for o in opts if set(o) <= set(defaults)]  # never a knob the installed server lacks
+        return recovery_options(kind, stock, self.device, self._knobs, self.rejected_flags)
 
     def _distribution(self) -> str:
         if self._info is None:

@@ -11,12 +11,12 @@ a given vLLM lacks, e.g. ``--num-scheduler-steps`` on V1 servers or
 from __future__ import annotations
 
 import json
-from typing import Any, Collection, Mapping
+from typing import Any, Collection, Mapping, Sequence
 
-from inferloom.workloads.base import Knob
+from inferloom.workloads.base import AdapterError, Knob
 
 __all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES", "PRECISION_KNOBS",
-           "stack_precision"]
+           "stack_precision", "without_dropped", "recovery_options"]
 
 CPU = frozenset({"cpu"})
 CUDA_ROCM = frozenset({"cuda", "rocm"})
@@ -175,3 +175,44 @@ def stack_precision(cfg: Mapping[str, Any], model_dtype: str) -> dict[str, Any]:
     return {"weights": weights, "kv_cache": kv, "activations": act,
             "weight_bytes": _BYTES.get(weights, 2), "kv_bytes": _BYTES.get(kv, 2), "activation_bytes": _BYTES.get(act, 2),
             "label": f"{weights} weights, {kv} KV cache, {act} activations"}
+
+
+def without_dropped(values: Mapping[str, Any], static_knobs: Sequence[Knob], dropped: Mapping[str, str],
+                    what: str) -> dict[str, Any]:
+    """``values`` less the knobs the installed server can't take (``dropped``: knob -> why), where they
+    are at their default (a session started before, a ``stack`` that lists every knob); a dropped knob
+    set off its default is refused."""
+    out = dict(values)
+    static = {k.name: k for k in static_knobs}
+    for name in set(out) & set(dropped):
+        if out[name] != static[name].default and str(out[name]) != str(static[name].default):
+            raise AdapterError(f"{what} knob '{name}'={out[name]!r}: {dropped[name]}; not launched",
+                               kind="unsupported_flag")
+        del out[name]
+    return out
+
+
+def recovery_options(kind: str, stock: Mapping[str, Any], device: str, knobs: Sequence[Knob],
+                     rejected_flags: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Flag or environment changes that address a failure kind, least invasive first (for ``device``, among
+    the installed server's ``knobs``; ``rejected_flags``: flag -> {knob, ...} the server refused)."""
+    opts: list[dict[str, Any]] = []
+    if kind == "oom":
+        if device == "cpu" and int(stock.get("kv_cache_space_gib", 1)) != 1:
+            opts.append({"kv_cache_space_gib": 1})
+        seqs = int(stock.get("max_num_seqs") or 0)
+        opts.extend({"max_num_seqs": m} for m in (64, 16) if not seqs or m < seqs)
+    if kind in ("startup_timeout", "missing_kernel", "crash") and not stock.get("enforce_eager"):
+        opts.append({"enforce_eager": True})
+    if kind == "missing_kernel":
+        if stock.get("attention_backend", "default") != "default":
+            opts.append({"attention_backend": "default"})
+        if stock.get("dtype") != "float32":
+            opts.append({"dtype": "float32"})
+    defaults = {x.name: x.default for x in knobs}
+    if kind == "unsupported_flag":
+        for info in rejected_flags.values():
+            k = info.get("knob")
+            if k in defaults:
+                opts.append({k: defaults[k]})
+    return [o for o in opts if set(o) <= set(defaults)]  # never a knob the installed server lacks
