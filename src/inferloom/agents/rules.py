@@ -35,6 +35,7 @@ from inferloom.agents.server_priors import default_table
 from inferloom.measure.keep_rule import keep_threshold, session_keep
 from inferloom.agents.search_moves import alternate_to_search, repair, width
 from inferloom.agents.search_model import ucb_proposal
+from inferloom.agents.search_refusals import REFUSED_VERDICTS, contains_refused, suspect
 from inferloom.agents.search_view import _View, _distribution, _domain, knob_from_dict
 from inferloom.workloads.base import ConfigError, Knob
 
@@ -102,9 +103,11 @@ class RuleOrchestrator:
         self.search = "ucb" if search == "auto" else search
 
     def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:
-        """Unmeasured, and not refused by the cross-knob rules (when known)."""
+        """Unmeasured, holding no combination refused before (``search_refusals.py``), and not refused
+        by the cross-knob rules (when known)."""
         cfg, key = view.candidate(changes)
-        return key not in view.seen and (self.feasible is None or bool(self.feasible(cfg)))
+        return (key not in view.seen and not contains_refused(cfg, view.refused)
+                and (self.feasible is None or bool(self.feasible(cfg))))
 
     def _complete(self, view: _View, changes: Mapping[str, Any]) -> dict[str, Any] | None:
         """``changes`` completed for the cross-knob rules (when known), if then unmeasured."""
@@ -154,21 +157,26 @@ class RuleOrchestrator:
             if not changes or not self._ok(view, changes):
                 continue
             failed = any(all(k in full and full[k] == v for k, v in f.items()) for f in failures)
+            failed = failed or suspect(view.candidate(changes)[0], view.suspect)  # like a refusal this session
             (last if failed else first).append((prior, changes, failed))
         if not first and not last:
             return None
         prior, changes, failed = (first + last)[0]
-        note = " (ranked down: a change in it failed before)" if failed else ""
+        note = " (ranked down: a change in it failed before, or was refused this session)" if failed else ""
         return {
             "action": "try_config", "changes": changes, "predicted_gain": prior.predicted_gain,
             "rationale": f"expert prior '{prior.name}'{note}: {prior.rationale}", "source": "prior",
         }
 
     # ---------------------------------------------------------------- search
-    def _history(self, view: _View) -> Iterator[tuple[dict[str, Any], float]]:
+    def _history(self, view: _View, feasible_only: bool = False) -> Iterator[tuple[dict[str, Any], float]]:
+        """(params, log-gain over stock) per trial; ``feasible_only``: refused and failed trials left out
+        (infeasible, not slow: the model's view), else scored with the penalty (TPE's)."""
         base_value = 0.0
         for t, cfg in view.replayed:
             ratio, verdict = t.get("ratio"), t.get("verdict")
+            if feasible_only and verdict in REFUSED_VERDICTS:
+                continue
             ok = isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio < math.inf
             if verdict in _BAD or not ok:
                 value = base_value + (PENALTY_LOG if verdict in _BAD else 0.0)
@@ -191,8 +199,8 @@ class RuleOrchestrator:
 
     def _search(self, view: _View) -> dict[str, Any]:
         if self.search == "ucb":
-            found = ucb_proposal(view, self._history(view), min(width(view, self.max_changes, self.stall) or 2, 2),
-                                 lambda c: self._complete(view, c))
+            found = ucb_proposal(view, self._history(view, feasible_only=True), min(width(view, self.max_changes, self.stall) or 2, 2),
+                                 lambda c: self._complete(view, c), demote=lambda cfg: suspect(cfg, view.suspect))
             if found is not None:
                 return {"action": "try_config", "changes": found[0], "predicted_gain": math.expm1(found[1]),
                         "rationale": f"additive model over {len(view.space)} knobs given {len(view.replayed)} "

@@ -28,12 +28,14 @@ NOISE_SD = 0.05  # one trial's log-ratio noise plus what the additive model leav
 
 
 def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]], width: int,
-                 ok: Callable[[Mapping[str, Any]], Mapping[str, Any] | None], beta: float = 1.0
+                 ok: Callable[[Mapping[str, Any]], Mapping[str, Any] | None], beta: float = 1.0,
+                 demote: Callable[[Mapping[str, Any]], bool] = lambda cfg: False,
                  ) -> tuple[dict[str, Any], float] | None:
     """The change-set of at most ``width`` knobs (before ``ok``'s completion) with the
     highest upper confidence bound, with its predicted log-gain over the stack;
     ``ok(changes)`` returns the change-set to measure (possibly completed) or None
-    to skip it. None when no candidate is left."""
+    to skip it; ``demote(config)``: rank that candidate after every other one (a
+    refusal learned in the session makes it suspect). None when no candidate is left."""
     domains = {k.name: [v for v in _domain(k, view.stack[k.name])[0]] for k in view.space}
     cols = {(n, v): i for i, (n, v) in enumerate((n, v) for n, vs in domains.items() for v in vs
                                                   if v != view.stock[n])}
@@ -53,15 +55,17 @@ def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]]
     cov = np.linalg.inv(A)
     mean = cov @ (X.T @ y) / NOISE_SD**2
     stack = row(view.stack)
-    best: tuple[float, dict[str, Any], float] | None = None
+    best: tuple[tuple[bool, float], dict[str, Any], float] | None = None
     for r in range(1, width + 1):
         for names in itertools.combinations(list(domains), r):
             for vals in itertools.product(*[[v for v in domains[n] if v != view.stack[n]] for n in names]):
                 changes = ok(dict(zip(names, vals)))
                 if changes is None:
                     continue
-                dx = row({**view.stack, **changes}) - stack
+                cfg = {**view.stack, **changes}
+                dx = row(cfg) - stack
                 mu, sd = float(dx @ mean), float(np.sqrt(max(dx @ cov @ dx, 0.0)))
-                if best is None or mu + beta * sd > best[0] + 1e-12:
-                    best = (mu + beta * sd, dict(changes), mu)
+                score = (not demote(cfg), mu + beta * sd)
+                if best is None or score[0] > best[0][0] or (score[0] == best[0][0] and score[1] > best[0][1] + 1e-12):
+                    best = (score, dict(changes), mu)
     return None if best is None else (best[1], best[2])
