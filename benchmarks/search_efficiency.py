@@ -1,5 +1,6 @@
 """Search efficiency (issue 15): the default orchestrator (expert priors, then
-its additive-model search; agents/search_model.py) against Optuna TPE alone, random search and a grid, on synthetic
+its additive-model search; agents/search_model.py; refusals learned as it goes without the engine's
+cross-knob rules: agents/search_refusals.py) against Optuna TPE alone, random search and a grid, on synthetic
 landscapes over the real CPU engine's FRAMEWORK knob space (llama-tiny:
 dtype, attention, SDPA backend, cache, compile mode, micro-batch, threads,
 prompt lookup, decode loop; 126,720 configurations).
@@ -27,6 +28,7 @@ known gain (in log space), and the trials needed to reach 95% of it (the
 budget + 1 when never reached). No wall-clock: trials are the currency.
 
     PYTHONPATH=src .venv/bin/python benchmarks/search_efficiency.py --seeds 10 --budget 40
+    ... --seed-start 100   # fresh landscapes, never looked at while tuning (seeds 0-9 were)
 """
 
 from __future__ import annotations
@@ -196,10 +198,9 @@ def run_grid(ls: Landscape, seed: int, budget: int) -> list[float]:
 
 
 STRATEGIES: dict[str, Callable[[Landscape, int, int], list[float]]] = {
-    "default, no cross-knob rules": run_default,
-    "default, no cross-knob rules, search=ucb": lambda ls, s, b: run_default(ls, s, b, search="ucb"),
-    "default, no cross-knob rules, search=tpe": lambda ls, s, b: run_default(ls, s, b, search="tpe",
-                                                                              prior_patience=None, stall=None),
+    "default, no cross-knob rules (refusals learned as it goes)": run_default,
+    "priors, then TPE, no cross-knob rules (the previous fallback)": lambda ls, s, b: run_default(
+        ls, s, b, search="tpe", prior_patience=None, stall=None),
     "default + cross-knob rules": lambda ls, s, b: run_default(ls, s, b, rules=True),
     "default search alone + cross-knob rules (no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False,
                                                                                          rules=True),

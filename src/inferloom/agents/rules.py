@@ -4,9 +4,10 @@ gives the same output (see the Protocols in ``inferloom.agents.base``).
 * :class:`RuleOrchestrator` reads only the state dict. It proposes expert
   priors first (``inferloom.agents.priors``, ranked for device, concurrency and
   the current dtype), then a search over the knobs that apply to the device
-  and are not pinned: with the engine's cross-knob rules, an additive model
-  (``search_model.py``) that priors alternate with once a trial brings no
-  keep (``search_moves.py``); without them, Optuna TPE. It never proposes a full
+  and are not pinned: an additive model (``search_model.py``; Optuna TPE with
+  ``search="tpe"``) that priors alternate with once a trial brings no keep
+  (``search_moves.py``). It never proposes a configuration holding a
+  combination refused earlier in the session (``search_refusals.py``), nor a full
   configuration that was already measured: stock, the stack, every
   ``trials[i]["config"]`` and every ``measured_config_keys`` entry count as
   measured. When nothing unmeasured is left it answers ``end_phase``.
@@ -77,9 +78,9 @@ class RuleOrchestrator:
     change-set with what the rules need (``search_moves.repair``). ``search``:
     ``"ucb"`` the additive model (``search_model.py``), ``"tpe"`` Optuna TPE,
     ``"auto"`` (default) the model (at most two knobs per proposal, whatever
-    ``max_changes``) when ``feasible`` is given, else TPE with
-    ``prior_patience`` and ``stall`` off (without the rules the model's
-    exploration lands on refusals: docs/benchmarks.md section 10).
+    ``max_changes``), with or without ``feasible``: a configuration holding a
+    combination refused earlier in the session is never proposed again
+    (``search_refusals.py``; docs/benchmarks.md section 10).
     ``prior_patience``: after that many trials without a keep, priors and the
     search alternate; ``stall``: a stack that old without a keep widens the
     search to two knobs (``search_moves.py``; None: off). ``phase`` is not
@@ -98,8 +99,6 @@ class RuleOrchestrator:
         self.prior_patience, self.stall = prior_patience, stall  # search_moves.py; None: off
         if search not in ("auto", "ucb", "tpe"):
             raise ValueError(f"RuleOrchestrator: search must be 'auto', 'ucb' or 'tpe', got {search!r}")
-        if search == "auto" and feasible is None:  # blind to refusals, the model explores into them: as before
-            search, self.prior_patience, self.stall = "tpe", None, None
         self.search = "ucb" if search == "auto" else search
 
     def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:

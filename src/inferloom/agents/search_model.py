@@ -9,8 +9,11 @@ explored; one measured good in any configuration is believed good in others
 what the stalled-stack widening in ``search_moves.py`` is for).
 
 Deterministic (no randomness; ties go to knob order, then value order); numpy
-only. Trials that failed or were refused enter with the penalty the TPE
-history gives them, so a value the engine refuses is learned as bad."""
+only. Trials that failed or were refused are left out (infeasible, not slow:
+``search_refusals.py`` keeps the orchestrator off them). Besides single and
+paired changes, the model weighs its believed-best combination: every knob
+moved to the measured value it believes better than the stack's (small gains
+measured apart, each under the keep threshold, are measured together)."""
 
 from __future__ import annotations
 
@@ -21,21 +24,25 @@ import numpy as np
 
 from inferloom.agents.search_view import _domain, _View
 
-__all__ = ["ucb_proposal", "PRIOR_SD", "NOISE_SD"]
+__all__ = ["ucb_proposal", "PRIOR_SD", "NOISE_SD", "BETA"]
 
 PRIOR_SD = 0.1  # a main effect of one knob value: about +-10% (a guess, the size of the priors' own claims)
 NOISE_SD = 0.05  # one trial's log-ratio noise plus what the additive model leaves out (a guess)
+# the UCB's weight on the posterior sd: 2.0 chosen among 0.5 / 1 / 1.5 / 2 / 3 on the landscapes of seeds 0-9 of
+# benchmarks/search_efficiency.py (docs/benchmarks.md section 10, which reports fresh seeds too)
+BETA = 2.0
 
 
 def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]], width: int,
-                 ok: Callable[[Mapping[str, Any]], Mapping[str, Any] | None], beta: float = 1.0,
-                 demote: Callable[[Mapping[str, Any]], bool] = lambda cfg: False,
+                 ok: Callable[[Mapping[str, Any]], Mapping[str, Any] | None], beta: float = BETA,
+                 demote: Callable[[Mapping[str, Any]], bool] = lambda cfg: False, combine: bool = True,
                  ) -> tuple[dict[str, Any], float] | None:
     """The change-set of at most ``width`` knobs (before ``ok``'s completion) with the
     highest upper confidence bound, with its predicted log-gain over the stack;
     ``ok(changes)`` returns the change-set to measure (possibly completed) or None
     to skip it; ``demote(config)``: rank that candidate after every other one (a
-    refusal learned in the session makes it suspect). None when no candidate is left."""
+    refusal learned in the session makes it suspect); ``combine``: also weigh the
+    change-sets of :func:`_believed_best`. None when no candidate is left."""
     domains = {k.name: [v for v in _domain(k, view.stack[k.name])[0]] for k in view.space}
     cols = {(n, v): i for i, (n, v) in enumerate((n, v) for n, vs in domains.items() for v in vs
                                                   if v != view.stock[n])}
@@ -56,16 +63,54 @@ def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]]
     mean = cov @ (X.T @ y) / NOISE_SD**2
     stack = row(view.stack)
     best: tuple[tuple[bool, float], dict[str, Any], float] | None = None
+
+    def consider(raw: Mapping[str, Any]) -> None:
+        nonlocal best
+        changes = ok(raw)
+        if changes is None:
+            return
+        cfg = {**view.stack, **changes}
+        dx = row(cfg) - stack
+        mu, sd = float(dx @ mean), float(np.sqrt(max(dx @ cov @ dx, 0.0)))
+        score = (not demote(cfg), mu + beta * sd)
+        if best is None or score[0] > best[0][0] or (score[0] == best[0][0] and score[1] > best[0][1] + 1e-12):
+            best = (score, dict(changes), mu)
+
+    for raw in itertools.chain(_candidates(domains, view.stack, width),
+                               _believed_best(domains, view.stack, cols, mean, cov) if combine else ()):
+        consider(raw)
+    return None if best is None else (best[1], best[2])
+
+
+def _candidates(domains: Mapping[str, list[Any]], stack: Mapping[str, Any], width: int) -> Iterable[dict[str, Any]]:
+    """Every change-set of 1 to ``width`` knobs, in knob order, then value order."""
     for r in range(1, width + 1):
         for names in itertools.combinations(list(domains), r):
-            for vals in itertools.product(*[[v for v in domains[n] if v != view.stack[n]] for n in names]):
-                changes = ok(dict(zip(names, vals)))
-                if changes is None:
-                    continue
-                cfg = {**view.stack, **changes}
-                dx = row(cfg) - stack
-                mu, sd = float(dx @ mean), float(np.sqrt(max(dx @ cov @ dx, 0.0)))
-                score = (not demote(cfg), mu + beta * sd)
-                if best is None or score[0] > best[0][0] or (score[0] == best[0][0] and score[1] > best[0][1] + 1e-12):
-                    best = (score, dict(changes), mu)
-    return None if best is None else (best[1], best[2])
+            for vals in itertools.product(*[[v for v in domains[n] if v != stack[n]] for n in names]):
+                yield dict(zip(names, vals))
+
+
+def _believed_best(domains: Mapping[str, list[Any]], stack: Mapping[str, Any], cols: Mapping[tuple[str, Any], int],
+                   mean: np.ndarray, cov: np.ndarray) -> Iterable[dict[str, Any]]:
+    """The change-set of every knob whose measured-best value the model believes better than the
+    stack's (posterior mean higher, sd narrowed below the prior's by a measurement), then the same
+    less its weakest change, and so on down to two knobs: small gains measured apart, under the keep
+    threshold one by one, are measured together."""
+    def m(n: str, v: Any) -> float:
+        i = cols.get((n, v))
+        return 0.0 if i is None else float(mean[i])
+
+    def measured(n: str, v: Any) -> bool:
+        i = cols.get((n, v))
+        return i is not None and cov[i, i] < 0.5 * PRIOR_SD**2
+
+    gains = []
+    for n, vs in domains.items():
+        good = [(m(n, v) - m(n, stack[n]), v) for v in vs if v != stack[n] and measured(n, v)]
+        if good:
+            g, v = max(good, key=lambda x: x[0])
+            if g > 0:
+                gains.append((g, n, v))
+    gains.sort(key=lambda x: -x[0])
+    for k in range(len(gains), 1, -1):
+        yield {n: v for _, n, v in sorted(gains[:k], key=lambda x: list(domains).index(x[1]))}
