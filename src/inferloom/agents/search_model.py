@@ -10,10 +10,7 @@ what the stalled-stack widening in ``search_moves.py`` is for).
 
 Deterministic (no randomness; ties go to knob order, then value order); numpy
 only. Trials that failed or were refused are left out (infeasible, not slow:
-``search_refusals.py`` keeps the orchestrator off them). Besides single and
-paired changes, the model weighs its believed-best combination: every knob
-moved to the measured value it believes better than the stack's (small gains
-measured apart, each under the keep threshold, are measured together)."""
+``search_refusals.py`` keeps the orchestrator off them)."""
 
 from __future__ import annotations
 
@@ -35,14 +32,13 @@ BETA = 2.0
 
 def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]], width: int,
                  ok: Callable[[Mapping[str, Any]], Mapping[str, Any] | None], beta: float = BETA,
-                 demote: Callable[[Mapping[str, Any]], bool] = lambda cfg: False, combine: bool = True,
+                 demote: Callable[[Mapping[str, Any]], bool] = lambda cfg: False,
                  ) -> tuple[dict[str, Any], float] | None:
     """The change-set of at most ``width`` knobs (before ``ok``'s completion) with the
     highest upper confidence bound, with its predicted log-gain over the stack;
     ``ok(changes)`` returns the change-set to measure (possibly completed) or None
     to skip it; ``demote(config)``: rank that candidate after every other one (a
-    refusal learned in the session makes it suspect); ``combine``: also weigh the
-    change-sets of :func:`_believed_best`. None when no candidate is left."""
+    refusal learned in the session makes it suspect). None when no candidate is left."""
     domains = {k.name: [v for v in _domain(k, view.stack[k.name])[0]] for k in view.space}
     cols = {(n, v): i for i, (n, v) in enumerate((n, v) for n, vs in domains.items() for v in vs
                                                   if v != view.stock[n])}
@@ -76,8 +72,7 @@ def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]]
         if best is None or score[0] > best[0][0] or (score[0] == best[0][0] and score[1] > best[0][1] + 1e-12):
             best = (score, dict(changes), mu)
 
-    for raw in itertools.chain(_candidates(domains, view.stack, width),
-                               _believed_best(domains, view.stack, cols, mean, cov) if combine else ()):
+    for raw in _candidates(domains, view.stack, width):
         consider(raw)
     return None if best is None else (best[1], best[2])
 
@@ -89,28 +84,3 @@ def _candidates(domains: Mapping[str, list[Any]], stack: Mapping[str, Any], widt
             for vals in itertools.product(*[[v for v in domains[n] if v != stack[n]] for n in names]):
                 yield dict(zip(names, vals))
 
-
-def _believed_best(domains: Mapping[str, list[Any]], stack: Mapping[str, Any], cols: Mapping[tuple[str, Any], int],
-                   mean: np.ndarray, cov: np.ndarray) -> Iterable[dict[str, Any]]:
-    """The change-set of every knob whose measured-best value the model believes better than the
-    stack's (posterior mean higher, sd narrowed below the prior's by a measurement), then the same
-    less its weakest change, and so on down to two knobs: small gains measured apart, under the keep
-    threshold one by one, are measured together."""
-    def m(n: str, v: Any) -> float:
-        i = cols.get((n, v))
-        return 0.0 if i is None else float(mean[i])
-
-    def measured(n: str, v: Any) -> bool:
-        i = cols.get((n, v))
-        return i is not None and cov[i, i] < 0.5 * PRIOR_SD**2
-
-    gains = []
-    for n, vs in domains.items():
-        good = [(m(n, v) - m(n, stack[n]), v) for v in vs if v != stack[n] and measured(n, v)]
-        if good:
-            g, v = max(good, key=lambda x: x[0])
-            if g > 0:
-                gains.append((g, n, v))
-    gains.sort(key=lambda x: -x[0])
-    for k in range(len(gains), 1, -1):
-        yield {n: v for _, n, v in sorted(gains[:k], key=lambda x: list(domains).index(x[1]))}
