@@ -1,5 +1,6 @@
 """Search efficiency (issue 15): the default orchestrator (expert priors, then
-its additive-model search; agents/search_model.py) against Optuna TPE alone, random search and a grid, on synthetic
+its additive-model search; agents/search_model.py; refusals learned as it goes without the engine's
+cross-knob rules: agents/search_refusals.py) against Optuna TPE alone, random search and a grid, on synthetic
 landscapes over the real CPU engine's FRAMEWORK knob space (llama-tiny:
 dtype, attention, SDPA backend, cache, compile mode, micro-batch, threads,
 prompt lookup, decode loop; 126,720 configurations).
@@ -27,6 +28,7 @@ known gain (in log space), and the trials needed to reach 95% of it (the
 budget + 1 when never reached). No wall-clock: trials are the currency.
 
     PYTHONPATH=src .venv/bin/python benchmarks/search_efficiency.py --seeds 10 --budget 40
+    ... --seed-start 100   # fresh landscapes, never looked at while tuning (seeds 0-9 were)
 """
 
 from __future__ import annotations
@@ -92,11 +94,15 @@ class Landscape:
             yield self.full(dict(zip(names, vals)))
 
     def feasible(self, cfg: dict[str, Any]) -> bool:
+        return self.refusal(cfg) is None
+
+    def refusal(self, cfg: dict[str, Any]) -> str | None:
+        """The engine's refusal message for ``cfg`` (what a session's trial records), else None."""
         try:
             check_applicable(self.knobs, cfg, "cpu")
-            return True
-        except AdapterError:
-            return False
+            return None
+        except AdapterError as exc:
+            return str(exc)
 
     def value(self, cfg: dict[str, Any]) -> float:
         """True log-throughput over stock."""
@@ -130,8 +136,10 @@ def run_default(ls: Landscape, seed: int, budget: int, priors: bool = True, rule
         base = ls.value(state["stack"])
         ratio = None if m is None else math.exp(m - base)
         verdict = "failed" if m is None else "keep" if ratio > KEEP_RATIO else "revert"
+        # a refused trial's lesson quotes the engine's message, as the rule critic writes it in a session
+        lesson = f"{raw['changes']}: protocol verdict failed ({ls.refusal(cfg)})" if m is None else ""
         state["trials"].append({"changes": raw["changes"], "config": cfg, "verdict": verdict, "ratio": ratio,
-                                "cycle": 1})
+                                "cycle": 1, "lesson": lesson})
         state["measured_config_keys"].append(config_key(cfg))
         out.append(ls.value(cfg) if m is not None else -math.inf)
         if verdict == "keep":
@@ -190,7 +198,9 @@ def run_grid(ls: Landscape, seed: int, budget: int) -> list[float]:
 
 
 STRATEGIES: dict[str, Callable[[Landscape, int, int], list[float]]] = {
-    "default, no cross-knob rules (priors, then TPE)": run_default,
+    "default, no cross-knob rules (refusals learned as it goes)": run_default,
+    "priors, then TPE, no cross-knob rules (the previous fallback)": lambda ls, s, b: run_default(
+        ls, s, b, search="tpe", prior_patience=None, stall=None),
     "default + cross-knob rules": lambda ls, s, b: run_default(ls, s, b, rules=True),
     "default search alone + cross-knob rules (no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False,
                                                                                          rules=True),
@@ -220,18 +230,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--budget", type=int, default=40)
+    ap.add_argument("--seed-start", type=int, default=0, help="first landscape seed (fresh seeds: e.g. 100)")
+    ap.add_argument("--only", help="run only the strategies whose name contains this")
     ap.add_argument("--json", help="write the raw results here")
     args = ap.parse_args()
     budgets = [b for b in (5, 10, 20, 40, 80) if b <= args.budget]
     knobs, space, dom = knob_space()
     results: dict[str, Any] = {}
     for family in ("prior-aligned", "random"):
-        rows: dict[str, list[tuple[dict[int, float], int, int]]] = {name: [] for name in STRATEGIES}
+        strategies = {n: f for n, f in STRATEGIES.items() if not args.only or args.only in n}
+        rows: dict[str, list[tuple[dict[int, float], int, int]]] = {name: [] for name in strategies}
         bests = []
-        for seed in range(args.seeds):
+        for seed in range(args.seed_start, args.seed_start + args.seeds):
             ls = Landscape(family, seed, knobs, space, dom)
             bests.append(math.exp(ls.best))
-            for name, fn in STRATEGIES.items():
+            for name, fn in strategies.items():
                 ls.noise = random.Random(seed * 104729 + 17)  # the same noise stream for every strategy
                 rows[name].append(score(fn(ls, seed, args.budget), ls.best, budgets))
         print(f"\n{family}: best known x{statistics.mean(bests):.3f} over stock (mean of {args.seeds} landscapes)")

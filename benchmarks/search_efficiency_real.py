@@ -152,6 +152,16 @@ class MeasuredLandscape:
     def feasible(self, cfg: dict[str, Any]) -> bool:
         return config_key(self.full(cfg)) in self.runs
 
+    def refusal(self, cfg: dict[str, Any]) -> str | None:
+        """The engine's refusal message for an infeasible ``cfg`` (what a session's trial quotes), else None."""
+        if self.feasible(cfg):
+            return None
+        try:
+            check_applicable(self.all_knobs, self.full(cfg), "cpu")
+        except AdapterError as exc:
+            return str(exc)
+        return "no successful run of this configuration in the measured table"
+
     def value(self, cfg: dict[str, Any]) -> float:
         """The median (or mean) of its paired log ratios to stock (stock's own: its A/A pairs)."""
         return self.center(self.runs[config_key(self.full(cfg))])

@@ -49,15 +49,6 @@ def test_values_the_rules_gate_are_reached(monkeypatch):
     assert not reached(RuleOrchestrator(prior_table=[], feasible=feasible, stall=None))
 
 
-def test_without_the_rules_the_default_is_the_previous_search():
-    """No ``feasible``: priors first, then TPE one knob at a time (the model is used with the rules only)."""
-    blind, ruled = RuleOrchestrator(), RuleOrchestrator(feasible=feasible)
-    assert (blind.search, blind.prior_patience, blind.stall) == ("tpe", None, None)
-    assert (ruled.search, ruled.prior_patience, ruled.stall) == ("ucb", 1, 6)
-    state = make_state([Knob("a", "bool", False, ""), Knob("b", "int", 0, "", low=0, high=9)])
-    assert "TPE sample" in blind.propose(state)["rationale"]
-
-
 def test_priors_alternate_with_the_search_once_they_stop_helping():
     state = make_state(engine_knobs())
     sources = []

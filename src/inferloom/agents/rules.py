@@ -4,9 +4,10 @@ gives the same output (see the Protocols in ``inferloom.agents.base``).
 * :class:`RuleOrchestrator` reads only the state dict. It proposes expert
   priors first (``inferloom.agents.priors``, ranked for device, concurrency and
   the current dtype), then a search over the knobs that apply to the device
-  and are not pinned: with the engine's cross-knob rules, an additive model
-  (``search_model.py``) that priors alternate with once a trial brings no
-  keep (``search_moves.py``); without them, Optuna TPE. It never proposes a full
+  and are not pinned: an additive model (``search_model.py``; Optuna TPE with
+  ``search="tpe"``) that priors alternate with once a trial brings no keep
+  (``search_moves.py``). It never proposes a configuration holding a
+  combination refused earlier in the session (``search_refusals.py``), nor a full
   configuration that was already measured: stock, the stack, every
   ``trials[i]["config"]`` and every ``measured_config_keys`` entry count as
   measured. When nothing unmeasured is left it answers ``end_phase``.
@@ -35,6 +36,7 @@ from inferloom.agents.server_priors import default_table
 from inferloom.measure.keep_rule import keep_threshold, session_keep
 from inferloom.agents.search_moves import alternate_to_search, repair, width
 from inferloom.agents.search_model import ucb_proposal
+from inferloom.agents.search_refusals import REFUSED_VERDICTS, contains_refused, suspect
 from inferloom.agents.search_view import _View, _distribution, _domain, knob_from_dict
 from inferloom.workloads.base import ConfigError, Knob
 
@@ -76,9 +78,9 @@ class RuleOrchestrator:
     change-set with what the rules need (``search_moves.repair``). ``search``:
     ``"ucb"`` the additive model (``search_model.py``), ``"tpe"`` Optuna TPE,
     ``"auto"`` (default) the model (at most two knobs per proposal, whatever
-    ``max_changes``) when ``feasible`` is given, else TPE with
-    ``prior_patience`` and ``stall`` off (without the rules the model's
-    exploration lands on refusals: docs/benchmarks.md section 10).
+    ``max_changes``), with or without ``feasible``: a configuration holding a
+    combination refused earlier in the session is never proposed again
+    (``search_refusals.py``; docs/benchmarks.md section 10).
     ``prior_patience``: after that many trials without a keep, priors and the
     search alternate; ``stall``: a stack that old without a keep widens the
     search to two knobs (``search_moves.py``; None: off). ``phase`` is not
@@ -97,14 +99,14 @@ class RuleOrchestrator:
         self.prior_patience, self.stall = prior_patience, stall  # search_moves.py; None: off
         if search not in ("auto", "ucb", "tpe"):
             raise ValueError(f"RuleOrchestrator: search must be 'auto', 'ucb' or 'tpe', got {search!r}")
-        if search == "auto" and feasible is None:  # blind to refusals, the model explores into them: as before
-            search, self.prior_patience, self.stall = "tpe", None, None
         self.search = "ucb" if search == "auto" else search
 
     def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:
-        """Unmeasured, and not refused by the cross-knob rules (when known)."""
+        """Unmeasured, holding no combination refused before (``search_refusals.py``), and not refused
+        by the cross-knob rules (when known)."""
         cfg, key = view.candidate(changes)
-        return key not in view.seen and (self.feasible is None or bool(self.feasible(cfg)))
+        return (key not in view.seen and not contains_refused(cfg, view.refused)
+                and (self.feasible is None or bool(self.feasible(cfg))))
 
     def _complete(self, view: _View, changes: Mapping[str, Any]) -> dict[str, Any] | None:
         """``changes`` completed for the cross-knob rules (when known), if then unmeasured."""
@@ -154,21 +156,26 @@ class RuleOrchestrator:
             if not changes or not self._ok(view, changes):
                 continue
             failed = any(all(k in full and full[k] == v for k, v in f.items()) for f in failures)
+            failed = failed or suspect(view.candidate(changes)[0], view.suspect)  # like a refusal this session
             (last if failed else first).append((prior, changes, failed))
         if not first and not last:
             return None
         prior, changes, failed = (first + last)[0]
-        note = " (ranked down: a change in it failed before)" if failed else ""
+        note = " (ranked down: a change in it failed before, or was refused this session)" if failed else ""
         return {
             "action": "try_config", "changes": changes, "predicted_gain": prior.predicted_gain,
             "rationale": f"expert prior '{prior.name}'{note}: {prior.rationale}", "source": "prior",
         }
 
     # ---------------------------------------------------------------- search
-    def _history(self, view: _View) -> Iterator[tuple[dict[str, Any], float]]:
+    def _history(self, view: _View, feasible_only: bool = False) -> Iterator[tuple[dict[str, Any], float]]:
+        """(params, log-gain over stock) per trial; ``feasible_only``: refused and failed trials left out
+        (infeasible, not slow: the model's view), else scored with the penalty (TPE's)."""
         base_value = 0.0
         for t, cfg in view.replayed:
             ratio, verdict = t.get("ratio"), t.get("verdict")
+            if feasible_only and verdict in REFUSED_VERDICTS:
+                continue
             ok = isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio < math.inf
             if verdict in _BAD or not ok:
                 value = base_value + (PENALTY_LOG if verdict in _BAD else 0.0)
@@ -191,8 +198,8 @@ class RuleOrchestrator:
 
     def _search(self, view: _View) -> dict[str, Any]:
         if self.search == "ucb":
-            found = ucb_proposal(view, self._history(view), min(width(view, self.max_changes, self.stall) or 2, 2),
-                                 lambda c: self._complete(view, c))
+            found = ucb_proposal(view, self._history(view, feasible_only=True), min(width(view, self.max_changes, self.stall) or 2, 2),
+                                 lambda c: self._complete(view, c), demote=lambda cfg: suspect(cfg, view.suspect))
             if found is not None:
                 return {"action": "try_config", "changes": found[0], "predicted_gain": math.expm1(found[1]),
                         "rationale": f"additive model over {len(view.space)} knobs given {len(view.replayed)} "

@@ -9,8 +9,8 @@ explored; one measured good in any configuration is believed good in others
 what the stalled-stack widening in ``search_moves.py`` is for).
 
 Deterministic (no randomness; ties go to knob order, then value order); numpy
-only. Trials that failed or were refused enter with the penalty the TPE
-history gives them, so a value the engine refuses is learned as bad."""
+only. Trials that failed or were refused are left out (infeasible, not slow:
+``search_refusals.py`` keeps the orchestrator off them)."""
 
 from __future__ import annotations
 
@@ -21,19 +21,24 @@ import numpy as np
 
 from inferloom.agents.search_view import _domain, _View
 
-__all__ = ["ucb_proposal", "PRIOR_SD", "NOISE_SD"]
+__all__ = ["ucb_proposal", "PRIOR_SD", "NOISE_SD", "BETA"]
 
 PRIOR_SD = 0.1  # a main effect of one knob value: about +-10% (a guess, the size of the priors' own claims)
 NOISE_SD = 0.05  # one trial's log-ratio noise plus what the additive model leaves out (a guess)
+# the UCB's weight on the posterior sd: 2.0 chosen among 0.5 / 1 / 1.5 / 2 / 3 on the landscapes of seeds 0-9 of
+# benchmarks/search_efficiency.py (docs/benchmarks.md section 10, which reports fresh seeds too)
+BETA = 2.0
 
 
 def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]], width: int,
-                 ok: Callable[[Mapping[str, Any]], Mapping[str, Any] | None], beta: float = 1.0
+                 ok: Callable[[Mapping[str, Any]], Mapping[str, Any] | None], beta: float = BETA,
+                 demote: Callable[[Mapping[str, Any]], bool] = lambda cfg: False,
                  ) -> tuple[dict[str, Any], float] | None:
     """The change-set of at most ``width`` knobs (before ``ok``'s completion) with the
     highest upper confidence bound, with its predicted log-gain over the stack;
     ``ok(changes)`` returns the change-set to measure (possibly completed) or None
-    to skip it. None when no candidate is left."""
+    to skip it; ``demote(config)``: rank that candidate after every other one (a
+    refusal learned in the session makes it suspect). None when no candidate is left."""
     domains = {k.name: [v for v in _domain(k, view.stack[k.name])[0]] for k in view.space}
     cols = {(n, v): i for i, (n, v) in enumerate((n, v) for n, vs in domains.items() for v in vs
                                                   if v != view.stock[n])}
@@ -53,15 +58,29 @@ def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]]
     cov = np.linalg.inv(A)
     mean = cov @ (X.T @ y) / NOISE_SD**2
     stack = row(view.stack)
-    best: tuple[float, dict[str, Any], float] | None = None
+    best: tuple[tuple[bool, float], dict[str, Any], float] | None = None
+
+    def consider(raw: Mapping[str, Any]) -> None:
+        nonlocal best
+        changes = ok(raw)
+        if changes is None:
+            return
+        cfg = {**view.stack, **changes}
+        dx = row(cfg) - stack
+        mu, sd = float(dx @ mean), float(np.sqrt(max(dx @ cov @ dx, 0.0)))
+        score = (not demote(cfg), mu + beta * sd)
+        if best is None or score[0] > best[0][0] or (score[0] == best[0][0] and score[1] > best[0][1] + 1e-12):
+            best = (score, dict(changes), mu)
+
+    for raw in _candidates(domains, view.stack, width):
+        consider(raw)
+    return None if best is None else (best[1], best[2])
+
+
+def _candidates(domains: Mapping[str, list[Any]], stack: Mapping[str, Any], width: int) -> Iterable[dict[str, Any]]:
+    """Every change-set of 1 to ``width`` knobs, in knob order, then value order."""
     for r in range(1, width + 1):
         for names in itertools.combinations(list(domains), r):
-            for vals in itertools.product(*[[v for v in domains[n] if v != view.stack[n]] for n in names]):
-                changes = ok(dict(zip(names, vals)))
-                if changes is None:
-                    continue
-                dx = row({**view.stack, **changes}) - stack
-                mu, sd = float(dx @ mean), float(np.sqrt(max(dx @ cov @ dx, 0.0)))
-                if best is None or mu + beta * sd > best[0] + 1e-12:
-                    best = (mu + beta * sd, dict(changes), mu)
-    return None if best is None else (best[1], best[2])
+            for vals in itertools.product(*[[v for v in domains[n] if v != stack[n]] for n in names]):
+                yield dict(zip(names, vals))
+

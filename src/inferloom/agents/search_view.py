@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from inferloom.agents.search_refusals import refused_combinations
 from inferloom.workloads.base import Knob, config_key
 
 _INT_FULL = 32  # int knobs with at most this many values are enumerated in full
@@ -53,6 +54,8 @@ class _View:
         self.seen.update(str(x) for x in state.get("measured_config_keys") or [])
         self.seen.update(config_key(cfg) for _, cfg in self.replayed)
         self.workload = dict(state.get("workload") or {})
+        # learned from failed / refused trials: banned combinations, suspect patterns (search_refusals.py)
+        self.refused, self.suspect = refused_combinations(self)
 
     def full(self, cfg: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
         return {n: cfg.get(n, base[n]) for n in self.by_name}
