@@ -119,7 +119,9 @@ def test_llm_kernel_author_in_a_real_session(tmp_path, monkeypatch):
     assert [t.changes for t in ts] == [{"llm_kernel": right}] and ts[0].quality_passed is not None
     m = next(e for e in entries if e["seq"] == ts[0].measurement_seq)
     assert m["candidate_config"]["llm_kernel"] == right and m["protocol"]["pairs"]
+    sha = written.source_sha256(d / f"llm/kernels/{right}.py")
+    assert sha.startswith(right.rsplit("-", 1)[1])  # the name carries the source's hash, and passed.json all of it
     assert json.loads((d / "llm/kernels/passed.json").read_text()) == {right: {"entry": "silu_mul",
-                                                                             "path": f"{right}.py"}}
+                                                                             "path": f"{right}.py", "sha256": sha}}
     b = json.loads((d / "session_breakdown.json").read_text())
     assert b["llm"]["by_role"]["kernel_author"]["calls"] == 2
