@@ -73,25 +73,32 @@ def correctness(cand: KernelCandidate, device: str, seeds: tuple[int, ...] = _CO
             where = f"shape {dict(shape)}, seed {seed}"
             try:
                 inputs, out = cand.make_inputs(shape, cand.dtype, device, seed)
-                out.fill_(float("nan"))
+                outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)  # add_rmsnorm writes a pair
+                for o in outs:
+                    o.fill_(float("nan"))
                 cand.implementation(**inputs, out=out)
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
                 ref = cand.reference(**inputs)
+                refs = tuple(ref) if isinstance(ref, (tuple, list)) else (ref,)
             except Exception as exc:  # noqa: BLE001 - a crash is a refusal, never the session's end
                 return GateResult("correctness", False, "kernel_crashed",
                                   f"{cand.id} raised {type(exc).__name__} at {where}: {str(exc)[:300]}",
                                   {"checks": checks})
-            if tuple(out.shape) != tuple(ref.shape):
-                return GateResult("correctness", False, "kernel_incorrect",
-                                  f"{cand.id}: output shape {tuple(out.shape)} != reference {tuple(ref.shape)} at {where}",
-                                  {"checks": checks})
-            bad = int((~torch.isfinite(out)).sum())
-            if bad:
-                return GateResult("correctness", False, "kernel_nan_or_unwritten",
-                                  f"{cand.id}: {bad} of {out.numel()} output elements are NaN/Inf (unwritten or "
-                                  f"non-finite) at {where}", {"checks": checks})
-            err = error_metrics(out, ref)
+            errs = []
+            for i, (o, r) in enumerate(zip(outs, refs)):
+                name = f"output {i} " if len(outs) > 1 else "output "
+                if tuple(o.shape) != tuple(r.shape):
+                    return GateResult("correctness", False, "kernel_incorrect",
+                                      f"{cand.id}: {name}shape {tuple(o.shape)} != reference {tuple(r.shape)} at "
+                                      f"{where}", {"checks": checks})
+                bad = int((~torch.isfinite(o)).sum())
+                if bad:
+                    return GateResult("correctness", False, "kernel_nan_or_unwritten",
+                                      f"{cand.id}: {bad} of {o.numel()} {name}elements are NaN/Inf (unwritten or "
+                                      f"non-finite) at {where}", {"checks": checks})
+                errs.append(error_metrics(o, r))
+            err = {k: max(e[k] for e in errs) for k in ("rel_l2", "max_rel")}
             checks.append({"shape": dict(shape), "seed": seed, **err})
             over = {k: v for k, v in err.items() if v > float(cand.tolerance.get(k, math.inf))}
             if over:
@@ -130,6 +137,8 @@ def cache_bytes(device: str) -> int:
 
 
 def _nbytes(obj: Any) -> int:
+    if isinstance(obj, (tuple, list)):  # a pair of outputs (add_rmsnorm)
+        return sum(_nbytes(o) for o in obj)
     return int(obj.numel() * obj.element_size()) if hasattr(obj, "element_size") else 0
 
 
