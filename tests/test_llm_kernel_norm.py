@@ -189,3 +189,19 @@ def test_the_diffusers_engine_switches_a_written_rmsnorm_on_in_the_denoisers_qk_
         assert "llm_kernel" not in [k.name for k in pe.knob_space()]
     finally:
         pe.close()
+
+
+@pytest.mark.parametrize("framework, want", [("transformers", ["gate_up_silu", "add_rmsnorm", "silu_mul"]),
+                                             ("diffusers", ["add_rmsnorm"]),
+                                             ("vllm", ["gate_up_silu", "add_rmsnorm", "silu_mul"])])
+def test_the_author_is_asked_for_what_the_engine_can_switch_on_hottest_first(framework, want):
+    from types import SimpleNamespace as NS
+
+    from inferloom.phases.kernel_llm import author_entries
+
+    targets = [NS(category=c, picked=p) for c, p in (("gemm", True), ("attention", True), ("normalization", True),
+                                                      ("elementwise", True), ("other", False))]
+    ctx = NS(agents=NS(kernel_author=object()), spec=NS(framework=framework))
+    # vllm has no llm_kernel switch: listed as before, then refused kernel_no_engine_switch before any LLM call
+    assert author_entries(ctx, NS(targets=targets)) == want
+    assert author_entries(NS(agents=NS(kernel_author=None), spec=ctx.spec), NS(targets=targets)) == []

@@ -61,6 +61,8 @@ WRONG_SILU_MUL = textwrap.dedent('''
         out.copy_(torch.nn.functional.silu(gu[:, : gu.shape[1] // 2]))  # forgets the up half
 ''')
 
+CRASHES = "def kernel(*args, out, **kwargs):\n    raise RuntimeError('scripted: not written')\n"
+
 
 def _answer(src):
     return ok({"source": src, "claimed_speedup": 1.2, "rationale": "scripted"})
@@ -85,7 +87,8 @@ def kept_session(tmp_path_factory):
     d = root / "s"
     try:
         with ScriptedLLM() as s:
-            s.script("KernelSource", _answer(GATE_UP), _answer(WRONG_SILU_MUL))
+            # gemm (gate_up_silu) is the hottest target; the cooler ones (silu_mul, add_rmsnorm) get wrong kernels
+            s.script("KernelSource", _answer(GATE_UP), _answer(WRONG_SILU_MUL), _answer(CRASHES))
             spec = load_spec(None, {
                 "model": "llama-tiny", "framework": "transformers", "device": "cpu", "traffic.concurrency": 4,
                 "traffic.input_len": 32, "traffic.output_len": 16, "traffic.num_prompts": 8,
