@@ -80,7 +80,7 @@ def kept_session(tmp_path_factory):
     eager = modeling_llama.LlamaMLP.forward
 
     def slow_eager(self, x):  # only in this (the session's) process: the stock MLP the written kernel replaces
-        time.sleep(0.01)
+        time.sleep(0.02)
         return eager(self, x)
 
     mp.setattr(modeling_llama.LlamaMLP, "forward", slow_eager)
@@ -92,7 +92,7 @@ def kept_session(tmp_path_factory):
             spec = load_spec(None, {
                 "model": "llama-tiny", "framework": "transformers", "device": "cpu", "traffic.concurrency": 4,
                 "traffic.input_len": 32, "traffic.output_len": 16, "traffic.num_prompts": 8,
-                "protocol.min_pairs": 4, "protocol.max_pairs": 6, "protocol.bootstrap_resamples": 999,
+                "protocol.min_pairs": 6, "protocol.max_pairs": 10, "protocol.bootstrap_resamples": 999,
                 "kernels.min_share": 0.0, "kernels.min_speedup": 0.001, "quality.eval_prompts": 4,
                 "quality.heldout_prompts": 4, "agents.llm.provider": "openai", "agents.llm.model": "scripted",
                 "agents.llm.base_url": f"{s.url}/v1", "agents.llm.api_key_env": "K", "agents.llm.max_retries": 0,
@@ -105,7 +105,8 @@ def kept_session(tmp_path_factory):
         mp.undo()
     assert st.phase == Phase.DONE
     value = st.stack.get("llm_kernel")
-    assert value and value.startswith("gate_up_silu-") and st.stock_config["llm_kernel"] == "none", st.stack
+    trials = [(t.agent, t.verdict, t.ratio, t.ci_low, t.ci_high) for t in st.trials]
+    assert value and value.startswith("gate_up_silu-") and st.stock_config["llm_kernel"] == "none", trials
     assert any(t.kept and t.agent == "llm-kernel-author" for t in st.trials)
     return d, value, mark
 

@@ -4,8 +4,9 @@ end to end, each refusing with a named rule.
 1. :func:`correctness` (rules ``kernel_crashed``, ``kernel_nan_or_unwritten``,
    ``kernel_incorrect``): at every one of the candidate's shapes (the
    workload's real ones) and several seeds, on fresh random inputs each time,
-   the output buffer is poisoned with NaN before the kernel runs, so an
-   element it does not write fails; NaN or Inf never passes; the error
+   every output buffer (a pair for ``add_rmsnorm``) is poisoned with NaN
+   before the kernel runs, so an element it does not write fails; NaN or Inf
+   never passes; the error (of each output; the worst counts)
    against the higher-precision reference (relative L2 norm, and the largest
    element error relative to the reference's largest magnitude) must be
    within the candidate's declared tolerance.

@@ -1,5 +1,6 @@
 """Kernels an LLM wrote (:mod:`inferloom.agents.llm_kernel`), switched on in
-the transformers engine by the KERNEL-phase knob ``llm_kernel``.
+the transformers engine (and, for ``add_rmsnorm``, the diffusers engine's
+denoiser: :data:`ENGINES`) by the KERNEL-phase knob ``llm_kernel``.
 
 The knob exists only in a session whose ``agents.llm.roles`` names
 ``kernel_author`` (every other session's knob space, stock configuration and
@@ -7,7 +8,9 @@ knowledge-base keys are unchanged). Its domain is ``none`` plus the kernels of
 this session that passed the reward-hacking guards, the correctness gate and
 the microbenchmark: :func:`register` adds one (the KERNEL phase calls it only
 after the gates) and records it in ``<session>/llm/kernels/passed.json``, so a
-resumed session (:func:`restore`) can still build a stack that has it. A
+resumed session (:func:`restore`) and ``verify --remeasure``
+(:func:`restore_checked`, the source's sha256 checked first) can still build
+a stack that has it. A
 value is ``<catalog entry>-<sha256 of the source, 10 hex>``: the kernel's
 identity is its source.
 
