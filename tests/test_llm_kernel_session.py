@@ -6,7 +6,8 @@ guards by name, never measured), then the next (elementwise -> silu_mul; a
 correct Triton kernel, run by the Triton interpreter): guards, correctness and
 microbenchmark pass, and the kernel is switched on in the engine by the
 ``llm_kernel`` knob and measured end to end against stock with the quality
-contract, like a catalog kernel; the protocol decides."""
+contract, like a catalog kernel; the protocol decides. Then the coolest
+(normalization -> add_rmsnorm as a plain RMSNorm; a wrong kernel: refused)."""
 
 import importlib.util
 import json
@@ -55,6 +56,16 @@ WRONG_GATE_UP = textwrap.dedent('''
         out.copy_(torch.nn.functional.silu(x @ w_gate_up[:n].T))  # forgets the up projection
 ''')
 
+WRONG_RMSNORM = textwrap.dedent('''
+    import torch
+
+
+    def kernel(x, residual, weight, eps=1e-5, *, out):
+        o, ro = out
+        ro.copy_(x)
+        o.copy_(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))  # forgets the weight
+''')
+
 
 class EndFramework:
     name = "end-at-once"
@@ -88,7 +99,7 @@ def test_llm_kernel_author_in_a_real_session(tmp_path, monkeypatch):
     monkeypatch.setattr(written, "_REGISTRY", {})
     d = tmp_path / "s"
     with ScriptedLLM() as s:
-        s.script("KernelSource", answer(WRONG_GATE_UP), answer(TRITON_SILU_MUL))
+        s.script("KernelSource", answer(WRONG_GATE_UP), answer(TRITON_SILU_MUL), answer(WRONG_RMSNORM))
         spec = load_spec(None, {
             "model": "llama-tiny", "framework": "transformers", "device": "cpu", "traffic.concurrency": 4,
             "traffic.input_len": 32, "traffic.output_len": 16, "traffic.num_prompts": 8, "protocol.min_pairs": 3,
@@ -105,13 +116,15 @@ def test_llm_kernel_author_in_a_real_session(tmp_path, monkeypatch):
     assert st.phase == Phase.DONE
     entries = L.read_entries(d)
     asked = [e for e in entries if e["kind"] == L.AGENT_IO and e.get("role") == "kernel_author"]
-    assert [a["input"]["entry"] for a in asked] == ["gate_up_silu", "silu_mul"]  # gemm is the hotter target
-    wrong, right = (a["output"]["name"] for a in asked)
+    # gemm is the hottest target, normalization (a plain RMSNorm) the coolest
+    assert [a["input"]["entry"] for a in asked] == ["gate_up_silu", "silu_mul", "add_rmsnorm"]
+    wrong, right, wrong_norm = (a["output"]["name"] for a in asked)
     assert all(a["output"]["llm_calls"][0]["role"] == "kernel_author" for a in asked)
     refused = [e for e in entries if e["kind"] == L.REFUSAL and e["agent"] == "llm-kernel-author"]
-    assert [(r["rule"], r["output"]["candidate"]) for r in refused] == [("kernel_incorrect", f"llm:{wrong}")]
+    assert [(r["rule"], r["output"]["candidate"]) for r in refused] == [("kernel_incorrect", f"llm:{wrong}"),
+                                                                        ("kernel_incorrect", f"llm:{wrong_norm}")]
     gates = {(e["candidate"], e["gate"]): e for e in entries if e["kind"] == "kernel_gate"}
-    assert set(gates) == {(f"llm:{wrong}", "reward_hacking_guards")} | {
+    assert set(gates) == {(f"llm:{wrong}", "reward_hacking_guards"), (f"llm:{wrong_norm}", "reward_hacking_guards")} | {
         (f"llm:{right}", g) for g in ("reward_hacking_guards", "correctness", "microbenchmark")}
     assert all(gates[(f"llm:{right}", g)]["passed"] for g in ("reward_hacking_guards", "correctness", "microbenchmark"))
     # only the kernel that passed was measured end to end, with the quality contract, switched on by its knob
@@ -119,7 +132,9 @@ def test_llm_kernel_author_in_a_real_session(tmp_path, monkeypatch):
     assert [t.changes for t in ts] == [{"llm_kernel": right}] and ts[0].quality_passed is not None
     m = next(e for e in entries if e["seq"] == ts[0].measurement_seq)
     assert m["candidate_config"]["llm_kernel"] == right and m["protocol"]["pairs"]
+    sha = written.source_sha256(d / f"llm/kernels/{right}.py")
+    assert sha.startswith(right.rsplit("-", 1)[1])  # the name carries the source's hash, and passed.json all of it
     assert json.loads((d / "llm/kernels/passed.json").read_text()) == {right: {"entry": "silu_mul",
-                                                                             "path": f"{right}.py"}}
+                                                                             "path": f"{right}.py", "sha256": sha}}
     b = json.loads((d / "session_breakdown.json").read_text())
-    assert b["llm"]["by_role"]["kernel_author"]["calls"] == 2
+    assert b["llm"]["by_role"]["kernel_author"]["calls"] == 3

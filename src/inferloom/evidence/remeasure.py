@@ -33,6 +33,7 @@ from inferloom.errors import InferloomError
 from inferloom.evidence import custom_remeasure as CR
 from inferloom.evidence.rebuild import venv_env
 from inferloom.inputs import load_json
+from inferloom.kernels import written
 from inferloom.measure.protocol import ProtocolSettings
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
@@ -62,6 +63,12 @@ def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     if not final.get("ledger_seq") or not changes:
         raise RemeasureError(f"{d}: nothing was kept (the final stack is stock); there is no headline ratio to "
                              "re-measure")
+    if changes.get(written.KNOB, "none") != "none":  # a kept LLM-written kernel: registered as the session did
+        try:
+            written.restore_checked(d, [str(changes[written.KNOB])])
+        except (written.WrittenKernelError, OSError, ValueError) as exc:
+            raise RemeasureError(f"{d}: the final stack's {written.KNOB}={changes[written.KNOB]} can't be re-measured: "
+                                 f"{exc}") from None
     return spec, changes, final
 
 

@@ -4,8 +4,9 @@ end to end, each refusing with a named rule.
 1. :func:`correctness` (rules ``kernel_crashed``, ``kernel_nan_or_unwritten``,
    ``kernel_incorrect``): at every one of the candidate's shapes (the
    workload's real ones) and several seeds, on fresh random inputs each time,
-   the output buffer is poisoned with NaN before the kernel runs, so an
-   element it does not write fails; NaN or Inf never passes; the error
+   every output buffer (a pair for ``add_rmsnorm``) is poisoned with NaN
+   before the kernel runs, so an element it does not write fails; NaN or Inf
+   never passes; the error (of each output; the worst counts)
    against the higher-precision reference (relative L2 norm, and the largest
    element error relative to the reference's largest magnitude) must be
    within the candidate's declared tolerance.
@@ -73,25 +74,32 @@ def correctness(cand: KernelCandidate, device: str, seeds: tuple[int, ...] = _CO
             where = f"shape {dict(shape)}, seed {seed}"
             try:
                 inputs, out = cand.make_inputs(shape, cand.dtype, device, seed)
-                out.fill_(float("nan"))
+                outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)  # add_rmsnorm writes a pair
+                for o in outs:
+                    o.fill_(float("nan"))
                 cand.implementation(**inputs, out=out)
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
                 ref = cand.reference(**inputs)
+                refs = tuple(ref) if isinstance(ref, (tuple, list)) else (ref,)
             except Exception as exc:  # noqa: BLE001 - a crash is a refusal, never the session's end
                 return GateResult("correctness", False, "kernel_crashed",
                                   f"{cand.id} raised {type(exc).__name__} at {where}: {str(exc)[:300]}",
                                   {"checks": checks})
-            if tuple(out.shape) != tuple(ref.shape):
-                return GateResult("correctness", False, "kernel_incorrect",
-                                  f"{cand.id}: output shape {tuple(out.shape)} != reference {tuple(ref.shape)} at {where}",
-                                  {"checks": checks})
-            bad = int((~torch.isfinite(out)).sum())
-            if bad:
-                return GateResult("correctness", False, "kernel_nan_or_unwritten",
-                                  f"{cand.id}: {bad} of {out.numel()} output elements are NaN/Inf (unwritten or "
-                                  f"non-finite) at {where}", {"checks": checks})
-            err = error_metrics(out, ref)
+            errs = []
+            for i, (o, r) in enumerate(zip(outs, refs)):
+                name = f"output {i} " if len(outs) > 1 else "output "
+                if tuple(o.shape) != tuple(r.shape):
+                    return GateResult("correctness", False, "kernel_incorrect",
+                                      f"{cand.id}: {name}shape {tuple(o.shape)} != reference {tuple(r.shape)} at "
+                                      f"{where}", {"checks": checks})
+                bad = int((~torch.isfinite(o)).sum())
+                if bad:
+                    return GateResult("correctness", False, "kernel_nan_or_unwritten",
+                                      f"{cand.id}: {bad} of {o.numel()} {name}elements are NaN/Inf (unwritten or "
+                                      f"non-finite) at {where}", {"checks": checks})
+                errs.append(error_metrics(o, r))
+            err = {k: max(e[k] for e in errs) for k in ("rel_l2", "max_rel")}
             checks.append({"shape": dict(shape), "seed": seed, **err})
             over = {k: v for k, v in err.items() if v > float(cand.tolerance.get(k, math.inf))}
             if over:
@@ -130,6 +138,8 @@ def cache_bytes(device: str) -> int:
 
 
 def _nbytes(obj: Any) -> int:
+    if isinstance(obj, (tuple, list)):  # a pair of outputs (add_rmsnorm)
+        return sum(_nbytes(o) for o in obj)
     return int(obj.numel() * obj.element_size()) if hasattr(obj, "element_size") else 0
 
 

@@ -1,5 +1,6 @@
 """Kernels an LLM wrote (:mod:`inferloom.agents.llm_kernel`), switched on in
-the transformers engine by the KERNEL-phase knob ``llm_kernel``.
+the transformers engine (and, for ``add_rmsnorm``, the diffusers engine's
+denoiser: :data:`ENGINES`) by the KERNEL-phase knob ``llm_kernel``.
 
 The knob exists only in a session whose ``agents.llm.roles`` names
 ``kernel_author`` (every other session's knob space, stock configuration and
@@ -7,7 +8,9 @@ knowledge-base keys are unchanged). Its domain is ``none`` plus the kernels of
 this session that passed the reward-hacking guards, the correctness gate and
 the microbenchmark: :func:`register` adds one (the KERNEL phase calls it only
 after the gates) and records it in ``<session>/llm/kernels/passed.json``, so a
-resumed session (:func:`restore`) can still build a stack that has it. A
+resumed session (:func:`restore`) and ``verify --remeasure``
+(:func:`restore_checked`, the source's sha256 checked first) can still build
+a stack that has it. A
 value is ``<catalog entry>-<sha256 of the source, 10 hex>``: the kernel's
 identity is its source.
 
@@ -21,8 +24,16 @@ category it is asked for, then the catalog entry whose signature it takes):
   ``silu(gu[:, :I]) * gu[:, I:]``; every MLP becomes
   ``down_proj(kernel(F.linear(x2d, W)))`` (one GEMM over the fused weight).
 
-Either fuses the MLP's gate and up weights like ``mlp_kernel=torch_gate_up``
-(:mod:`inferloom.workloads.engine_gate_up`), so it needs ``mlp_kernel=eager``.
+* ``normalization`` -> ``add_rmsnorm`` (as a plain RMSNorm: the shapes it is
+  shown and checked at carry ``no_residual=1``): ``kernel(x, residual, weight,
+  eps, *, out)`` writes ``(norm(x + residual) * weight, x + residual)`` into
+  the pair ``out`` (``residual`` None: ``x`` itself); every Llama-style
+  RMSNorm module (``weight`` and ``variance_epsilon``, as ``rmsnorm_impl``
+  rewrites) calls it on its rows instead of its own ops, so it needs
+  ``rmsnorm_impl=eager``.
+
+The MLP ones fuse the MLP's gate and up weights like ``mlp_kernel=torch_gate_up``
+(:mod:`inferloom.workloads.engine_gate_up`), so they need ``mlp_kernel=eager``.
 The written module is imported into the inferloom process, as the catalog's
 kernels are (see the role's warning in docs/llm.md). A call through Python and
 the written launch each time: not traceable by ``torch.compile(fullgraph)``.
@@ -30,6 +41,7 @@ the written launch each time: not traceable by ``torch.compile(fullgraph)``.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import re
@@ -40,13 +52,30 @@ from inferloom.kernels.base import model_config
 from inferloom.workloads.base import Knob
 from inferloom.workloads.engine_gate_up import fuse_gate_up, gate_up_mlps
 
-__all__ = ["WRITABLE", "KNOB", "register", "restore", "registered", "knob", "import_kernel", "apply_written_kernel",
-           "kernel_name", "shown_shapes"]
+__all__ = ["WRITABLE", "KNOB", "register", "restore", "restore_checked", "WrittenKernelError", "registered", "knob",
+           "import_kernel", "apply_written_kernel", "kernel_name", "shown_shapes", "source_sha256", "ENGINES", "writable", "apply_written_norms"]
 
-WRITABLE: dict[str, str] = {"gemm": "gate_up_silu", "elementwise": "silu_mul"}
+WRITABLE: dict[str, str] = {"gemm": "gate_up_silu", "elementwise": "silu_mul", "normalization": "add_rmsnorm"}
+ENGINES: dict[str, dict[str, str]] = {"transformers": WRITABLE, "diffusers": {"normalization": "add_rmsnorm"}}
+MLP_ENTRIES = ("gate_up_silu", "silu_mul")  # the written kernels that rewrite the MLP (need mlp_kernel=eager)
 KNOB = "llm_kernel"
 PASSED = "passed.json"
 _REGISTRY: dict[str, tuple[str, Path]] = {}  # knob value -> (catalog entry, source path)
+
+
+class WrittenKernelError(ValueError):
+    """A session's written kernel can't be registered again as the session ran it (what, why, what to do)."""
+
+
+def source_sha256(path: Path) -> str:
+    """The sha256 of a written kernel's source file (its identity)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def writable(framework: str) -> dict[str, str]:
+    """The profile categories a written kernel can replace in ``framework``'s engine, and their catalog entries
+    (empty for an engine without the ``llm_kernel`` switch)."""
+    return dict(ENGINES.get(framework, {}))
 
 
 def kernel_name(entry: str, sha: str) -> str:
@@ -75,7 +104,7 @@ def register(session_dir: str | Path, value: str, entry: str, path: str | Path) 
     _REGISTRY[value] = (entry, Path(path))
     book = Path(session_dir) / "llm" / "kernels" / PASSED
     known = json.loads(book.read_text()) if book.is_file() else {}
-    known[value] = {"entry": entry, "path": Path(path).name}
+    known[value] = {"entry": entry, "path": Path(path).name, "sha256": source_sha256(Path(path))}
     book.write_text(json.dumps(known, indent=1, sort_keys=True))
 
 
@@ -88,6 +117,36 @@ def restore(session_dir: str | Path) -> list[str]:
     for value, rec in known.items():
         _REGISTRY[value] = (str(rec["entry"]), book.parent / str(rec["path"]))
     return sorted(known)
+
+
+def restore_checked(session_dir: str | Path, values: list[str] | tuple[str, ...]) -> None:
+    """Register the written kernels ``values`` of a session exactly as the session did (``verify --remeasure``),
+    after checking each one's source against the sha256 the session stored with it (``passed.json``) and the one
+    its name carries (``<entry>-<sha256[:10]>``); :class:`WrittenKernelError` naming the kernel when its record
+    or source is missing or its hash differs."""
+    book = Path(session_dir) / "llm" / "kernels" / PASSED
+    known = json.loads(book.read_text()) if book.is_file() else {}
+    for value in values:
+        rec = known.get(value)
+        if not isinstance(rec, dict):
+            raise WrittenKernelError(f"written kernel {value}: {book} has no record of it (the session registers a "
+                                     "kernel there once its gates passed); restore the session directory from a backup")
+        path = book.parent / str(rec.get("path"))
+        if not path.is_file():
+            raise WrittenKernelError(f"written kernel {value}: its source {path} is missing; restore the session "
+                                     "directory from a backup")
+        sha, stored = source_sha256(path), str(rec.get("sha256") or "")
+        suffix = value.rsplit("-", 1)[-1]
+        named = suffix if re.fullmatch(r"[0-9a-f]{10}", suffix) else ""
+        want = stored if stored and sha != stored else named if not sha.startswith(named) else None
+        if want is not None or not (stored or named):
+            raise WrittenKernelError(f"written kernel {value}: its source {path.name} has sha256 {sha[:16]}..., not "
+                                     + (f"the {want[:16]}... the session stored (the file changed since the session "
+                                        "ran it)" if want else "checkable (no sha256 recorded for it)")
+                                     + "; restore the session directory from a backup")
+        if str(rec.get("entry")) not in WRITABLE.values():
+            raise WrittenKernelError(f"written kernel {value}: entry {rec.get('entry')!r} has no engine switch")
+        _REGISTRY[value] = (str(rec["entry"]), path)
 
 
 def registered() -> tuple[str, ...]:
@@ -104,9 +163,17 @@ def knob() -> Knob:
 
 def shown_shapes(entry: str, workload: Mapping[str, Any]) -> list[dict[str, int]]:
     """The shapes the author is shown: the decode step's and a prefill chunk's (at most 256 tokens)."""
+    d = workload.get("diffusion") or {}
+    if entry == "add_rmsnorm" and d:  # an image workload: the denoiser's q/k norms over head_dim
+        norm = {"hidden": int(d["head_dim"]), "no_residual": 1}
+        return [{"tokens": int(d["rms_rows"]), **norm}, {"tokens": min(int(d["rms_rows"]), 64), **norm}]
     cfg = model_config(str(workload["model"]))
-    batch, inter = int(workload["batch"]), int(cfg["intermediate_size"])
+    batch = int(workload["batch"])
     prefill = min(batch * int(workload["input_len"]), 256)
+    if entry == "add_rmsnorm":  # the model's RMSNorms take no residual
+        norm = {"hidden": int(cfg["hidden_size"]), "no_residual": 1}
+        return [{"tokens": batch, **norm}, {"tokens": prefill, **norm}]
+    inter = int(cfg["intermediate_size"])
     base = {"intermediate": inter} if entry == "silu_mul" else {"hidden": int(cfg["hidden_size"]), "intermediate": inter}
     return [{"tokens": batch, **base}, {"tokens": prefill, **base}]
 
@@ -135,8 +202,46 @@ def apply_written_kernel(model: Any, value: str) -> str:
                          f"{', '.join(registered()) or 'none'})")
     entry, path = _REGISTRY[value]
     fn = import_kernel(path)
+    if entry == "add_rmsnorm":
+        return _apply_norm(model, value)
     mods = gate_up_mlps(model)  # every module checked before any is changed
     for _, mod in mods:
         inter = fuse_gate_up(mod)
         mod.forward = _forward(mod, inter, entry, fn)
     return f"{value}: {len(mods)} MLP modules call the written {entry} kernel ({path.name})"
+
+
+def _norm_forward(mod: Any, fn: Callable[..., Any], eps: float) -> Callable[[Any], Any]:
+    import torch
+
+    def forward(hidden_states: Any) -> Any:
+        x2 = hidden_states.reshape(-1, hidden_states.shape[-1]).contiguous()
+        out = (torch.empty_like(x2), torch.empty_like(x2))
+        fn(x2, None, mod.weight, eps, out=out)
+        return out[0].reshape(hidden_states.shape)
+
+    return forward
+
+
+def apply_written_norms(mods: list[Any], value: str, eps_attr: str) -> str:
+    """Make every RMSNorm module of ``mods`` (its epsilon in ``eps_attr``) call the written ``add_rmsnorm``
+    kernel ``value`` on its rows; a note. ``ValueError`` for a value not registered here, another entry's
+    kernel, or no module."""
+    if value not in _REGISTRY:
+        raise ValueError(f"{KNOB}={value!r}: no such written kernel in this session (have: "
+                         f"{', '.join(registered()) or 'none'})")
+    entry, path = _REGISTRY[value]
+    if entry != "add_rmsnorm":
+        raise ValueError(f"{KNOB}={value}: a written {entry} kernel; only add_rmsnorm rewrites RMSNorm modules")
+    if not mods:
+        raise ValueError(f"{KNOB}={value}: the model has no RMSNorm module to replace")
+    fn = import_kernel(path)
+    for m in mods:
+        m.forward = _norm_forward(m, fn, float(getattr(m, eps_attr)))
+    return f"{value}: {len(mods)} RMSNorm modules call the written add_rmsnorm kernel ({path.name})"
+
+
+def _apply_norm(model: Any, value: str) -> str:
+    mods = [m for m in model.modules()
+            if type(m).__name__.endswith("RMSNorm") and hasattr(m, "weight") and hasattr(m, "variance_epsilon")]
+    return apply_written_norms(mods, value, "variance_epsilon")

@@ -3,8 +3,10 @@ names ``kernel_author``), after the backend's candidates.
 
 For each picked target whose category has a written-kernel switch in the
 engine (:data:`inferloom.kernels.written.WRITABLE`: ``gemm`` ->
-``gate_up_silu``, ``elementwise`` -> ``silu_mul``), hottest first, once per
-session:
+``gate_up_silu``, ``elementwise`` -> ``silu_mul``, ``normalization`` ->
+``add_rmsnorm`` as a plain RMSNorm; the diffusers engine:
+:func:`~inferloom.kernels.written.writable`, ``normalization`` only), hottest
+first, once per session:
 
 1. the author is asked for a kernel against the catalog entry's signature
    (``agent_io`` entry with its LLM calls; an answer that fails its schema
@@ -49,7 +51,9 @@ GATES = ("reward_hacking_guards", "correctness", "microbenchmark")
 
 def author_categories(ctx: SessionContext) -> frozenset[str]:
     """The profile categories the author may write for (none without the role)."""
-    return frozenset(written.WRITABLE) if getattr(ctx.agents, "kernel_author", None) is not None else frozenset()
+    if getattr(ctx.agents, "kernel_author", None) is None:
+        return frozenset()
+    return frozenset(written.writable(ctx.spec.framework) or written.WRITABLE)  # another engine: refused, no switch
 
 
 def author_entries(ctx: SessionContext, ks: KernelProgress) -> list[str]:
@@ -58,7 +62,7 @@ def author_entries(ctx: SessionContext, ks: KernelProgress) -> list[str]:
         return []
     out: list[str] = []
     for t in ks.targets:
-        name = written.WRITABLE.get(t.category)
+        name = (written.writable(ctx.spec.framework) or written.WRITABLE).get(t.category)
         if t.picked and name and name not in out:
             out.append(name)
     return out
@@ -142,7 +146,8 @@ def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: in
         _refuse(ctx, st, ks, i, entry_name, "kernel_load_failed", f"{path.name}: {type(exc).__name__}: {exc}", {})
         return
     name = str(ans["name"])
-    changes = {written.KNOB: name, **({"mlp_kernel": "eager"} if st.stack.get("mlp_kernel", "eager") != "eager" else {})}
+    own = "rmsnorm_impl" if entry_name not in written.MLP_ENTRIES else "mlp_kernel"  # the switch it replaces
+    changes = {written.KNOB: name, **({own: "eager"} if st.stack.get(own, "eager") != "eager" else {})}
     cand = written_candidate(entry, dtype, shown, fn, name, float(ans["claimed_speedup"]),
                              f"written by the LLM kernel author: {str(ans.get('rationale'))[:300]}")
     category = next(c for c, e in written.WRITABLE.items() if e == entry_name)  # the profile's name for the op

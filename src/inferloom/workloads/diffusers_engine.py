@@ -47,7 +47,8 @@ from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import AdapterError, ConfigError, Knob, RunRecord, config_key, resolve_config
 from inferloom.workloads.diffusers_attention import attention_head_dims, cuda_capability
 from inferloom.workloads.diffusers_knobs import apply_knobs, call_state, check_applicable, denoiser_of, diffusers_knobs
-from inferloom.workloads.diffusers_ops import rmsnorm_rule
+from inferloom.kernels.written import knob as written_knob
+from inferloom.workloads.diffusers_ops import rmsnorm_rule, written_rule
 from inferloom.workloads.prompts import load_jsonl_texts
 from inferloom.workloads.transformers_generation import error_kind, sync
 
@@ -96,7 +97,8 @@ class DiffusersEngine:
     def knob_space(self) -> list[Knob]:
         if self._knobs is None:
             self._knobs = diffusers_knobs(self.spec.dtype, self.family, self._startup_threads)
-        return list(self._knobs)
+        llm = self.spec.agents.llm  # the LLM kernel author's switch (kernels/written.py), as in transformers
+        return list(self._knobs) + ([written_knob()] if llm is not None and "kernel_author" in llm.roles else [])
 
     # ---------------------------------------------------------------- prompts
     def draw(self, seed: int, n: int) -> list[list[int]]:
@@ -124,6 +126,9 @@ class DiffusersEngine:
         why = rmsnorm_rule(cfg, self.spec.model, self.device)
         if why:
             raise AdapterError(f"knob 'rmsnorm_impl': {why}", kind="unsupported")
+        why = written_rule(cfg, self.spec.model)
+        if why:
+            raise AdapterError(f"knob 'llm_kernel': {why}", kind="unsupported")
 
     def config_refusal(self, config: Mapping[str, Any]) -> str | None:
         """Why ``prepare`` would refuse ``config`` by the knobs' rules, else None (CrossKnobRules)."""

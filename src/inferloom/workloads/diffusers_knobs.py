@@ -24,6 +24,8 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
+from inferloom.kernels.written import apply_written_norms
+from inferloom.models.diffusion_shapes import eager_rmsnorms
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.diffusers_attention import attention_refusal
 from inferloom.workloads.diffusers_ops import RMSNORM_IMPLS, apply_rmsnorm_impl
@@ -162,6 +164,8 @@ def apply_knobs(pipe: Any, cfg: Mapping[str, Any], family: str) -> dict[str, Any
         notes["cfg_mode"] = "the denoiser is called once per CFG branch"
     if cfg["rmsnorm_impl"] != "eager":
         notes["rmsnorm_impl"] = apply_rmsnorm_impl(den, cfg["rmsnorm_impl"])
+    if cfg.get("llm_kernel", "none") != "none":  # only in a session with the LLM kernel author
+        notes["llm_kernel"] = apply_written_norms(eager_rmsnorms(den), cfg["llm_kernel"], "eps")
     if cfg["compile_mode"] != "off":
         den.compile(mode=cfg["compile_mode"], fullgraph=False, dynamic=False)
         notes["compile"] = f"denoiser.compile(mode={cfg['compile_mode']}, dynamic=False)"

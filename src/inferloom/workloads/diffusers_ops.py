@@ -11,6 +11,10 @@ cast, weight: five or more kernels) on the instance:
 * ``triton``: the catalog's RMSNorm kernel (``kernels/catalog/rmsnorm.py``,
   entry ``add_rmsnorm`` without a residual), CUDA only.
 
+``llm_kernel`` (only in a session with the LLM kernel author): a written
+``add_rmsnorm`` kernel whose gates passed, in the same modules, in place of
+``rmsnorm_impl`` (:func:`inferloom.kernels.written.apply_written_norms`).
+
 ``torch.nn.RMSNorm`` (Flux's q/k norms) is left alone: it already calls the
 fused op. :func:`~inferloom.models.diffusion_shapes.eager_rmsnorm_count`
 counts the replaceable modules from the denoiser's config on the ``meta``
@@ -25,7 +29,7 @@ from typing import Any, Mapping
 from inferloom.models.diffusion_shapes import eager_rmsnorm_count, eager_rmsnorms
 from inferloom.workloads.engine_kernels import fused_rmsnorm
 
-__all__ = ["apply_rmsnorm_impl", "rmsnorm_rule", "RMSNORM_IMPLS"]
+__all__ = ["apply_rmsnorm_impl", "rmsnorm_rule", "written_rule", "RMSNORM_IMPLS"]
 
 RMSNORM_IMPLS = ("eager", "torch_fused", "triton")
 
@@ -57,4 +61,18 @@ def rmsnorm_rule(cfg: Mapping[str, Any], model: str, device: str) -> str | None:
         return f"triton is the catalog's CUDA kernel; device is {device}"
     if eager_rmsnorm_count(model) == 0:
         return f"{impl}: the denoiser has no eager RMSNorm to replace (no q/k RMSNorm in its config)"
+    return None
+
+
+def written_rule(cfg: Mapping[str, Any], model: str) -> str | None:
+    """Why ``llm_kernel`` (a written RMSNorm kernel) cannot apply, else None."""
+    value = str(cfg.get("llm_kernel", "none"))
+    if value == "none":
+        return None
+    if value.rsplit("-", 1)[0] != "add_rmsnorm":
+        return f"{value}: only a written add_rmsnorm kernel has a switch in the diffusers engine"
+    if cfg.get("rmsnorm_impl", "eager") != "eager":
+        return f"the written kernel rewrites the RMSNorms itself; rmsnorm_impl is {cfg['rmsnorm_impl']}"
+    if eager_rmsnorm_count(model) == 0:
+        return f"{value}: the denoiser has no eager RMSNorm to replace (no q/k RMSNorm in its config)"
     return None
