@@ -29,7 +29,8 @@ EXIT_CODES = {
     "AdapterError": 1, "LaunchError": 1, "PatchSourceError": 1,
 }
 # Control flow, always caught where raised (their docstrings say why): not InferloomErrors.
-INTERNAL = {"PatchRefusal", "TokenCountError", "MemoryShareError", "LLMRefusal", "GuardRefusal"}  # MemoryShareError: vllm_servers turns it into AdapterError(kind="oom")
+INTERNAL = {"PatchRefusal", "TokenCountError", "MemoryShareError", "LLMRefusal", "GuardRefusal",
+            "WrittenKernelError"}  # MemoryShareError: vllm_servers turns it into AdapterError(kind="oom"); WrittenKernelError: evidence/remeasure.py turns it into RemeasureError (exit 2)
 ADAPTER_HINT = "Check the knob against `inferloom knobs`, or rerun with fewer changes to isolate it."
 
 
