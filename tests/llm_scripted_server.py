@@ -57,6 +57,11 @@ class ScriptedLLM:
                 if not q:
                     return self._send(500, {"error": {"type": "api_error", "message": f"script exhausted for {name}"}})
                 step = q.popleft()
+                if step["kind"] == "pick":  # the answer for whichever request this is (by a needle in its body)
+                    text = json.dumps(body)
+                    step = next((v for k, v in step["by"].items() if json.dumps(k)[1:-1] in text), None)
+                    if step is None:
+                        return self._send(500, {"error": {"type": "api_error", "message": "no pick matched"}})
                 if step.get("delay"):
                     time.sleep(step["delay"])
                 if step["kind"] == "status":
