@@ -17,30 +17,17 @@ import pytest
 if importlib.util.find_spec("triton") is None:
     pytest.skip("triton is not installed", allow_module_level=True)
 
-# Triton picks interpreter or compiler when a function is decorated, its own standard
-# library (tl.sum, tl.max...) included, and the interpreter reads TRITON_INTERPRET again at
-# run time. So: set it before triton is imported (re-importing triton and the catalog when
-# something imported them before without it), keep it set for each test here (fixture
-# below), and give the rest of the session its environment back.
-_prev_interpret = os.environ.get("TRITON_INTERPRET")
-os.environ["TRITON_INTERPRET"] = "1"
-if "triton" in sys.modules and type(sys.modules["triton"].language.standard.sum).__name__ != "InterpretedFunction":
-    for _name in [m for m in sys.modules if (m == "triton" or m.startswith("triton.")) and not m.startswith("triton._C")
-                  or m.startswith("inferloom.kernels.catalog")]:
-        del sys.modules[_name]
-import torch  # noqa: E402
-import triton  # noqa: E402,F401
+from triton_helpers import interpreted_imports  # noqa: E402
 
-from inferloom.kernels import catalog  # noqa: E402
-from inferloom.kernels.catalog import bench, index, tuning  # noqa: E402
-from inferloom.kernels.catalog import decode_attention as da  # noqa: E402
-from inferloom.kernels.catalog import mlp, rmsnorm  # noqa: E402
-from inferloom.kernels.catalog.entry import check  # noqa: E402
+with interpreted_imports():  # the catalog's kernels decorated for the interpreter (tests/triton_helpers.py)
+    import torch  # noqa: E402
+    import triton  # noqa: E402,F401
 
-if _prev_interpret is None:
-    del os.environ["TRITON_INTERPRET"]
-else:
-    os.environ["TRITON_INTERPRET"] = _prev_interpret
+    from inferloom.kernels import catalog  # noqa: E402
+    from inferloom.kernels.catalog import bench, index, tuning  # noqa: E402
+    from inferloom.kernels.catalog import decode_attention as da  # noqa: E402
+    from inferloom.kernels.catalog import mlp, rmsnorm  # noqa: E402
+    from inferloom.kernels.catalog.entry import check  # noqa: E402
 
 DTYPES = ["float32", "float16"]
 SMALL_ATTN = {"batch": 4, "q_heads": 8, "kv_heads": 2, "head_dim": 32, "max_len": 96}

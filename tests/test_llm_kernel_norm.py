@@ -8,9 +8,7 @@ refuses to stack on ``rmsnorm_impl``."""
 
 import copy
 import importlib.util
-import os
 import random
-import sys
 import textwrap
 
 import pytest
@@ -19,23 +17,12 @@ import torch
 if importlib.util.find_spec("triton") is None:
     pytest.skip("triton is not installed", allow_module_level=True)
 
-# As in test_kernel_catalog.py: Triton picks interpreter or compiler when a function is decorated, its standard
-# library (tl.sum, which a written RMSNorm reduces with) included, so TRITON_INTERPRET is set before triton is
-# imported (re-imported when something imported it before without it), and given back afterwards.
-_prev_interpret = os.environ.get("TRITON_INTERPRET")
-os.environ["TRITON_INTERPRET"] = "1"
-if "triton" in sys.modules and type(sys.modules["triton"].language.standard.sum).__name__ != "InterpretedFunction":
-    for _name in [m for m in sys.modules if (m == "triton" or m.startswith("triton.")) and not m.startswith("triton._C")
-                  or m.startswith("inferloom.kernels.catalog")]:
-        del sys.modules[_name]
-import triton  # noqa: E402,F401
+from triton_helpers import interpreted_imports  # noqa: E402
 
-from inferloom.kernels.catalog import index  # noqa: E402
+with interpreted_imports():  # tl.sum, which a written RMSNorm reduces with, decorated for the interpreter
+    import triton  # noqa: E402,F401
 
-if _prev_interpret is None:
-    del os.environ["TRITON_INTERPRET"]
-else:
-    os.environ["TRITON_INTERPRET"] = _prev_interpret
+    from inferloom.kernels.catalog import index  # noqa: E402
 
 from inferloom.agents.llm_kernel import gate_written_kernel  # noqa: E402
 from inferloom.kernels import written  # noqa: E402
