@@ -61,8 +61,16 @@ SUBSPACE: dict[str, list[Any]] = {
     "decode_loop": ["generate", "static_loop"]}
 
 
-def _adapter() -> Any:
-    return make_adapter(load_spec(None, SPEC))
+def _adapter(spec: dict[str, Any] | None = None) -> Any:
+    return make_adapter(load_spec(None, spec or SPEC))
+
+
+def _setting(text: str) -> tuple[str, Any]:
+    """``--set traffic.output_len=32``: a spec key and its value (an int when it reads as one)."""
+    key, sep, val = text.partition("=")
+    if not sep or key not in SPEC:
+        raise SystemExit(f"--set {text!r}: want KEY=VALUE with KEY one of {sorted(SPEC)}")
+    return key, int(val) if val.lstrip("-").isdigit() else val
 
 
 def feasible_configs(knobs: list[Any]) -> list[dict[str, Any]]:
@@ -83,17 +91,24 @@ def measure(args: argparse.Namespace) -> None:
     pairs of one stock run and one run of it, adjacent in time (order alternating), each pair a ratio:
     on a shared machine whose load swings (other processes come and go) an unpaired throughput is mostly
     the load at the time; a ratio to stock measured next to it is the configuration's effect."""
-    ad = _adapter()
+    spec = {**SPEC, **dict(_setting(s) for s in args.set)}
+    ad = _adapter(spec)
     knobs = ad.knob_space()
     configs = feasible_configs(knobs)
     random.Random(0).shuffle(configs)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    k, n = (int(x) for x in args.shard.split("/"))
+    if not 0 <= k < n:
+        raise SystemExit(f"--shard {args.shard}: want K/N with 0 <= K < N")
+    configs = configs[k::n]  # a shard: run N of these side by side, each on its own cores (taskset)
+    commit = os.environ.get("INFERLOOM_GIT_REVISION") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     import torch
 
     meta = {"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": commit, "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores",
-            "python": platform.python_version(), "torch": torch.__version__, "spec": SPEC, "subspace": SUBSPACE,
-            "pairs": args.pairs, "loadavg_start": os.getloadavg(), "configs": len(configs)}
+            "python": platform.python_version(), "torch": torch.__version__, "spec": spec, "subspace": SUBSPACE,
+            "pairs": args.pairs, "shard": args.shard, "threads": torch.get_num_threads(),
+            "affinity": sorted(os.sched_getaffinity(0)), "loadavg_start": os.getloadavg(), "configs": len(configs)}
     stock = ad.prepare({})
     ad.run(stock, 9_999)  # warm-up, untimed
 
@@ -121,6 +136,8 @@ def measure(args: argparse.Namespace) -> None:
             ad.release(handle)
         ratios = [b / a for a, b in pairs if a and b]
         rows[config_key(cfg)] = {"config": cfg, "pairs_tok_s": pairs, "ratios": ratios}
+        meta.update(wall_s=time.time() - t0, loadavg_end=os.getloadavg(), measured=len(rows))
+        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))  # a cut run keeps its rows
         print(f"{i + 1}/{len(configs)} {time.time() - t0:6.0f} s  x{statistics.mean(ratios) if ratios else float('nan'):7.3f}  "
               f"(stock {statistics.mean(a for a, _ in pairs if a):7.1f} tok/s)  "
               + ", ".join(f"{k}={cfg[k]}" for k in SUBSPACE), flush=True)
@@ -172,8 +189,28 @@ class MeasuredLandscape:
         return self.noise.choice(runs) if runs else None
 
 
+def load_tables(paths: list[str]) -> dict[str, Any]:
+    """One table from the shards of one ``measure`` (``--shard K/N``): their rows together; the meta of
+    the first, with the wall time of the slowest shard and every shard's own meta under ``shards``."""
+    tables = [json.loads(Path(p).read_text()) for p in paths]
+    rows: dict[str, Any] = {}
+    for t in tables:
+        for key, row in t["rows"].items():
+            if key in rows:  # stock in every shard: its A/A pairs, pooled
+                rows[key] = {**rows[key], "pairs_tok_s": rows[key]["pairs_tok_s"] + row["pairs_tok_s"],
+                             "ratios": rows[key]["ratios"] + row["ratios"]}
+            else:
+                rows[key] = row
+    meta = dict(tables[0]["meta"])
+    if len(tables) > 1:
+        meta.update(wall_s=max(t["meta"]["wall_s"] for t in tables), configs=sum(t["meta"]["configs"] for t in tables),
+                    loadavg_end=max((t["meta"]["loadavg_end"] for t in tables), key=lambda x: x[0]),
+                    shards=[t["meta"] for t in tables])
+    return {"meta": meta, "rows": rows}
+
+
 def search(args: argparse.Namespace) -> None:
-    table = json.loads(Path(args.table).read_text())
+    table = load_tables(args.table)
     ls = MeasuredLandscape(table, _adapter().knob_space(), args.estimator)
     budgets = [b for b in (5, 10, 20, 40) if b <= args.budget]
     m = table["meta"]
@@ -213,8 +250,12 @@ def main() -> None:
     me = sub.add_parser("measure")
     me.add_argument("--out", required=True)
     me.add_argument("--pairs", type=int, default=3)
+    me.add_argument("--shard", default="0/1", help="K/N: measure every N-th feasible configuration from the K-th "
+                    "(N shards side by side, each pinned to its own cores; `search --table` takes them all)")
+    me.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change the traffic of the measured spec, e.g. traffic.output_len=32 (recorded in the table)")
     se = sub.add_parser("search")
-    se.add_argument("--table", required=True)
+    se.add_argument("--table", required=True, nargs="+", help="a table, or the shards of one")
     se.add_argument("--seeds", type=int, default=10)
     se.add_argument("--budget", type=int, default=40)
     se.add_argument("--json")
