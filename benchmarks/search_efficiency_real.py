@@ -59,6 +59,13 @@ SUBSPACE: dict[str, list[Any]] = {
     "dtype": ["float32", "bfloat16"], "attn_implementation": ["eager", "sdpa"], "sdpa_backend": ["auto", "math"],
     "cache_implementation": ["dynamic", "static"], "micro_batch": [1, 2, 3, 4], "prompt_lookup": [0, 1, 2],
     "decode_loop": ["generate", "static_loop"]}
+# ``--subspace compile``: on a machine with cores to spare (the device host), the knobs that can make
+# llama-tiny faster than stock on a CPU (compile_mode and cpu_threads; on the first sub-space every
+# configuration measured on the device host was slower than stock), with the cross-knob refusals of
+# static_loop and prompt_lookup (every prompt_lookup=1 configuration is refused: it needs micro_batch=1).
+SUBSPACES: dict[str, dict[str, list[Any]]] = {"default": SUBSPACE, "compile": {
+    "compile_mode": ["off", "default"], "cpu_threads": [1, 2, 3, 4], "cache_implementation": ["dynamic", "static"],
+    "decode_loop": ["generate", "static_loop"], "micro_batch": [3, 4], "prompt_lookup": [0, 1]}}
 
 
 def _adapter(spec: dict[str, Any] | None = None) -> Any:
@@ -73,11 +80,11 @@ def _setting(text: str) -> tuple[str, Any]:
     return key, int(val) if val.lstrip("-").isdigit() else val
 
 
-def feasible_configs(knobs: list[Any]) -> list[dict[str, Any]]:
+def feasible_configs(knobs: list[Any], subspace: dict[str, list[Any]] = SUBSPACE) -> list[dict[str, Any]]:
     stock = {k.name: k.default for k in knobs}
     out = []
-    for vals in itertools.product(*SUBSPACE.values()):
-        cfg = {**stock, **dict(zip(SUBSPACE, vals))}
+    for vals in itertools.product(*subspace.values()):
+        cfg = {**stock, **dict(zip(subspace, vals))}
         try:
             check_applicable(knobs, cfg, "cpu")
             out.append(cfg)
@@ -94,19 +101,22 @@ def measure(args: argparse.Namespace) -> None:
     spec = {**SPEC, **dict(_setting(s) for s in args.set)}
     ad = _adapter(spec)
     knobs = ad.knob_space()
-    configs = feasible_configs(knobs)
+    subspace = SUBSPACES[args.subspace]
+    configs = feasible_configs(knobs, subspace)
     random.Random(0).shuffle(configs)
     k, n = (int(x) for x in args.shard.split("/"))
     if not 0 <= k < n:
         raise SystemExit(f"--shard {args.shard}: want K/N with 0 <= K < N")
-    configs = configs[k::n]  # a shard: run N of these side by side, each on its own cores (taskset)
+    stock_cfg = {kn.name: kn.default for kn in knobs}
+    shard = configs[k::n]  # a shard: run N of these side by side, each on its own cores (taskset)
+    configs = shard if stock_cfg in shard else shard + [stock_cfg]  # stock's A/A in every shard (pooled by search)
     commit = os.environ.get("INFERLOOM_GIT_REVISION") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     import torch
 
     meta = {"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": commit, "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores",
-            "python": platform.python_version(), "torch": torch.__version__, "spec": spec, "subspace": SUBSPACE,
+            "python": platform.python_version(), "torch": torch.__version__, "spec": spec, "subspace": subspace,
             "pairs": args.pairs, "shard": args.shard, "threads": torch.get_num_threads(),
             "affinity": sorted(os.sched_getaffinity(0)), "loadavg_start": os.getloadavg(), "configs": len(configs)}
     stock = ad.prepare({})
@@ -140,7 +150,7 @@ def measure(args: argparse.Namespace) -> None:
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))  # a cut run keeps its rows
         print(f"{i + 1}/{len(configs)} {time.time() - t0:6.0f} s  x{statistics.mean(ratios) if ratios else float('nan'):7.3f}  "
               f"(stock {statistics.mean(a for a, _ in pairs if a):7.1f} tok/s)  "
-              + ", ".join(f"{k}={cfg[k]}" for k in SUBSPACE), flush=True)
+              + ", ".join(f"{k}={cfg[k]}" for k in subspace), flush=True)
     meta.update(wall_s=time.time() - t0, loadavg_end=os.getloadavg())
     ad.release(stock)
     ad.close()
@@ -153,8 +163,10 @@ class MeasuredLandscape:
     def __init__(self, table: dict[str, Any], all_knobs: list[Any], estimator: str = "median") -> None:
         self.center = statistics.median if estimator == "median" else statistics.mean
         self.all_knobs = all_knobs
-        self.stock = {k.name: k.default for k in all_knobs}
         self.dom = {n: list(v) for n, v in table["meta"]["subspace"].items()}
+        measured = next(iter(table["rows"].values()))["config"]  # the knobs outside the sub-space as measured
+        self.stock = {**{k.name: k.default for k in all_knobs},  # (cpu_threads: the measuring process's, not ours)
+                      **{n: v for n, v in measured.items() if n not in self.dom}}
         self.knobs = [replace(k, choices=tuple(self.dom[k.name])) if k.kind == "choice" and k.name in self.dom
                       else replace(k, low=min(self.dom[k.name]), high=max(self.dom[k.name])) if k.name in self.dom
                       else k for k in all_knobs if k.name in self.dom]  # what the searchers may change
@@ -250,6 +262,8 @@ def main() -> None:
     me = sub.add_parser("measure")
     me.add_argument("--out", required=True)
     me.add_argument("--pairs", type=int, default=3)
+    me.add_argument("--subspace", choices=sorted(SUBSPACES), default="default",
+                    help="the knobs measured (default: the first sub-space; compile: compile_mode and cpu_threads too)")
     me.add_argument("--shard", default="0/1", help="K/N: measure every N-th feasible configuration from the K-th "
                     "(N shards side by side, each pinned to its own cores; `search --table` takes them all)")
     me.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
