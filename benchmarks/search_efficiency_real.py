@@ -109,7 +109,7 @@ def measure(args: argparse.Namespace) -> None:
         raise SystemExit(f"--shard {args.shard}: want K/N with 0 <= K < N")
     stock_cfg = {kn.name: kn.default for kn in knobs}
     shard = configs[k::n]  # a shard: run N of these side by side, each on its own cores (taskset)
-    configs = shard if stock_cfg in shard else shard + [stock_cfg]  # stock's A/A in every shard (pooled by search)
+    configs = [stock_cfg] + [c for c in shard if c != stock_cfg]  # stock's A/A first in every shard (pooled)
     commit = os.environ.get("INFERLOOM_GIT_REVISION") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     import torch
@@ -227,7 +227,9 @@ def search(args: argparse.Namespace) -> None:
     budgets = [b for b in (5, 10, 20, 40) if b <= args.budget]
     m = table["meta"]
     sd = statistics.mean(statistics.stdev(v) for v in ls.runs.values() if len(v) > 1)
-    aa = ls.runs[config_key(ls.stock)]
+    aa = ls.runs.get(config_key(ls.stock))
+    if aa is None:
+        raise SystemExit(f"search: the table has no stock row (its A/A pairs): measure it again ({args.table})")
     print(f"table: {len(ls.runs)} configurations measured ({m['date']}, commit {m['commit']}, {m['pairs']} pairs each, "
           f"{m['wall_s'] / 60:.1f} min, load {m['loadavg_start'][0]:.1f} -> {m['loadavg_end'][0]:.1f}); stock A/A "
           f"x{math.exp(ls.center(aa)):.3f}; {args.estimator} of the pairs; best x{math.exp(ls.best):.3f} over stock; mean sd of a pair's "

@@ -30,10 +30,11 @@ if [ ! -f "$T/started" ]; then
   cp -r src benchmarks "$T/" # the shards read this copy: a later call's fresh working tree can't change them
   for k in $(seq 0 $((SHARDS - 1))); do
     cores="$((k * PER))-$((k * PER + PER - 1))"
-    ( cd "$T" && PYTHONPATH=$T/src:/tmp/site OMP_NUM_THREADS=$PER setsid nohup timeout "${MEASURE_S:-1000}" \
-        taskset -c "$cores" python3 benchmarks/search_efficiency_real.py measure --out "$T/table-$k.json" \
-        --pairs "${PAIRS:-7}" --shard "$k/$SHARDS" --subspace "${SUBSPACE:-default}" "${SETS[@]}" \
-        > "$T/measure-$k.log" 2>&1; echo $? > "$T/rc-$k" ) &
+    # its own session (setsid), so that the end of this call does not stop it; rc-K says it exited
+    PYTHONPATH=$T/src:/tmp/site OMP_NUM_THREADS=$PER setsid bash -c 'cd "$1" && shift && timeout "$@"; echo $? > rc-'"$k" \
+      _ "$T" "${MEASURE_S:-1000}" taskset -c "$cores" python3 benchmarks/search_efficiency_real.py measure \
+      --out "$T/table-$k.json" --pairs "${PAIRS:-7}" --shard "$k/$SHARDS" --subspace "${SUBSPACE:-default}" \
+      "${SETS[@]}" > "$T/measure-$k.log" 2>&1 < /dev/null &
     echo "shard $k/$SHARDS on cores $cores"
   done
   date -u +%FT%TZ > "$T/started"
