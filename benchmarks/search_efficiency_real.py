@@ -118,17 +118,22 @@ def measure(args: argparse.Namespace) -> None:
             "commit": commit, "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores",
             "python": platform.python_version(), "torch": torch.__version__, "spec": spec, "subspace": subspace,
             "pairs": args.pairs, "shard": args.shard, "threads": torch.get_num_threads(),
-            "affinity": sorted(os.sched_getaffinity(0)), "loadavg_start": os.getloadavg(), "configs": len(configs)}
+            "affinity": sorted(os.sched_getaffinity(0)), "stock": stock_cfg, "loadavg_start": os.getloadavg(), "configs": len(configs)}
     stock = ad.prepare({})
     ad.run(stock, 9_999)  # warm-up, untimed
 
+    errors: list[str] = []  # the current configuration's failed runs: why (kept in its row)
+
     def tps(handle: Any, seed: int) -> float | None:
         r = ad.run(handle, seed)
+        if not r.success:
+            errors.append((r.error or "failed without a message")[:500])
         return r.output_tokens / r.wall_s if r.success and r.wall_s > 0 else None
 
     rows: dict[str, Any] = {}
     t0 = time.time()
     for i, cfg in enumerate(configs):
+        errors.clear()
         handle = ad.prepare(cfg)
         try:
             ad.run(handle, 10_000 + i)  # warm-up, untimed
@@ -145,7 +150,8 @@ def measure(args: argparse.Namespace) -> None:
         finally:
             ad.release(handle)
         ratios = [b / a for a, b in pairs if a and b]
-        rows[config_key(cfg)] = {"config": cfg, "pairs_tok_s": pairs, "ratios": ratios}
+        rows[config_key(cfg)] = {"config": cfg, "pairs_tok_s": pairs, "ratios": ratios,
+                                 "errors": sorted(set(errors))}
         meta.update(wall_s=time.time() - t0, loadavg_end=os.getloadavg(), measured=len(rows))
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))  # a cut run keeps its rows
         print(f"{i + 1}/{len(configs)} {time.time() - t0:6.0f} s  x{statistics.mean(ratios) if ratios else float('nan'):7.3f}  "
@@ -157,6 +163,19 @@ def measure(args: argparse.Namespace) -> None:
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
+def table_stock(table: dict[str, Any], all_knobs: list[Any]) -> dict[str, Any]:
+    """The stock configuration the table was measured against: ``meta.stock``; in a sharded table written
+    before it was recorded, each shard's first row (measured first by construction); in an older table,
+    the knobs' defaults with the measured values of the knobs outside the sub-space (``cpu_threads``
+    is the measuring process's thread count, not this one's)."""
+    meta, first = table["meta"], next(iter(table["rows"].values()))["config"]
+    if meta.get("stock"):
+        return dict(meta["stock"])
+    if "shard" in meta:
+        return dict(first)
+    return {**{k.name: k.default for k in all_knobs}, **{n: v for n, v in first.items() if n not in meta["subspace"]}}
+
+
 class MeasuredLandscape:
     """The duck type the searchers of search_efficiency.py use, over a measured table."""
 
@@ -164,9 +183,7 @@ class MeasuredLandscape:
         self.center = statistics.median if estimator == "median" else statistics.mean
         self.all_knobs = all_knobs
         self.dom = {n: list(v) for n, v in table["meta"]["subspace"].items()}
-        measured = next(iter(table["rows"].values()))["config"]  # the knobs outside the sub-space as measured
-        self.stock = {**{k.name: k.default for k in all_knobs},  # (cpu_threads: the measuring process's, not ours)
-                      **{n: v for n, v in measured.items() if n not in self.dom}}
+        self.stock = table_stock(table, all_knobs)
         self.knobs = [replace(k, choices=tuple(self.dom[k.name])) if k.kind == "choice" and k.name in self.dom
                       else replace(k, low=min(self.dom[k.name]), high=max(self.dom[k.name])) if k.name in self.dom
                       else k for k in all_knobs if k.name in self.dom]  # what the searchers may change
