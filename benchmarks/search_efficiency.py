@@ -1,5 +1,6 @@
 """Search efficiency (issue 15): the default orchestrator (expert priors, then
-its additive-model search; agents/search_model.py; refusals learned as it goes without the engine's
+its additive-model search; with the cross-knob rules the priors' claims are the model's prior means,
+agents/search_priors.py; agents/search_model.py; refusals learned as it goes without the engine's
 cross-knob rules: agents/search_refusals.py) against Optuna TPE alone, random search and a grid, on synthetic
 landscapes over the real CPU engine's FRAMEWORK knob space (llama-tiny:
 dtype, attention, SDPA backend, cache, compile mode, micro-batch, threads,
@@ -116,11 +117,11 @@ class Landscape:
 
 
 def run_default(ls: Landscape, seed: int, budget: int, priors: bool = True, rules: bool = False,
-                **orchestrator: Any) -> list[float]:
+                priors_in: str | None = None, **orchestrator: Any) -> list[float]:
     """True values of the configurations measured, in order (-inf: infeasible). ``rules``: the
     orchestrator knows the engine's cross-knob rules (``feasible``)."""
     o = RuleOrchestrator(seed=seed, prior_table=None if priors else [], feasible=ls.feasible if rules else None,
-                         **orchestrator)
+                         **({"priors": priors_in} if priors_in else {}), **orchestrator)
     stock = ls.stock
     state: dict[str, Any] = {"device": "cpu", "knobs": [k.to_dict() for k in ls.knobs], "pinned": {},
                              "stock_config": stock, "stack": dict(stock), "trials": [],
@@ -198,10 +199,14 @@ def run_grid(ls: Landscape, seed: int, budget: int) -> list[float]:
 
 
 STRATEGIES: dict[str, Callable[[Landscape, int, int], list[float]]] = {
-    "default, no cross-knob rules (refusals learned as it goes)": run_default,
+    "default, no cross-knob rules (refusals learned as it goes; priors in slots)": run_default,
     "priors, then TPE, no cross-knob rules (the previous fallback)": lambda ls, s, b: run_default(
         ls, s, b, search="tpe", prior_patience=None, stall=None),
-    "default + cross-knob rules": lambda ls, s, b: run_default(ls, s, b, rules=True),
+    "default + cross-knob rules (priors in the model)": lambda ls, s, b: run_default(ls, s, b, rules=True),
+    "priors in the model, no cross-knob rules (not the default)": lambda ls, s, b: run_default(
+        ls, s, b, priors_in="model"),
+    "priors in slots + cross-knob rules (the previous default)": lambda ls, s, b: run_default(
+        ls, s, b, rules=True, priors_in="slots"),
     "default search alone + cross-knob rules (no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False,
                                                                                          rules=True),
     "TPE alone (orchestrator's TPE, no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False, search="tpe",

@@ -53,14 +53,14 @@ def test_priors_alternate_with_the_search_once_they_stop_helping():
     state = make_state(engine_knobs())
     sources = []
     for _ in range(6):
-        p = RuleOrchestrator(feasible=lambda cfg: True).propose(state)
+        p = RuleOrchestrator(feasible=lambda cfg: True, priors="slots").propose(state)
         sources.append(p["source"])
         feed(state, p, verdict="revert", ratio=0.97)
     assert sources == ["prior", "search", "prior", "search", "prior", "search"]
     state = make_state(engine_knobs())
     plain = []
     for _ in range(6):
-        p = RuleOrchestrator(feasible=lambda cfg: True, prior_patience=None).propose(state)
+        p = RuleOrchestrator(feasible=lambda cfg: True, prior_patience=None, priors="slots").propose(state)
         plain.append(p["source"])
         feed(state, p, verdict="revert", ratio=0.97)
     assert plain == ["prior"] * 6

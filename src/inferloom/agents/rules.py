@@ -36,6 +36,7 @@ from inferloom.agents.server_priors import default_table
 from inferloom.measure.keep_rule import keep_threshold, session_keep
 from inferloom.agents.search_moves import alternate_to_search, repair, width
 from inferloom.agents.search_model import ucb_proposal
+from inferloom.agents.search_priors import claimed_by, prior_means
 from inferloom.agents.search_refusals import REFUSED_VERDICTS, contains_refused, suspect
 from inferloom.agents.search_view import _View, _distribution, _domain, knob_from_dict
 from inferloom.workloads.base import ConfigError, Knob
@@ -53,7 +54,6 @@ _BAD = {"failed", "refused", "reject-quality"}
 def _fmt(changes: Mapping[str, Any]) -> str:
     text = ", ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in changes.items())
     return text or "(no change)"
-
 
 
 class RuleOrchestrator:
@@ -83,14 +83,18 @@ class RuleOrchestrator:
     (``search_refusals.py``; docs/benchmarks.md section 10).
     ``prior_patience``: after that many trials without a keep, priors and the
     search alternate; ``stall``: a stack that old without a keep widens the
-    search to two knobs (``search_moves.py``; None: off). ``phase`` is not
+    search to two knobs (``search_moves.py``; None: off). ``priors="model"`` (with the model's search): no
+    slots for priors; their claimed gains are the model's prior means (``search_priors.py``), and a proposal
+    holding a claimed value not yet measured says it comes from that prior; ``"slots"``: the above; ``"auto"``:
+    "model" with ``feasible``, else "slots" (chosen on seeds 0-9, docs/benchmarks.md section 10). ``phase`` is not
     consulted: the coordinator's allowlist decides what is admitted."""
 
     name = "rule-orchestrator"
 
     def __init__(self, seed: int = 0, prior_table: Any = None, *, max_changes: int | None = 1,
                  n_startup_trials: int = 5, feasible: Callable[[Mapping[str, Any]], bool] | None = None,
-                 prior_patience: int | None = 1, stall: int | None = 6, search: str = "auto") -> None:
+                 prior_patience: int | None = 1, stall: int | None = 6, search: str = "auto",
+                 priors: str = "auto") -> None:
         if max_changes is not None and max_changes < 1:
             raise ValueError("RuleOrchestrator: max_changes must be >= 1 or None")
         self.seed, self.prior_table = int(seed), prior_table
@@ -100,6 +104,10 @@ class RuleOrchestrator:
         if search not in ("auto", "ucb", "tpe"):
             raise ValueError(f"RuleOrchestrator: search must be 'auto', 'ucb' or 'tpe', got {search!r}")
         self.search = "ucb" if search == "auto" else search
+        if priors not in ("auto", "slots", "model") or (priors == "model" and self.search != "ucb"):
+            raise ValueError(f"RuleOrchestrator: priors must be 'auto', 'slots' or 'model' (the latter with "
+                             f"search 'auto' or 'ucb'), got priors={priors!r}, search={search!r}")
+        self.priors = priors if priors != "auto" else "model" if feasible and self.search == "ucb" else "slots"
 
     def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:
         """Unmeasured, holding no combination refused before (``search_refusals.py``), and not refused
@@ -117,6 +125,8 @@ class RuleOrchestrator:
         view = _View(state)
         if not view.space:
             return {"action": "end_phase", "rationale": f"no unpinned knob applies to device {view.device}"}
+        if self.priors == "model":  # the priors' claims are the model's prior means: no slots of their own
+            return self._search(view, self._claims(view, state))
         if alternate_to_search(view, self.prior_patience):  # the priors stopped helping: search every other slot
             proposal = self._search(view)
             if proposal["action"] == "try_config":
@@ -142,20 +152,26 @@ class RuleOrchestrator:
             out[name] = value
         return out
 
-    def _from_priors(self, view: _View, state: Mapping[str, Any]) -> dict[str, Any] | None:
+    def _ranked(self, view: _View, state: Mapping[str, Any]) -> Iterator[tuple[Prior, dict[str, Any], bool]]:
+        """(prior, its full change-set, whether a change-set in it failed before) in rank order."""
         dtype, concurrency = view.stack.get("dtype") or view.workload.get("dtype"), int(view.workload.get("concurrency") or 1)
         failures = [dict(f) for f in state.get("kb_failures") or [] if isinstance(f, Mapping) and f]
-        first: list[tuple[Prior, dict[str, Any], bool]] = []
-        last: list[tuple[Prior, dict[str, Any], bool]] = []
         table = default_table(view.by_name, view.workload, state) if self.prior_table is None else self.prior_table
         for prior in rank_priors(view.device, concurrency, dtype, table):
             full = self._resolve(prior, view)
-            if full is None:
-                continue
+            if full is not None:
+                yield prior, full, any(all(k in full and full[k] == v for k, v in f.items()) for f in failures)
+
+    def _claims(self, view: _View, state: Mapping[str, Any]) -> dict[tuple[str, Any], tuple[float, Prior]]:
+        return prior_means(((p, full) for p, full, failed in self._ranked(view, state) if not failed), view.stock)
+
+    def _from_priors(self, view: _View, state: Mapping[str, Any]) -> dict[str, Any] | None:
+        first: list[tuple[Prior, dict[str, Any], bool]] = []
+        last: list[tuple[Prior, dict[str, Any], bool]] = []
+        for prior, full, failed in self._ranked(view, state):
             changes = {k: v for k, v in full.items() if v != view.stack[k]}
             if not changes or not self._ok(view, changes):
                 continue
-            failed = any(all(k in full and full[k] == v for k, v in f.items()) for f in failures)
             failed = failed or suspect(view.candidate(changes)[0], view.suspect)  # like a refusal this session
             (last if failed else first).append((prior, changes, failed))
         if not first and not last:
@@ -196,14 +212,21 @@ class RuleOrchestrator:
         except ConfigError:
             return False
 
-    def _search(self, view: _View) -> dict[str, Any]:
+    def _search(self, view: _View, claims: Mapping[tuple[str, Any], tuple[float, Prior]] | None = None) -> dict[str, Any]:
         if self.search == "ucb":
-            found = ucb_proposal(view, self._history(view, feasible_only=True), min(width(view, self.max_changes, self.stall) or 2, 2),
-                                 lambda c: self._complete(view, c), demote=lambda cfg: suspect(cfg, view.suspect))
+            history = list(self._history(view, feasible_only=True))
+            found = ucb_proposal(view, history, min(width(view, self.max_changes, self.stall) or 2, 2),
+                                 lambda c: self._complete(view, c), demote=lambda cfg: suspect(cfg, view.suspect),
+                                 prior_mean={c: m for c, (m, _) in (claims or {}).items()})
             if found is not None:
+                why = (f"additive model over {len(view.space)} knobs given {len(view.replayed)} measured trials"
+                       f"{', expert priors as its prior means' if claims else ''}: highest upper confidence bound")
+                by = claimed_by(found[0], claims or {}, (p for p, _ in history))
+                if by:  # a value only a prior's claim speaks for: proposed because of that prior
+                    why = "; ".join(f"expert prior '{p.name}' (claims {p.predicted_gain:+.0%}, not yet measured): "
+                                    f"{p.rationale}" for p in by) + f" [{why}]"
                 return {"action": "try_config", "changes": found[0], "predicted_gain": math.expm1(found[1]),
-                        "rationale": f"additive model over {len(view.space)} knobs given {len(view.replayed)} "
-                        "measured trials: highest upper confidence bound", "source": "search"}
+                        "rationale": why, "source": "prior" if by else "search"}
         try:
             import optuna
         except ImportError:  # optuna missing (e.g. a bare GPU host): enumerate instead

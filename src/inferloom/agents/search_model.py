@@ -33,12 +33,14 @@ BETA = 2.0
 def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]], width: int,
                  ok: Callable[[Mapping[str, Any]], Mapping[str, Any] | None], beta: float = BETA,
                  demote: Callable[[Mapping[str, Any]], bool] = lambda cfg: False,
+                 prior_mean: Mapping[tuple[str, Any], float] | None = None,
                  ) -> tuple[dict[str, Any], float] | None:
     """The change-set of at most ``width`` knobs (before ``ok``'s completion) with the
     highest upper confidence bound, with its predicted log-gain over the stack;
     ``ok(changes)`` returns the change-set to measure (possibly completed) or None
     to skip it; ``demote(config)``: rank that candidate after every other one (a
-    refusal learned in the session makes it suspect). None when no candidate is left."""
+    refusal learned in the session makes it suspect); ``prior_mean``: (knob, value) -> the prior mean of
+    its coefficient (default 0; the expert priors' claims, ``search_priors.py``). None when no candidate is left."""
     domains = {k.name: [v for v in _domain(k, view.stack[k.name])[0]] for k in view.space}
     cols = {(n, v): i for i, (n, v) in enumerate((n, v) for n, vs in domains.items() for v in vs
                                                   if v != view.stock[n])}
@@ -56,7 +58,11 @@ def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]]
     y = np.array([v for _, v in data])
     A = X.T @ X / NOISE_SD**2 + np.eye(len(cols)) / PRIOR_SD**2
     cov = np.linalg.inv(A)
-    mean = cov @ (X.T @ y) / NOISE_SD**2
+    m0 = np.zeros(len(cols))
+    for col, m in (prior_mean or {}).items():
+        if col in cols:
+            m0[cols[col]] = m
+    mean = cov @ (X.T @ y / NOISE_SD**2 + m0 / PRIOR_SD**2)
     stack = row(view.stack)
     best: tuple[tuple[bool, float], dict[str, Any], float] | None = None
 
