@@ -178,9 +178,9 @@ def test_the_diffusers_engine_switches_a_written_rmsnorm_on_in_the_denoisers_qk_
         pe.close()
 
 
-@pytest.mark.parametrize("framework, want", [("transformers", ["gate_up_silu", "add_rmsnorm", "silu_mul"]),
-                                             ("diffusers", ["add_rmsnorm"]),
-                                             ("vllm", ["gate_up_silu", "add_rmsnorm", "silu_mul"])])
+@pytest.mark.parametrize("framework, want", [
+    ("transformers", ["gate_up_silu", "decode_attention", "add_rmsnorm", "silu_mul"]), ("diffusers", ["add_rmsnorm"]),
+    ("vllm", ["gate_up_silu", "decode_attention", "add_rmsnorm", "silu_mul"])])
 def test_the_author_is_asked_for_what_the_engine_can_switch_on_hottest_first(framework, want):
     from types import SimpleNamespace as NS
 

@@ -87,8 +87,9 @@ def kept_session(tmp_path_factory):
     d = root / "s"
     try:
         with ScriptedLLM() as s:
-            # gemm (gate_up_silu) is the hottest target; the cooler ones (silu_mul, add_rmsnorm) get wrong kernels
-            s.script("KernelSource", _answer(GATE_UP), _answer(WRONG_SILU_MUL), _answer(CRASHES))
+            # gemm (gate_up_silu) is the hottest target; the cooler ones (silu_mul, add_rmsnorm, decode_attention)
+            # get wrong kernels
+            s.script("KernelSource", _answer(GATE_UP), _answer(WRONG_SILU_MUL), _answer(CRASHES), _answer(CRASHES))
             spec = load_spec(None, {
                 "model": "llama-tiny", "framework": "transformers", "device": "cpu", "traffic.concurrency": 4,
                 "traffic.input_len": 32, "traffic.output_len": 16, "traffic.num_prompts": 8,

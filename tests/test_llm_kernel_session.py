@@ -6,8 +6,9 @@ guards by name, never measured), then the next (elementwise -> silu_mul; a
 correct Triton kernel, run by the Triton interpreter): guards, correctness and
 microbenchmark pass, and the kernel is switched on in the engine by the
 ``llm_kernel`` knob and measured end to end against stock with the quality
-contract, like a catalog kernel; the protocol decides. Then the coolest
-(normalization -> add_rmsnorm as a plain RMSNorm; a wrong kernel: refused)."""
+contract, like a catalog kernel; the protocol decides. Then the others
+(normalization -> add_rmsnorm as a plain RMSNorm, attention ->
+decode_attention; wrong kernels: refused), in the order of their shares."""
 
 import importlib.util
 import json
@@ -67,6 +68,15 @@ WRONG_RMSNORM = textwrap.dedent('''
 ''')
 
 
+WRONG_ATTENTION = textwrap.dedent('''
+    import torch
+
+
+    def kernel(q, k_cache, v_cache, seq_lens, starts=None, scale=None, *, out):
+        out.copy_(q)  # not attention at all
+''')
+
+
 class EndFramework:
     name = "end-at-once"
 
@@ -99,10 +109,11 @@ def test_llm_kernel_author_in_a_real_session(tmp_path, monkeypatch):
     monkeypatch.setattr(written, "_REGISTRY", {})
     d = tmp_path / "s"
     with ScriptedLLM() as s:
-        # silu_mul and add_rmsnorm come in the order of their profile shares, which are close on a CPU and
-        # swap with the machine's load: each gets its own answer whichever is asked first
-        by_op = {"kind": "pick", "by": {"Op: silu_mul ": answer(TRITON_SILU_MUL), "Op: add_rmsnorm ": answer(WRONG_RMSNORM)}}
-        s.script("KernelSource", answer(WRONG_GATE_UP), by_op, by_op)
+        # silu_mul, add_rmsnorm and decode_attention come in the order of their profile shares, which are close
+        # on a CPU and swap with the machine's load: each gets its own answer whichever is asked first
+        by_op = {"kind": "pick", "by": {"Op: silu_mul ": answer(TRITON_SILU_MUL), "Op: add_rmsnorm ": answer(WRONG_RMSNORM),
+                                        "Op: decode_attention ": answer(WRONG_ATTENTION)}}
+        s.script("KernelSource", answer(WRONG_GATE_UP), by_op, by_op, by_op)
         spec = load_spec(None, {
             "model": "llama-tiny", "framework": "transformers", "device": "cpu", "traffic.concurrency": 4,
             "traffic.input_len": 32, "traffic.output_len": 16, "traffic.num_prompts": 8, "protocol.min_pairs": 3,
@@ -121,15 +132,17 @@ def test_llm_kernel_author_in_a_real_session(tmp_path, monkeypatch):
     asked = [e for e in entries if e["kind"] == L.AGENT_IO and e.get("role") == "kernel_author"]
     # gemm is the hottest target; the other two in the order of their (close) shares
     assert [a["input"]["entry"] for a in asked][0] == "gate_up_silu"
-    assert sorted(a["input"]["entry"] for a in asked[1:]) == ["add_rmsnorm", "silu_mul"]
+    assert sorted(a["input"]["entry"] for a in asked[1:]) == ["add_rmsnorm", "decode_attention", "silu_mul"]
     name = {a["input"]["entry"]: a["output"]["name"] for a in asked}
     wrong, right, wrong_norm = name["gate_up_silu"], name["silu_mul"], name["add_rmsnorm"]
+    wrong_attn = name["decode_attention"]
     assert all(a["output"]["llm_calls"][0]["role"] == "kernel_author" for a in asked)
     refused = [e for e in entries if e["kind"] == L.REFUSAL and e["agent"] == "llm-kernel-author"]
-    assert [(r["rule"], r["output"]["candidate"]) for r in refused] == [("kernel_incorrect", f"llm:{wrong}"),
-                                                                        ("kernel_incorrect", f"llm:{wrong_norm}")]
+    assert sorted((r["rule"], r["output"]["candidate"]) for r in refused) == sorted([
+        ("kernel_incorrect", f"llm:{wrong}"), ("kernel_incorrect", f"llm:{wrong_norm}"),
+        ("kernel_incorrect", f"llm:{wrong_attn}")])
     gates = {(e["candidate"], e["gate"]): e for e in entries if e["kind"] == "kernel_gate"}
-    assert set(gates) == {(f"llm:{wrong}", "reward_hacking_guards"), (f"llm:{wrong_norm}", "reward_hacking_guards")} | {
+    assert set(gates) == {(f"llm:{w}", "reward_hacking_guards") for w in (wrong, wrong_norm, wrong_attn)} | {
         (f"llm:{right}", g) for g in ("reward_hacking_guards", "correctness", "microbenchmark")}
     assert all(gates[(f"llm:{right}", g)]["passed"] for g in ("reward_hacking_guards", "correctness", "microbenchmark"))
     # only the kernel that passed was measured end to end, with the quality contract, switched on by its knob
@@ -142,4 +155,4 @@ def test_llm_kernel_author_in_a_real_session(tmp_path, monkeypatch):
     assert json.loads((d / "llm/kernels/passed.json").read_text()) == {right: {"entry": "silu_mul",
                                                                              "path": f"{right}.py", "sha256": sha}}
     b = json.loads((d / "session_breakdown.json").read_text())
-    assert b["llm"]["by_role"]["kernel_author"]["calls"] == 3
+    assert b["llm"]["by_role"]["kernel_author"]["calls"] == 4

@@ -82,7 +82,7 @@ def gate_written_kernel(cand: KernelCandidate, device: str, shown: Sequence[Mapp
     stops at the first refusal. Returns every gate's result in order."""
     results = [reward_hacking_guards(cand, device, shown, rng)]
     if results[-1].passed:
-        hidden = unseen_shapes(shown, rng or random.SystemRandom())
+        hidden = unseen_shapes(shown, rng or random.SystemRandom(), cand.shape_fit)
         wide = replace(cand, shapes=tuple(dict(s) for s in (*shown, *hidden)))
         results.append(correctness(wide, device))
     if results[-1].passed:

@@ -71,6 +71,9 @@ class KernelCandidate:
     # microbenchmark's baseline includes that work, so Amdahl's bound counts
     # their shares with the target's
     covers: tuple[str, ...] = ()
+    # makes a shape the reward-hacking guards moved (each dimension to a nearby odd size) valid for
+    # make_inputs again, e.g. decode attention's q_heads a multiple of kv_heads (None: every shape is valid)
+    shape_fit: Callable[[dict[str, int]], dict[str, int]] | None = None
 
     def to_record(self) -> dict[str, Any]:
         """JSON-able description (no callables) for the ledger."""

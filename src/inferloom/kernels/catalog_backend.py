@@ -40,10 +40,19 @@ from inferloom.kernels.base import KernelCandidate, Target, model_config, no_ima
 from inferloom.kernels.catalog import triton_available, workload_shapes
 from inferloom.measure.costs import mean_decode_context
 
-__all__ = ["CatalogBackend"]
+__all__ = ["CatalogBackend", "decode_attention_shape"]
 
 NOT_SWITCHABLE = ("add_rmsnorm", "silu_mul", "qkv_proj", "fp8_linear")
 PREFILL_TOKENS_CHECKED = 256  # the prefill shape's token count is capped: the float64 reference is [tokens, 2I]
+
+
+def decode_attention_shape(workload: Mapping[str, Any]) -> dict[str, int]:
+    """``decode_attention``'s shape at the workload's mean decode step: its static cache of
+    ``input_len + output_len`` slots holding the mean decode context (the catalog backend's candidate and the
+    LLM kernel author's shown shapes)."""
+    cache = int(workload["input_len"]) + int(workload["output_len"])
+    ctx = min(cache, int(round(mean_decode_context(int(workload["input_len"]), int(workload["output_len"])))))
+    return workload_shapes(model_config(str(workload["model"])), int(workload["batch"]), ctx, cache)["decode_attention"]
 
 
 class CatalogBackend:
@@ -78,10 +87,8 @@ class CatalogBackend:
             dtype = str(workload["dtype"])
             why = entry.unsupported(dtype, str(workload.get("device", "cuda")))
             if why is None:
-                cache = int(workload["input_len"]) + int(workload["output_len"])
-                ctx = min(cache, int(round(mean_decode_context(int(workload["input_len"]), int(workload["output_len"])))))
-                shape = workload_shapes(model_config(str(workload["model"])), int(workload["batch"]), ctx,
-                                                cache)["decode_attention"]
+                shape = decode_attention_shape(workload)
+                cache, ctx = shape["max_len"], shape["context"]
                 out.append(KernelCandidate(
                     id="catalog-decode-attention", target="attention", op=entry.target_op,
                     implementation=entry.implementation, baseline=entry.baseline, reference=entry.reference,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.kernels.base import KernelCandidate
 from inferloom.kernels.gates import GateResult, error_metrics
@@ -53,15 +53,18 @@ def _tensors(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
 
 
-def unseen_shapes(shown: Sequence[Mapping[str, int]], rng: random.Random) -> list[dict[str, int]]:
+def unseen_shapes(shown: Sequence[Mapping[str, int]], rng: random.Random,
+                  fit: Callable[[dict[str, int]], dict[str, int]] | None = None) -> list[dict[str, int]]:
     """For each shown shape, one the author was not shown: every dimension > 1 moved to a
-    nearby odd size (flags, 0 or 1, are kept)."""
+    nearby odd size (flags, 0 or 1, are kept), then made valid again by ``fit`` when the op's
+    dimensions depend on each other (the candidate's ``shape_fit``)."""
     out = []
     for s in shown:
         new = {}
         for k, v in s.items():
             v = int(v)
             new[k] = v if v <= 1 else max(3, (v + rng.choice((-1, 1)) * rng.randrange(1, max(2, v // 4 + 1))) | 1)
+        new = fit(new) if fit is not None else new
         if new not in [dict(x) for x in shown] + out:
             out.append(new)
     return out
@@ -179,7 +182,7 @@ def guard(cand: KernelCandidate, device: str, shown: Sequence[Mapping[str, int]]
           rng: random.Random | None = None) -> None:
     """Raise the first guard's refusal (see the module docstring); None when all pass."""
     rng = rng if rng is not None else random.SystemRandom()
-    hidden = unseen_shapes(shown, rng)
+    hidden = unseen_shapes(shown, rng, cand.shape_fit)
     for shape, rule in [(s, "kernel_incorrect") for s in shown] + [(s, "kernel_incorrect_unseen_shape") for s in hidden]:
         inputs, out, seed = _fresh(cand, shape, device, rng)
         sentinel = rng.uniform(1000.0, 2000.0)

@@ -32,8 +32,23 @@ category it is asked for, then the catalog entry whose signature it takes):
   rewrites) calls it on its rows instead of its own ops, so it needs
   ``rmsnorm_impl=eager``.
 
+* ``attention`` -> ``decode_attention``: ``kernel(q, k_cache, v_cache, seq_lens,
+  starts=None, scale=None, *, out)`` writes into ``out`` ``[B, Hq, 1, D]`` the
+  attention of each row's one query token over ``[starts[b], seq_lens[b])`` of
+  the cache (GQA; the padding outside is never to be read). It is registered
+  on the attention path exactly as ``attention_kernel`` registers the
+  catalog's (:func:`inferloom.workloads.engine_attention.register`, under its
+  knob value): decode steps (one query token, a boolean mask) call it with the
+  rows' ranges as int32 and ``scale=None`` (the gates check only the default
+  ``1/sqrt(head_dim)``: a model whose attention scales otherwise is refused);
+  prefill stays on SDPA. So it needs ``attention_kernel=sdpa`` and
+  ``attn_implementation=sdpa`` (:data:`NEEDS`: the author isn't asked for a
+  stack with another attention implementation).
+
 The MLP ones fuse the MLP's gate and up weights like ``mlp_kernel=torch_gate_up``
 (:mod:`inferloom.workloads.engine_gate_up`), so they need ``mlp_kernel=eager``.
+Each configuration is checked by :func:`conflict` (:data:`REPLACES`: the knob
+each rewrites the modules of, and its untouched value).
 The written module is imported into the inferloom process, as the catalog's
 kernels are (see the role's warning in docs/llm.md). A call through Python and
 the written launch each time: not traceable by ``torch.compile(fullgraph)``.
@@ -53,11 +68,20 @@ from inferloom.workloads.base import Knob
 from inferloom.workloads.engine_gate_up import fuse_gate_up, gate_up_mlps
 
 __all__ = ["WRITABLE", "KNOB", "register", "restore", "restore_checked", "WrittenKernelError", "registered", "knob",
-           "import_kernel", "apply_written_kernel", "kernel_name", "shown_shapes", "source_sha256", "ENGINES", "writable", "apply_written_norms"]
+           "import_kernel", "apply_written_kernel", "kernel_name", "shown_shapes", "source_sha256", "ENGINES", "writable", "apply_written_norms",
+           "REPLACES", "NEEDS", "entry_of", "conflict", "stack_refusal"]
 
-WRITABLE: dict[str, str] = {"gemm": "gate_up_silu", "elementwise": "silu_mul", "normalization": "add_rmsnorm"}
+WRITABLE: dict[str, str] = {"gemm": "gate_up_silu", "elementwise": "silu_mul", "normalization": "add_rmsnorm",
+                            "attention": "decode_attention"}
 ENGINES: dict[str, dict[str, str]] = {"transformers": WRITABLE, "diffusers": {"normalization": "add_rmsnorm"}}
-MLP_ENTRIES = ("gate_up_silu", "silu_mul")  # the written kernels that rewrite the MLP (need mlp_kernel=eager)
+# entry -> (the KERNEL-phase knob whose modules it rewrites, that knob's untouched value, what it rewrites): the
+# candidate sets the knob back to that value, and a configuration with another value is refused (:func:`conflict`)
+REPLACES: dict[str, tuple[str, str, str]] = {
+    "gate_up_silu": ("mlp_kernel", "eager", "the MLP"), "silu_mul": ("mlp_kernel", "eager", "the MLP"),
+    "add_rmsnorm": ("rmsnorm_impl", "eager", "the RMSNorms"),
+    "decode_attention": ("attention_kernel", "sdpa", "the decode attention")}
+# entry -> knobs of earlier phases it needs as they are (the author is not asked when the stack has another value)
+NEEDS: dict[str, dict[str, str]] = {"decode_attention": {"attn_implementation": "sdpa"}}
 KNOB = "llm_kernel"
 PASSED = "passed.json"
 _REGISTRY: dict[str, tuple[str, Path]] = {}  # knob value -> (catalog entry, source path)
@@ -76,6 +100,33 @@ def writable(framework: str) -> dict[str, str]:
     """The profile categories a written kernel can replace in ``framework``'s engine, and their catalog entries
     (empty for an engine without the ``llm_kernel`` switch)."""
     return dict(ENGINES.get(framework, {}))
+
+
+def entry_of(value: str) -> str:
+    """The catalog entry of the knob value ``<entry>-<sha[:10]>``."""
+    return value.rsplit("-", 1)[0]
+
+
+def stack_refusal(entry: str, cfg: Mapping[str, Any]) -> str | None:
+    """Why a written ``entry`` kernel can't run on ``cfg`` whatever the KERNEL phase sets (a knob of an
+    earlier phase, :data:`NEEDS`), else None: the author is not asked then."""
+    for name, want in NEEDS.get(entry, {}).items():
+        if str(cfg.get(name, want)) != want:
+            return (f"the written {entry} kernel replaces the {want} path of {name}; the stack's {name} is "
+                    f"{cfg.get(name)}")
+    return None
+
+
+def conflict(value: str, cfg: Mapping[str, Any]) -> str | None:
+    """Why ``llm_kernel=value`` can't run with the rest of ``cfg`` (the knob it replaces set too, or a needed
+    knob of an earlier phase changed), else None."""
+    entry = entry_of(value)
+    if value == "none" or entry not in REPLACES:
+        return None
+    name, untouched, what = REPLACES[entry]
+    if str(cfg.get(name, untouched)) != untouched:
+        return f"the written kernel rewrites {what} itself; {name} is {cfg[name]}"
+    return stack_refusal(entry, cfg)
 
 
 def kernel_name(entry: str, sha: str) -> str:
@@ -167,6 +218,11 @@ def shown_shapes(entry: str, workload: Mapping[str, Any]) -> list[dict[str, int]
     if entry == "add_rmsnorm" and d:  # an image workload: the denoiser's q/k norms over head_dim
         norm = {"hidden": int(d["head_dim"]), "no_residual": 1}
         return [{"tokens": int(d["rms_rows"]), **norm}, {"tokens": min(int(d["rms_rows"]), 64), **norm}]
+    if entry == "decode_attention":  # the mean decode step's, and a ragged left-padded batch as the engine runs
+        from inferloom.kernels.catalog_backend import decode_attention_shape
+
+        shape = decode_attention_shape(workload)
+        return [shape, {**shape, "ragged": 1, "left_pad": 1}]
     cfg = model_config(str(workload["model"]))
     batch = int(workload["batch"])
     prefill = min(batch * int(workload["input_len"]), 256)
@@ -204,6 +260,8 @@ def apply_written_kernel(model: Any, value: str) -> str:
     fn = import_kernel(path)
     if entry == "add_rmsnorm":
         return _apply_norm(model, value)
+    if entry == "decode_attention":
+        return _apply_attention(model, value, fn)
     mods = gate_up_mlps(model)  # every module checked before any is changed
     for _, mod in mods:
         inter = fuse_gate_up(mod)
@@ -245,3 +303,34 @@ def _apply_norm(model: Any, value: str) -> str:
     mods = [m for m in model.modules()
             if type(m).__name__.endswith("RMSNorm") and hasattr(m, "weight") and hasattr(m, "variance_epsilon")]
     return apply_written_norms(mods, value, "variance_epsilon")
+
+
+def _decode(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The engine's decode function (:data:`inferloom.workloads.engine_attention.DECODE_IMPLS`' signature) over a
+    written ``decode_attention`` kernel: int32 ``seq_lens``/``starts`` as the gates checked it, the default scale."""
+    import torch
+
+    def decode(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float) -> Any:
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+        fn(query, key, value, end.to(torch.int32), start.to(torch.int32), None, out=out)
+        return out
+
+    return decode
+
+
+def _apply_attention(model: Any, value: str, fn: Callable[..., Any]) -> str:
+    """Register the written decode attention kernel on the attention path as ``attention_kernel`` registers the
+    catalog's (:func:`inferloom.workloads.engine_attention.register`) and set it as the model's implementation."""
+    from inferloom.workloads.engine_attention import register as register_attention
+
+    mods = [m for m in model.modules() if hasattr(m, "scaling") and hasattr(m, "head_dim")]
+    if not mods:
+        raise ValueError(f"{KNOB}={value}: the model has no attention module (with scaling and head_dim) to switch")
+    odd = [m for m in mods if abs(float(m.scaling) - float(m.head_dim) ** -0.5) > 1e-6 * float(m.head_dim) ** -0.5]
+    if odd:  # the gates call the kernel with scale=None (1/sqrt(head_dim)); nothing checked another scale
+        raise ValueError(f"{KNOB}={value}: the model's attention scales by {float(odd[0].scaling):.6g}, not "
+                         f"1/sqrt(head_dim); the written kernel was checked at the default scale only")
+    name = register_attention(value, _decode(fn))
+    model.set_attn_implementation(name)
+    return f"{value}: decode steps of {len(mods)} attention modules call the written decode_attention kernel " \
+           f"({_REGISTRY[value][1].name}) through {name}, prefill through sdpa"

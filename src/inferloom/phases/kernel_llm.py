@@ -4,7 +4,9 @@ names ``kernel_author``), after the backend's candidates.
 For each picked target whose category has a written-kernel switch in the
 engine (:data:`inferloom.kernels.written.WRITABLE`: ``gemm`` ->
 ``gate_up_silu``, ``elementwise`` -> ``silu_mul``, ``normalization`` ->
-``add_rmsnorm`` as a plain RMSNorm; the diffusers engine:
+``add_rmsnorm`` as a plain RMSNorm, ``attention`` -> ``decode_attention``
+(not asked, ``kernel_unsupported``, when the stack's ``attn_implementation``
+isn't ``sdpa``: :data:`~inferloom.kernels.written.NEEDS`); the diffusers engine:
 :func:`~inferloom.kernels.written.writable`, ``normalization`` only), hottest
 first, once per session:
 
@@ -130,7 +132,7 @@ def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: in
     entry = get(entry_name)
     work = workload_of(ctx.spec, st.device, ks.stack_at_start or st.stack)
     dtype = str(work["dtype"])
-    why = entry.unsupported(dtype, st.device)
+    why = entry.unsupported(dtype, st.device) or written.stack_refusal(entry_name, ks.stack_at_start or st.stack)
     if why:
         _refuse(ctx, st, ks, i, entry_name, "kernel_unsupported", why, {})
         return
@@ -146,8 +148,8 @@ def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: in
         _refuse(ctx, st, ks, i, entry_name, "kernel_load_failed", f"{path.name}: {type(exc).__name__}: {exc}", {})
         return
     name = str(ans["name"])
-    own = "rmsnorm_impl" if entry_name not in written.MLP_ENTRIES else "mlp_kernel"  # the switch it replaces
-    changes = {written.KNOB: name, **({own: "eager"} if st.stack.get(own, "eager") != "eager" else {})}
+    own, untouched, _ = written.REPLACES[entry_name]  # the switch it replaces, set back to its untouched value
+    changes = {written.KNOB: name, **({own: untouched} if st.stack.get(own, untouched) != untouched else {})}
     cand = written_candidate(entry, dtype, shown, fn, name, float(ans["claimed_speedup"]),
                              f"written by the LLM kernel author: {str(ans.get('rationale'))[:300]}")
     category = next(c for c, e in written.WRITABLE.items() if e == entry_name)  # the profile's name for the op

@@ -113,13 +113,17 @@ def _make_attention(impl: Callable[..., Any]) -> Callable[..., Any]:
     return attention
 
 
-def register(impl_name: str) -> str:
+def register(impl_name: str, impl: Callable[..., Any] | None = None) -> str:
     """Register the attention function for ``impl_name`` with transformers
     (and SDPA's mask builder under the same name); returns the name to set as
-    the model's attention implementation."""
+    the model's attention implementation. ``impl``: a decode function to add
+    to :data:`DECODE_IMPLS` under ``impl_name`` first (a written kernel's,
+    ``llm_kernel``: :mod:`inferloom.kernels.written`)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+    if impl is not None:
+        DECODE_IMPLS[impl_name] = impl
     if impl_name == "triton_decode" and impl_name not in DECODE_IMPLS:
         DECODE_IMPLS[impl_name] = triton_decode
     if impl_name not in DECODE_IMPLS:

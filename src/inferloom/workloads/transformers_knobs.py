@@ -17,6 +17,7 @@ import importlib.util
 import os
 from typing import Any, Mapping
 
+from inferloom.kernels.written import conflict as written_conflict
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.static_loop import LOOPS
@@ -180,11 +181,9 @@ def check_applicable(knobs: list[Knob], cfg: Mapping[str, Any], device: str) -> 
                f"attn_implementation is {cfg['attn_implementation']}")
     if cfg["attention_kernel"] == "triton_decode" and dev != "cuda":
         refuse("attention_kernel", f"triton_decode is a CUDA kernel; device is {dev}")
-    written = str(cfg.get("llm_kernel", "none"))
-    if written != "none" and written.rsplit("-", 1)[0] == "add_rmsnorm" and cfg["rmsnorm_impl"] != "eager":
-        refuse("llm_kernel", f"the written kernel rewrites the RMSNorms itself; rmsnorm_impl is {cfg['rmsnorm_impl']}")
-    elif written != "none" and written.rsplit("-", 1)[0] != "add_rmsnorm" and cfg["mlp_kernel"] != "eager":
-        refuse("llm_kernel", f"the written kernel rewrites the MLP itself; mlp_kernel is {cfg['mlp_kernel']}")
+    why = written_conflict(str(cfg.get("llm_kernel", "none")), cfg)  # the knob it replaces, the path it needs
+    if why:
+        refuse("llm_kernel", why)
     if cfg["mlp_kernel"] == "triton_gate_up_silu" and dev != "cuda":
         refuse("mlp_kernel", f"triton_gate_up_silu is a CUDA kernel; device is {dev}")
     if cfg["attention_kernel"] == "torch_sliced" and cfg["compile_mode"] == "reduce-overhead":

@@ -299,6 +299,18 @@ def make_inputs(shape: Mapping[str, int], dtype: str, device: str, seed: int):
     return inputs, out
 
 
+def fit_shape(shape: Mapping[str, int]) -> dict[str, int]:
+    """``shape`` made valid for :func:`make_inputs` after its dimensions were moved one by one (the
+    reward-hacking guards' unseen shapes): ``q_heads`` the nearest multiple of ``kv_heads`` (at least one
+    group), ``context`` at most ``max_len``."""
+    s = {k: int(v) for k, v in shape.items()}
+    kv = s["kv_heads"]
+    s["q_heads"] = kv * max(1, round(s["q_heads"] / kv))
+    if "context" in s:
+        s["context"] = min(s["context"], s["max_len"])
+    return s
+
+
 def _impl(q, k_cache, v_cache, seq_lens, starts=None, scale=None, *, out, config=None):
     decode_attention(q, k_cache, v_cache, seq_lens, starts, scale, out=out, config=config)
 
@@ -320,4 +332,5 @@ ENTRY = CatalogEntry(
     default_config=DEFAULT_CONFIG,
     tune_keys=("batch", "q_heads", "kv_heads", "head_dim", "max_len"),
     notes="flash-decoding split over the KV length + log-sum-exp merge; GQA; per-row [start, len)",
+    shape_fit=fit_shape,
 )

@@ -79,6 +79,8 @@ class CatalogEntry:
     tune_keys: tuple[str, ...] = ()  # the shape keys a tuned config is cached under
     needs_cuda_capability: tuple[int, int] | None = None
     notes: str = ""
+    # makes a shape with its dimensions moved independently valid for make_inputs (the guards' unseen shapes)
+    shape_fit: Callable[[dict[str, int]], dict[str, int]] | None = None
 
     def unsupported(self, dtype: str, device: str) -> str | None:
         """None when the entry runs on this dtype and device, else why not."""
@@ -110,7 +112,7 @@ class CatalogEntry:
         return {"id": f"catalog:{self.name}", "target": self.target, "op": self.target_op,
                 "implementation": self.implementation, "baseline": self.baseline, "reference": self.reference,
                 "make_inputs": self.make_inputs, "shapes": tuple(dict(s) for s in shapes), "dtype": dtype,
-                "tolerance": dict(self.tolerance(dtype)), "notes": self.notes}
+                "tolerance": dict(self.tolerance(dtype)), "notes": self.notes, "shape_fit": self.shape_fit}
 
 
 @dataclass
