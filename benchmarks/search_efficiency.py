@@ -202,11 +202,11 @@ STRATEGIES: dict[str, Callable[[Landscape, int, int], list[float]]] = {
     "default, no cross-knob rules (refusals learned as it goes; priors in slots)": run_default,
     "priors, then TPE, no cross-knob rules (the previous fallback)": lambda ls, s, b: run_default(
         ls, s, b, search="tpe", prior_patience=None, stall=None),
-    "default + cross-knob rules (priors in the model)": lambda ls, s, b: run_default(ls, s, b, rules=True),
+    "default + cross-knob rules (priors in slots)": lambda ls, s, b: run_default(ls, s, b, rules=True),
     "priors in the model, no cross-knob rules (not the default)": lambda ls, s, b: run_default(
         ls, s, b, priors_in="model"),
-    "priors in slots + cross-knob rules (the previous default)": lambda ls, s, b: run_default(
-        ls, s, b, rules=True, priors_in="slots"),
+    "priors in the model + cross-knob rules (not the default)": lambda ls, s, b: run_default(
+        ls, s, b, rules=True, priors_in="model"),
     "default search alone + cross-knob rules (no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False,
                                                                                          rules=True),
     "TPE alone (orchestrator's TPE, no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False, search="tpe",

@@ -83,10 +83,11 @@ class RuleOrchestrator:
     (``search_refusals.py``; docs/benchmarks.md section 10).
     ``prior_patience``: after that many trials without a keep, priors and the
     search alternate; ``stall``: a stack that old without a keep widens the
-    search to two knobs (``search_moves.py``; None: off). ``priors="model"`` (with the model's search): no
-    slots for priors; their claimed gains are the model's prior means (``search_priors.py``), and a proposal
-    holding a claimed value not yet measured says it comes from that prior; ``"slots"``: the above; ``"auto"``:
-    "model" with ``feasible``, else "slots" (chosen on seeds 0-9, docs/benchmarks.md section 10). ``phase`` is not
+    search to two knobs (``search_moves.py``; None: off). ``priors="slots"`` (the default): the above;
+    ``"model"`` (with the model's search, opt-in): no slots for priors; their claimed gains are the model's
+    prior means (``search_priors.py``), and a proposal holding a claimed value not yet measured says it comes
+    from that prior (not the default: slower on the real engine's table and on fresh prior-aligned seeds,
+    docs/benchmarks.md sections 10 and 16). ``phase`` is not
     consulted: the coordinator's allowlist decides what is admitted."""
 
     name = "rule-orchestrator"
@@ -94,7 +95,7 @@ class RuleOrchestrator:
     def __init__(self, seed: int = 0, prior_table: Any = None, *, max_changes: int | None = 1,
                  n_startup_trials: int = 5, feasible: Callable[[Mapping[str, Any]], bool] | None = None,
                  prior_patience: int | None = 1, stall: int | None = 6, search: str = "auto",
-                 priors: str = "auto") -> None:
+                 priors: str = "slots") -> None:
         if max_changes is not None and max_changes < 1:
             raise ValueError("RuleOrchestrator: max_changes must be >= 1 or None")
         self.seed, self.prior_table = int(seed), prior_table
@@ -104,10 +105,10 @@ class RuleOrchestrator:
         if search not in ("auto", "ucb", "tpe"):
             raise ValueError(f"RuleOrchestrator: search must be 'auto', 'ucb' or 'tpe', got {search!r}")
         self.search = "ucb" if search == "auto" else search
-        if priors not in ("auto", "slots", "model") or (priors == "model" and self.search != "ucb"):
-            raise ValueError(f"RuleOrchestrator: priors must be 'auto', 'slots' or 'model' (the latter with "
+        if priors not in ("slots", "model") or (priors == "model" and self.search != "ucb"):
+            raise ValueError(f"RuleOrchestrator: priors must be 'slots' or 'model' (the latter with "
                              f"search 'auto' or 'ucb'), got priors={priors!r}, search={search!r}")
-        self.priors = priors if priors != "auto" else "model" if feasible and self.search == "ucb" else "slots"
+        self.priors = priors
 
     def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:
         """Unmeasured, holding no combination refused before (``search_refusals.py``), and not refused
