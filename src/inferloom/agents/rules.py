@@ -11,8 +11,8 @@ gives the same output (see the Protocols in ``inferloom.agents.base``).
   configuration that was already measured: stock, the stack, every
   ``trials[i]["config"]`` and every ``measured_config_keys`` entry count as
   measured. When nothing unmeasured is left it answers ``end_phase``.
-* :class:`RuleCritic` keeps what the session's keep rule admits (measure.keep_rule); its lesson: one line.
-* :class:`RuleRobustness` trips on N consecutive failed trials, two identical
+* :class:`RuleCritic` (``rule_critic.py``) keeps what the session's keep rule admits (measure.keep_rule); its lesson: one line.
+* :class:`RuleRobustness` (``rule_robustness.py``) trips on N consecutive failed trials, two identical
   proposals in a row, or no keep for T minutes; else it returns ``None``.
 
 State keys read besides those in ``agents/base.py``: ``pinned`` (knob ->
@@ -25,15 +25,15 @@ time), and ``trials[i]["finished_at"]`` / ``["cycle"]``.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import random
 import warnings
 from typing import Any, Callable, Iterator, Mapping
 
 from inferloom.agents.priors import Prior, rank_priors
+from inferloom.agents.rule_critic import RuleCritic
+from inferloom.agents.rule_robustness import RuleRobustness
 from inferloom.agents.server_priors import default_table
-from inferloom.measure.keep_rule import keep_threshold, session_keep
 from inferloom.agents.search_moves import alternate_to_search, repair, width
 from inferloom.agents.search_model import ucb_proposal
 from inferloom.agents.search_priors import claimed_by, prior_means
@@ -49,11 +49,6 @@ PENALTY_LOG = math.log(0.5)
 MAX_ASKS = 50  # TPE samples per call before falling back to enumeration
 ENUM_LIMIT = 20_000  # candidate configurations the enumeration looks at, at most
 _BAD = {"failed", "refused", "reject-quality"}
-
-
-def _fmt(changes: Mapping[str, Any]) -> str:
-    text = ", ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in changes.items())
-    return text or "(no change)"
 
 
 class RuleOrchestrator:
@@ -289,111 +284,3 @@ class RuleOrchestrator:
         within = f" within {top} change(s) of the stack" if top < len(view.space) else ""
         return {"action": "end_phase", "rationale": f"search space exhausted: {scope} configuration"
                 f"{within} over the {len(view.space)} searchable knobs was already measured"}
-
-
-def _pct(ratio: float) -> str:
-    return f"{(ratio - 1.0) * 100:+.1f}%"
-
-
-class RuleCritic:
-    """Keep iff ``protocol_verdict == "keep"``, ``quality_passed is True`` (or,
-    with ``allow_unscored=True``, ``None``: counted as an unscored keep by the
-    coordinator) and ``ci_low > (1 + min_gain)(1 + noise_floor)`` (no ``min_gain``: 0; ``session_keep``);
-    all else, malformed evidence too, is reverted (fail-closed). ``judge`` gives ``{"decision", "lesson"}``."""
-
-    name = "rule-critic"
-
-    def __init__(self, allow_unscored: bool = False) -> None:
-        self.allow_unscored = allow_unscored
-
-    def judge(self, evidence: Mapping[str, Any]) -> dict[str, str]:
-        what = _fmt(evidence.get("changes") or {})
-        verdict = evidence.get("protocol_verdict")
-        err = str(evidence.get("error") or "").strip().splitlines()
-        verdict_text = f"{verdict} ({err[0][:200]})" if err else f"{verdict}"
-        try:
-            ratio, lo, hi = (float(evidence[k]) for k in ("ratio", "ci_low", "ci_high"))
-            floor, gain = float(evidence.get("noise_floor") or 0.0), float(evidence.get("min_gain") or 0.0)
-            if not all(math.isfinite(x) for x in (ratio, lo, hi, floor, gain)):
-                raise ValueError
-        except (KeyError, TypeError, ValueError):
-            return {"decision": "revert", "lesson": f"{what}: protocol verdict {verdict_text}, "
-                    "no usable ratio / interval / noise floor in the evidence: reverted"}
-        n = evidence.get("n_pairs")
-        head = f"{what}: {_pct(ratio)} [{_pct(lo)}, {_pct(hi)}] over {n} pairs"
-        passed = evidence.get("quality_passed")
-        failed = "; ".join(str(x) for x in evidence.get("quality_failed") or [])
-        quality = f"failed quality ({failed})" if failed else "failed quality"
-
-        if verdict == "revert":  # a futility stop is not "slower": say why the protocol stopped
-            why = "a gain worth keeping is out of reach: futility" if "futility" in str(evidence.get("protocol_reason")) else "slower"
-            return self._revert(f"{head}: reverted ({why})" + (f"; also {quality}" if passed is False else ""))
-        if verdict == "inconclusive":
-            return self._revert(f"{what}: {_pct(ratio)} [{_pct(lo)}, {_pct(hi)}], inconclusive after {n} pairs: reverted")
-        if verdict != "keep":
-            return self._revert(f"{head}: protocol verdict {verdict_text}: reverted")
-        if passed is False:
-            return self._revert(f"{head}, faster but {quality}: reverted")
-        if passed is None and not self.allow_unscored:
-            return self._revert(f"{head}, faster but has no quality verdict: reverted")
-        if not session_keep(protocol_verdict=verdict, quality_passed=passed, ci_low=lo, min_gain=gain, floor=floor,
-                            allow_unscored=self.allow_unscored):
-            return self._revert(f"{head}: reverted (lower bound {_pct(lo)} does not clear the noise floor {floor * 100:.1f}% "
-                                f"on top of the minimum gain {gain * 100:.1f}%: x{keep_threshold(gain, floor):.4f})")
-        scored = "quality passed" if passed is True else "quality not scored (unscored keep)"
-        return {"decision": "keep", "lesson": f"{head}, {scored}: kept"}
-
-    @staticmethod
-    def _revert(lesson: str) -> dict[str, str]:
-        return {"decision": "revert", "lesson": lesson}
-
-
-class RuleRobustness:
-    """Circuit breaker over the state (see the module docstring).
-
-    Rules, checked in this order, each giving ``{"action": "end_phase", "rule",
-    "reason"}``: ``consecutive_failures`` (the last ``max_consecutive_failures``
-    trials of this cycle all have a verdict in ``failure_verdicts``),
-    ``repeated_proposal`` (the last two of ``state["proposals"]`` are the same
-    change-set), ``no_progress`` (``now`` minus the latest of ``started_at``,
-    ``cycle_started_at`` and the last keep's ``finished_at`` exceeds
-    ``stall_minutes``). Trials carrying a ``cycle`` key count only when it
-    equals ``state["cycle"]``, so a new cycle starts with a clean slate."""
-
-    name = "rule-robustness"
-
-    def __init__(self, max_consecutive_failures: int = 3, stall_minutes: float = 30.0,
-                 failure_verdicts: tuple[str, ...] = ("failed", "refused")) -> None:
-        if max_consecutive_failures < 1 or stall_minutes <= 0:
-            raise ValueError("RuleRobustness: need max_consecutive_failures >= 1 and stall_minutes > 0")
-        self.max_consecutive_failures = int(max_consecutive_failures)
-        self.stall_minutes = float(stall_minutes)
-        self.failure_verdicts = tuple(failure_verdicts)
-
-    def check(self, state: Mapping[str, Any], now: float) -> dict[str, str] | None:
-        trials = [t for t in state.get("trials", []) if isinstance(t, Mapping)]
-        cycle = state.get("cycle")
-        current = [t for t in trials if "cycle" not in t or t["cycle"] == cycle]
-        n = self.max_consecutive_failures
-        tail = current[-n:]
-        if len(tail) == n and all(t.get("verdict") in self.failure_verdicts for t in tail):
-            return {"action": "end_phase", "rule": "consecutive_failures",
-                    "reason": f"the last {n} trials failed ({', '.join(str(t.get('verdict')) for t in tail)})"}
-
-        props = [p.get("changes", p) if isinstance(p, Mapping) else p for p in state.get("proposals") or []]
-        if len(props) >= 2 and _canon(props[-1]) == _canon(props[-2]):
-            return {"action": "end_phase", "rule": "repeated_proposal",
-                    "reason": f"the same change-set was proposed twice in a row: {_canon(props[-1])}"}
-
-        marks = [state.get("started_at"), state.get("cycle_started_at")]
-        marks += [t.get("finished_at") for t in trials if t.get("verdict") == "keep"]
-        marks = [float(m) for m in marks if isinstance(m, (int, float)) and not isinstance(m, bool)]
-        if marks and now - max(marks) > self.stall_minutes * 60.0:
-            return {"action": "end_phase", "rule": "no_progress",
-                    "reason": f"no keep for {(now - max(marks)) / 60.0:.1f} min "
-                    f"(limit {self.stall_minutes:g} min)"}
-        return None
-
-
-def _canon(x: Any) -> str:
-    return json.dumps(x, sort_keys=True, default=str)
