@@ -64,6 +64,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from inferloom.kernels.base import model_config
+from inferloom.kernels.catalog_backend import decode_attention_shape
+from inferloom.workloads.engine_attention import register as register_attention
 from inferloom.workloads.base import Knob
 from inferloom.workloads.engine_gate_up import fuse_gate_up, gate_up_mlps
 
@@ -219,8 +221,6 @@ def shown_shapes(entry: str, workload: Mapping[str, Any]) -> list[dict[str, int]
         norm = {"hidden": int(d["head_dim"]), "no_residual": 1}
         return [{"tokens": int(d["rms_rows"]), **norm}, {"tokens": min(int(d["rms_rows"]), 64), **norm}]
     if entry == "decode_attention":  # the mean decode step's, and a ragged left-padded batch as the engine runs
-        from inferloom.kernels.catalog_backend import decode_attention_shape
-
         shape = decode_attention_shape(workload)
         return [shape, {**shape, "ragged": 1, "left_pad": 1}]
     cfg = model_config(str(workload["model"]))
@@ -321,8 +321,6 @@ def _decode(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _apply_attention(model: Any, value: str, fn: Callable[..., Any]) -> str:
     """Register the written decode attention kernel on the attention path as ``attention_kernel`` registers the
     catalog's (:func:`inferloom.workloads.engine_attention.register`) and set it as the model's implementation."""
-    from inferloom.workloads.engine_attention import register as register_attention
-
     mods = [m for m in model.modules() if hasattr(m, "scaling") and hasattr(m, "head_dim")]
     if not mods:
         raise ValueError(f"{KNOB}={value}: the model has no attention module (with scaling and head_dim) to switch")
