@@ -74,7 +74,7 @@ postgresql:
 	  fi; }
 
 test: $(STAMP) $(VLLM_STAMP) bubblewrap postgresql
-	INFERLOOM_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q -ra
+	INFERLOOM_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q -ra --durations=30
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache
