@@ -28,7 +28,7 @@ from inferloom.agents.llm_record import LLMRefusal, ReplayTransport, read_exchan
 from inferloom.agents.llm_roles import LLMCritic, LLMOrchestrator
 from inferloom.agents.llm_specialist import LLMPatchSource
 from inferloom.errors import InferloomError
-from inferloom.kernels.written import restore
+from inferloom.kernels.written_set import restore
 
 __all__ = ["LLMSetupError", "llm_agents", "check_llm"]
 

@@ -33,7 +33,7 @@ from inferloom.errors import InferloomError
 from inferloom.evidence import custom_remeasure as CR
 from inferloom.evidence.rebuild import venv_env
 from inferloom.inputs import load_json
-from inferloom.kernels import written
+from inferloom.kernels import written, written_set
 from inferloom.measure.protocol import ProtocolSettings
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
@@ -65,7 +65,7 @@ def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
                              "re-measure")
     if changes.get(written.KNOB, "none") != "none":  # a kept LLM-written kernel: registered as the session did
         try:
-            written.restore_checked(d, [str(changes[written.KNOB])])
+            written_set.restore_checked(d, [str(changes[written.KNOB])])  # each member of a combination
         except (written.WrittenKernelError, OSError, ValueError) as exc:
             raise RemeasureError(f"{d}: the final stack's {written.KNOB}={changes[written.KNOB]} can't be re-measured: "
                                  f"{exc}") from None

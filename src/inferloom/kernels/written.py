@@ -11,8 +11,17 @@ after the gates) and records it in ``<session>/llm/kernels/passed.json``, so a
 resumed session (:func:`restore`) and ``verify --remeasure``
 (:func:`restore_checked`, the source's sha256 checked first) can still build
 a stack that has it. A
-value is ``<catalog entry>-<sha256 of the source, 10 hex>``: the kernel's
-identity is its source.
+kernel's value is ``<catalog entry>-<sha256 of the source, 10 hex>``: the
+kernel's identity is its source.
+
+A session can keep several: a value may also be a combination of written
+kernels that rewrite different modules, sorted and joined by ``+``
+(:mod:`inferloom.kernels.written_set`, which every consumer reads a value
+through). A kernel that passes its gates while the stack has
+``llm_kernel=X`` is measured as X plus it (a member of X that rewrites the
+same modules, e.g. ``gate_up_silu`` and ``silu_mul`` both the MLP, replaced
+by it); the combination is registered too (``combined.json`` beside
+``passed.json``) and :data:`REPLACES` / :data:`NEEDS` apply to every member.
 
 What a written kernel replaces in the engine (:data:`WRITABLE`: the profile
 category it is asked for, then the catalog entry whose signature it takes):
@@ -48,7 +57,8 @@ category it is asked for, then the catalog entry whose signature it takes):
 The MLP ones fuse the MLP's gate and up weights like ``mlp_kernel=torch_gate_up``
 (:mod:`inferloom.workloads.engine_gate_up`), so they need ``mlp_kernel=eager``.
 Each configuration is checked by :func:`conflict` (:data:`REPLACES`: the knob
-each rewrites the modules of, and its untouched value).
+each rewrites the modules of, and its untouched value; a combination's every
+member by :func:`inferloom.kernels.written_set.conflict`).
 The written module is imported into the inferloom process, as the catalog's
 kernels are (see the role's warning in docs/llm.md). A call through Python and
 the written launch each time: not traceable by ``torch.compile(fullgraph)``.
@@ -87,6 +97,9 @@ NEEDS: dict[str, dict[str, str]] = {"decode_attention": {"attn_implementation": 
 KNOB = "llm_kernel"
 PASSED = "passed.json"
 _REGISTRY: dict[str, tuple[str, Path]] = {}  # knob value -> (catalog entry, source path)
+# a combination of written kernels (``+``-joined, :mod:`inferloom.kernels.written_set`) -> its members: a value of the
+# knob while every member is registered
+COMBINED: dict[str, tuple[str, ...]] = {}
 
 
 class WrittenKernelError(ValueError):
@@ -203,14 +216,16 @@ def restore_checked(session_dir: str | Path, values: list[str] | tuple[str, ...]
 
 
 def registered() -> tuple[str, ...]:
-    return tuple(sorted(_REGISTRY))
+    """The knob's values now: the kernels registered, and the combinations of them (:data:`COMBINED`)."""
+    return tuple(sorted([*_REGISTRY, *(v for v, ms in COMBINED.items() if all(m in _REGISTRY for m in ms))]))
 
 
 def knob() -> Knob:
     """The ``llm_kernel`` knob with the kernels registered now."""
     return Knob(KNOB, "choice", "none",
                 "a kernel the LLM kernel author wrote that passed the guards and the kernel gates (KERNEL phase): "
-                "none, or <catalog entry>-<source sha256>; see kernels/written.py",
+                "none, <catalog entry>-<source sha256>, or several of them that rewrite different modules joined "
+                "by +; see kernels/written.py and kernels/written_set.py",
                 choices=("none", *registered()), changes_numerics=True, phase="KERNEL")
 
 

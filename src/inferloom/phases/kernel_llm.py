@@ -19,7 +19,11 @@ first, once per session:
    refusal with the gate's rule);
 3. only then is it registered as a value of the engine's ``llm_kernel`` knob
    and measured end to end with the quality contract against the stack, like
-   a catalog kernel (same allowlist, Critic, keep rule and Amdahl check).
+   a catalog kernel (same allowlist, Critic, keep rule and Amdahl check). A
+   stack that has written kernels already (``llm_kernel=X``) keeps them: the
+   candidate is the combination of X and the new kernel
+   (:func:`~inferloom.kernels.written_set.combine`: a member of X that
+   rewrites the same modules is replaced by it, as its rationale says).
 
 Every refusal is a ``refusal`` ledger entry from ``llm-kernel-author``.
 """
@@ -31,7 +35,7 @@ from typing import Any
 
 from inferloom.agents.llm_kernel import gate_written_kernel, written_candidate
 from inferloom.agents.llm_record import LLMRefusal
-from inferloom.kernels import written
+from inferloom.kernels import written, written_set
 from inferloom.kernels.base import KernelCandidate, workload_of
 from inferloom.measure.roofline import amdahl_limit
 from inferloom.phases.allowlist import validate_proposal
@@ -116,6 +120,14 @@ def _gates(ctx: SessionContext, st: SessionState, cand: KernelCandidate, shown: 
     return out
 
 
+def _stacked(value: str, name: str, dropped: list[str]) -> str:
+    """What the candidate does to the written kernels the stack has (nothing for a stack without any)."""
+    what = written.REPLACES[written.entry_of(name)][2]
+    out = "".join(f"; replaces the stack's {m} (it rewrites {what} too)" for m in dropped)
+    others = [m for m in written_set.members(value) if m != name]
+    return out + (f"; measured with the stack's {' and '.join(others)} as {written.KNOB}={value}" if others else "")
+
+
 def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: int, entry_name: str) -> None:
     """One tick of the author's turn for ``entry_name`` (position ``i`` of the phase's list)."""
     from inferloom.kernels.catalog.index import get  # needs triton (an optional dependency)
@@ -148,8 +160,13 @@ def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: in
         _refuse(ctx, st, ks, i, entry_name, "kernel_load_failed", f"{path.name}: {type(exc).__name__}: {exc}", {})
         return
     name = str(ans["name"])
-    own, untouched, _ = written.REPLACES[entry_name]  # the switch it replaces, set back to its untouched value
-    changes = {written.KNOB: name, **({own: untouched} if st.stack.get(own, untouched) != untouched else {})}
+    # added to the written kernels the stack has (one that rewrites the same modules replaced: written_set.combine)
+    value, dropped = written_set.combine(str(st.stack.get(written.KNOB, "none")), name)
+    changes: dict[str, Any] = {written.KNOB: value}
+    for m in written_set.members(value):  # the switch each member replaces, set back to its untouched value
+        own, untouched, _ = written.REPLACES[written.entry_of(m)]
+        if st.stack.get(own, untouched) != untouched:
+            changes[own] = untouched
     cand = written_candidate(entry, dtype, shown, fn, name, float(ans["claimed_speedup"]),
                              f"written by the LLM kernel author: {str(ans.get('rationale'))[:300]}")
     category = next(c for c, e in written.WRITABLE.items() if e == entry_name)  # the profile's name for the op
@@ -163,6 +180,7 @@ def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: in
         _refuse(ctx, st, ks, i, entry_name, str(results[-1]["rule"]), str(results[-1]["why"]), {"candidate": cand.id})
         return
     written.register(ctx.dir, name, entry_name, path)
+    written_set.register_combined(ctx.dir, value)
     ctx.knobs = ctx.adapter.knob_space()
     proposal, rule, why = validate_proposal({"action": "try_kernel", "changes": changes, "source": AGENT,
                                              "candidate": cand.id}, "KERNEL", agent_view(st), ctx.knobs)
@@ -174,7 +192,8 @@ def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: in
     bound = amdahl_limit(min(max(float(frac), 0.0), 1.0), float(local)) if frac is not None and local else None
     proposal.update(predicted_gain=(bound - 1.0) if bound is not None else None, amdahl_bound=bound,
                     rationale=f"{cand.id}: written for {cand.op}; guards and gates passed (x{local:.2f} on the op); "
-                    "Amdahl bound " + (f"x{bound:.3f} from its {frac * 100:.1f}% share ({spans})" if bound else "unknown"))
+                    "Amdahl bound " + (f"x{bound:.3f} from its {frac * 100:.1f}% share ({spans})" if bound else "unknown")
+                    + _stacked(value, name, dropped))
     decided(st)[f"llm:{entry_name}"] = f"cycle {st.cycle}: gates passed, measured end to end"
     kernel_trial(ctx, st, ks, proposal, _key("try_kernel", st.session_id, st.cycle, config_key(proposal["config"])),
                  first=True)

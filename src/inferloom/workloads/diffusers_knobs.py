@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from inferloom.kernels.written import apply_written_norms
+from inferloom.kernels.written_set import apply_norms as apply_written_norms
 from inferloom.models.diffusion_shapes import eager_rmsnorms
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.diffusers_attention import attention_refusal

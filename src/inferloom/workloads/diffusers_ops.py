@@ -13,7 +13,10 @@ cast, weight: five or more kernels) on the instance:
 
 ``llm_kernel`` (only in a session with the LLM kernel author): a written
 ``add_rmsnorm`` kernel whose gates passed, in the same modules, in place of
-``rmsnorm_impl`` (:func:`inferloom.kernels.written.apply_written_norms`).
+``rmsnorm_impl`` (:func:`inferloom.kernels.written.apply_written_norms`); a
+combination of written kernels (:mod:`inferloom.kernels.written_set`) is
+refused unless every member is an ``add_rmsnorm`` one (and two never are: they
+rewrite the same modules).
 
 ``torch.nn.RMSNorm`` (Flux's q/k norms) is left alone: it already calls the
 fused op. :func:`~inferloom.models.diffusion_shapes.eager_rmsnorm_count`
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from inferloom.kernels.written import entry_of
+from inferloom.kernels.written_set import members, overlap
 from inferloom.models.diffusion_shapes import eager_rmsnorm_count, eager_rmsnorms
 from inferloom.workloads.engine_kernels import fused_rmsnorm
 
@@ -69,8 +74,13 @@ def written_rule(cfg: Mapping[str, Any], model: str) -> str | None:
     value = str(cfg.get("llm_kernel", "none"))
     if value == "none":
         return None
-    if value.rsplit("-", 1)[0] != "add_rmsnorm":
-        return f"{value}: only a written add_rmsnorm kernel has a switch in the diffusers engine"
+    ms = members(value)
+    others = [m for m in ms if entry_of(m) != "add_rmsnorm"]
+    if others:  # a single kernel's refusal reads as before; a combination's names its members
+        return f"{value}: only a written add_rmsnorm kernel has a switch in the diffusers engine" + (
+            f" ({', '.join(others)} is not one)" if len(ms) > 1 else "")
+    if len(ms) > 1:
+        return f"{value}: {overlap(value) or 'more than one written kernel for the same RMSNorms'}"
     if cfg.get("rmsnorm_impl", "eager") != "eager":
         return f"the written kernel rewrites the RMSNorms itself; rmsnorm_impl is {cfg['rmsnorm_impl']}"
     if eager_rmsnorm_count(model) == 0:

@@ -26,14 +26,16 @@ replaces the module's ``forward`` on the instance: one GEMM + SiLU·mul
 (``triton_gate_up_silu``, CUDA); see :mod:`inferloom.workloads.engine_gate_up`.
 
 ``llm_kernel`` (only in a session with the LLM kernel author): a written
-kernel whose gates passed, in the MLP; see :mod:`inferloom.kernels.written`.
+kernel whose gates passed, or a combination of them (each applied), in the
+modules it rewrites; see :mod:`inferloom.kernels.written` and
+:mod:`inferloom.kernels.written_set`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from inferloom.kernels.written import apply_written_kernel
+from inferloom.kernels.written_set import apply as apply_written
 from inferloom.workloads.engine_attention import register
 from inferloom.workloads.engine_gate_up import apply_mlp_kernel
 
@@ -81,5 +83,5 @@ def apply_kernels(model: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
         notes["mlp_kernel"] = apply_mlp_kernel(model, mlp)
     written = cfg.get("llm_kernel", "none")  # only in a session with the LLM kernel author
     if written != "none":
-        notes["llm_kernel"] = apply_written_kernel(model, written)
+        notes["llm_kernel"] = apply_written(model, written)  # each member of a combination
     return notes

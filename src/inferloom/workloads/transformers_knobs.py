@@ -17,7 +17,7 @@ import importlib.util
 import os
 from typing import Any, Mapping
 
-from inferloom.kernels.written import conflict as written_conflict
+from inferloom.kernels.written_set import conflict as written_conflict
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.static_loop import LOOPS
