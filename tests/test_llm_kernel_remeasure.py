@@ -1,22 +1,28 @@
-"""``inferloom verify SESSION --remeasure`` of a session that KEPT a kernel the
-LLM kernel author wrote: the fresh process registers the written kernel from
-the session's files exactly as the session did (after checking its source
-against the sha256 stored with it) and measures it against stock again; a
-source that is missing or changed is refused, naming the kernel.
+"""A session that keeps two kernels the LLM kernel author wrote, and
+``inferloom verify SESSION --remeasure`` of it: the first kept one
+(gate_up_silu, the hottest target) stays in the stack when the second
+(add_rmsnorm) passes its gates: the second is measured as the combination of
+both (``llm_kernel=<add_rmsnorm-..>+<gate_up_silu-..>``, kernels/written_set.py)
+against the stack with the first. The fresh re-measure process registers every
+written kernel of the final stack from the session's files exactly as the
+session did (after checking each source against the sha256 stored with it)
+and measures them against stock again; a member whose source is missing or
+changed is refused, naming that member.
 
 The session is real (llama-tiny, transformers, CPU, fp32; the author through
 the real openai SDK against the scripted localhost server; the guards, the
 gates and the paired end-to-end measurement decide). So that the protocol
-keeps the written kernel on this noisy shared CPU, the session's process has
-the eager Llama MLP slowed (a sleep per call, which the written kernel's
-rewritten MLP does not take): the fresh re-measure process has no such slow
-down, so its ratio is the honest one and need not overlap the session's; the
-test checks that it ran the written kernel (the kernel module marks the
-process that imports it), not that it reproduced the gain."""
+keeps the written kernels on this noisy shared CPU, the session's process has
+the eager Llama MLP and RMSNorm slowed (a sleep per call, which the written
+kernels' rewritten modules do not take): the fresh re-measure process has no
+such slow down, so its ratio is the honest one and need not overlap the
+session's; the test checks that it ran both written kernels (each kernel
+module marks the process that imports it), not that it reproduced the gain."""
 
 import importlib.util
 import json
 import os
+import re
 import shutil
 import textwrap
 import time
@@ -29,6 +35,7 @@ from inferloom.cli import main
 from inferloom.evidence.remeasure import RemeasureError, remeasure
 from inferloom.kernels import written
 from inferloom.phases.runner import start
+from inferloom.session import ledger as L
 from inferloom.session.state import Phase
 from inferloom.spec import load_spec
 from llm_scripted_server import ScriptedLLM, ok
@@ -52,6 +59,23 @@ GATE_UP = textwrap.dedent(f'''
         n = w_gate_up.shape[0] // 2
         gu = x @ w_gate_up.T
         torch.mul(F.silu(gu[:, :n]), gu[:, n:], out=out)
+''')
+RMSNORM = textwrap.dedent(f'''
+    import os
+
+    import torch
+
+    if os.environ.get("{MARK}"):  # the test's witness, as GATE_UP's
+        with open(os.environ["{MARK}"], "a") as f:
+            f.write(f"norm:{{os.getpid()}}\\n")
+
+
+    def kernel(x, residual, weight, eps=1e-5, *, out):
+        o, ro = out
+        r = x if residual is None else x + residual
+        ro.copy_(r)
+        rf = r.float()
+        o.copy_(weight * (rf * torch.rsqrt(rf.pow(2).mean(-1, keepdim=True) + eps)).to(r.dtype))
 ''')
 WRONG_SILU_MUL = textwrap.dedent('''
     import torch
@@ -77,22 +101,30 @@ def kept_session(tmp_path_factory):
     mark = root / "imported-by.txt"
     mp.setenv(MARK, str(mark))
     mp.setattr(written, "_REGISTRY", {})
-    eager = modeling_llama.LlamaMLP.forward
+    eager, eager_norm = modeling_llama.LlamaMLP.forward, modeling_llama.LlamaRMSNorm.forward
 
     def slow_eager(self, x):  # only in this (the session's) process: the stock MLP the written kernel replaces
-        time.sleep(0.02)
+        time.sleep(0.04)
         return eager(self, x)
 
+    def slow_norm(self, x):  # and the stock RMSNorm (9 per forward) the written add_rmsnorm kernel replaces
+        time.sleep(0.01)
+        return eager_norm(self, x)
+
     mp.setattr(modeling_llama.LlamaMLP, "forward", slow_eager)
+    mp.setattr(modeling_llama.LlamaRMSNorm, "forward", slow_norm)
     d = root / "s"
     try:
         with ScriptedLLM() as s:
-            # gemm (gate_up_silu) is the hottest target; the cooler ones (silu_mul, add_rmsnorm, decode_attention)
-            # get wrong kernels
-            s.script("KernelSource", _answer(GATE_UP), _answer(WRONG_SILU_MUL), _answer(CRASHES), _answer(CRASHES))
+            # each target gets its own answer whichever is asked first (the cooler ones' shares are close): the
+            # MLP's and the RMSNorm's pass, silu_mul (the MLP again) and decode_attention are wrong
+            by_op = {"kind": "pick", "by": {"Op: gate_up_silu ": _answer(GATE_UP), "Op: add_rmsnorm ": _answer(RMSNORM),
+                                            "Op: silu_mul ": _answer(WRONG_SILU_MUL),
+                                            "Op: decode_attention ": _answer(CRASHES)}}
+            s.script("KernelSource", by_op, by_op, by_op, by_op)
             spec = load_spec(None, {
                 "model": "llama-tiny", "framework": "transformers", "device": "cpu", "traffic.concurrency": 4,
-                "traffic.input_len": 32, "traffic.output_len": 16, "traffic.num_prompts": 8,
+                "traffic.input_len": 32, "traffic.output_len": 8, "traffic.num_prompts": 4,
                 "protocol.min_pairs": 6, "protocol.max_pairs": 10, "protocol.bootstrap_resamples": 999,
                 "kernels.min_share": 0.0, "kernels.min_speedup": 0.001, "quality.eval_prompts": 4,
                 "quality.heldout_prompts": 4, "agents.llm.provider": "openai", "agents.llm.model": "scripted",
@@ -100,15 +132,26 @@ def kept_session(tmp_path_factory):
                 "agents.llm.roles": "kernel_author"})
             ag = {"orchestrator": EndFramework(), "critic_factory": RuleCritic, "robustness": RuleRobustness(),
                   **llm_agents(spec.agents.llm, d, None, lambda: {}, environ={"K": "k"})}
-            st = start(d, spec, budget_minutes=10, max_trials=4, agents=ag, sweep=False,
+            st = start(d, spec, budget_minutes=10, max_trials=6, agents=ag, sweep=False,
                        kernel_backend=NoCandidates(), kb_url=None)
     finally:
         mp.undo()
     assert st.phase == Phase.DONE
     value = st.stack.get("llm_kernel")
-    trials = [(t.agent, t.verdict, t.ratio, t.ci_low, t.ci_high) for t in st.trials]
-    assert value and value.startswith("gate_up_silu-") and st.stock_config["llm_kernel"] == "none", trials
-    assert any(t.kept and t.agent == "llm-kernel-author" for t in st.trials)
+    trials = [(t.agent, t.changes, t.verdict, t.ratio, t.ci_low, t.ci_high) for t in st.trials]
+    # the first kernel that passed is kept; the second is measured as the combination with it, and kept
+    ts = [t for t in st.trials if t.agent == "llm-kernel-author"]  # (an Amdahl-suspect one measured twice)
+    first = ts[0].changes["llm_kernel"]
+    assert any(t.kept for t in ts if t.changes == ts[0].changes), trials
+    assert first.split("-")[0] in ("gate_up_silu", "add_rmsnorm"), trials
+    second = next(t for t in ts if t.changes["llm_kernel"] != first)
+    gate, norm = sorted(second.changes["llm_kernel"].split("+"), key=lambda m: not m.startswith("gate_up_silu-"))
+    assert gate.startswith("gate_up_silu-") and norm.startswith("add_rmsnorm-") and first in (gate, norm), trials
+    assert second.changes == {"llm_kernel": f"{norm}+{gate}"}, trials  # sorted, joined by +
+    m = next(e for e in L.read_entries(d) if e["seq"] == second.measurement_seq)
+    assert m["base_config"]["llm_kernel"] == first and m["candidate_config"]["llm_kernel"] == f"{norm}+{gate}"
+    assert json.loads((d / "llm/kernels/combined.json").read_text()) == [f"{norm}+{gate}"]
+    assert value == f"{norm}+{gate}" and st.stock_config["llm_kernel"] == "none", trials
     return d, value, mark
 
 
@@ -124,10 +167,12 @@ def test_remeasure_registers_the_kept_written_kernel_in_a_fresh_process(kept_ses
     assert rc in (0, 1), out  # the honest ratio need not overlap the session's (see the module docstring)
     assert "remeasure (fresh process" in out and "the session's x" in out
     pid = out.split("remeasure (fresh process ", 1)[1].split(",", 1)[0]
-    assert pid != str(os.getpid()) and pid in set(mark.read_text().split()) - before  # it ran the written kernel
-    r = json.loads((d / "llm/kernels/passed.json").read_text())[value]
-    assert r["sha256"] == written.source_sha256(d / "llm/kernels" / r["path"]) and r["sha256"].startswith(
-        value.rsplit("-", 1)[1])
+    now = set(mark.read_text().split()) - before
+    assert pid != str(os.getpid()) and {pid, f"norm:{pid}"} <= now  # it ran both written kernels
+    for member in value.split("+"):
+        r = json.loads((d / "llm/kernels/passed.json").read_text())[member]
+        assert r["sha256"] == written.source_sha256(d / "llm/kernels" / r["path"]) and r["sha256"].startswith(
+            member.rsplit("-", 1)[1])
 
 
 @pytest.mark.slow
@@ -137,13 +182,15 @@ def test_remeasure_refuses_a_written_kernel_whose_source_is_gone_or_changed(kept
     src, value, _ = kept_session
     d = tmp_path / "s"
     shutil.copytree(src, d)
-    path = d / "llm/kernels" / f"{value}.py"
+    member = next(m for m in value.split("+") if m.startswith("gate_up_silu-"))  # one member damaged: named
+    path = d / "llm/kernels" / f"{member}.py"
     if damage == "missing":
         path.unlink()
     else:
         path.write_text(path.read_text().replace("x @ w_gate_up.T", "x @ w_gate_up.T * 1.0"))
-    with pytest.raises(RemeasureError, match=f"llm_kernel={value} can't be re-measured: written kernel {value}: .*{said}"):
+    with pytest.raises(RemeasureError, match=re.escape(f"llm_kernel={value} can't be re-measured: written kernel "
+                                                       f"{member}: ") + f".*{said}"):
         remeasure(d, max_pairs=3)
     rc = main(["verify", str(d), "--remeasure", "--quiet"])
     err = capsys.readouterr().err
-    assert rc == 2 and value in err and said in err
+    assert rc == 2 and f"written kernel {member}: " in err and said in err
