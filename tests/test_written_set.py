@@ -24,9 +24,9 @@ from test_llm_kernel import _engine_knobs
 
 NORM, ATTN, GATE, SILU = "add_rmsnorm-0123456789", "decode_attention-abcdef0123", "gate_up_silu-1111111111", \
     "silu_mul-2222222222"
-SOURCES = {"add_rmsnorm": "def kernel(x, residual, weight, eps=1e-5, *, out):\n    pass\n",
-           "decode_attention": "def kernel(q, k_cache, v_cache, seq_lens, starts=None, scale=None, *, out):\n    pass\n",
-           "gate_up_silu": "def kernel(x, w_gate_up, *, out):\n    pass\n", "silu_mul": "def kernel(gu, *, out):\n    pass\n"}
+SIGNATURES = {"add_rmsnorm": "x, residual, weight, eps=1e-5", "gate_up_silu": "x, w_gate_up", "silu_mul": "gu",
+              "decode_attention": "q, k_cache, v_cache, seq_lens, starts=None, scale=None"}
+SOURCES = {e: f"def kernel({sig}, *, out):\n    pass\n" for e, sig in SIGNATURES.items()}
 
 
 @pytest.fixture
@@ -91,8 +91,9 @@ def test_every_member_of_a_combination_is_checked_against_the_stack(tmp_path, fr
                                                      "path of attn_implementation")):
         check_applicable(knobs, {**cfg, "llm_kernel": combo, "attn_implementation": "eager"}, "cpu")
     # a single kernel's refusal reads exactly as before
-    assert W.conflict(gate, {"mlp_kernel": "torch_gate_up"}) == written.conflict(gate, {"mlp_kernel": "torch_gate_up"}) \
-        == "the written kernel rewrites the MLP itself; mlp_kernel is torch_gate_up"
+    mlp = {"mlp_kernel": "torch_gate_up"}
+    assert W.conflict(gate, mlp) == written.conflict(gate, mlp) == (
+        "the written kernel rewrites the MLP itself; mlp_kernel is torch_gate_up")
     assert "both rewrite the MLP" in W.conflict(f"{gate}+{SILU}", {})
 
 
