@@ -39,6 +39,7 @@ from inferloom.session import ledger as L
 from inferloom.session.state import Phase
 from inferloom.spec import load_spec
 from llm_scripted_server import ScriptedLLM, ok
+from test_llm_kernel_norm import TORCH_RMSNORM
 from test_llm_kernel_session import EndFramework, NoCandidates
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
@@ -63,20 +64,10 @@ GATE_UP = textwrap.dedent(f'''
 RMSNORM = textwrap.dedent(f'''
     import os
 
-    import torch
-
     if os.environ.get("{MARK}"):  # the test's witness, as GATE_UP's
         with open(os.environ["{MARK}"], "a") as f:
             f.write(f"norm:{{os.getpid()}}\\n")
-
-
-    def kernel(x, residual, weight, eps=1e-5, *, out):
-        o, ro = out
-        r = x if residual is None else x + residual
-        ro.copy_(r)
-        rf = r.float()
-        o.copy_(weight * (rf * torch.rsqrt(rf.pow(2).mean(-1, keepdim=True) + eps)).to(r.dtype))
-''')
+''') + TORCH_RMSNORM  # the plain RMSNorm of test_llm_kernel_norm
 WRONG_SILU_MUL = textwrap.dedent('''
     import torch
 
