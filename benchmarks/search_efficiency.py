@@ -207,6 +207,9 @@ STRATEGIES: dict[str, Callable[[Landscape, int, int], list[float]]] = {
         ls, s, b, priors_in="model"),
     "priors in the model + cross-knob rules (not the default)": lambda ls, s, b: run_default(
         ls, s, b, rules=True, priors_in="model"),
+    "priors spent after one try + cross-knob rules (opt-in)": lambda ls, s, b: run_default(
+        ls, s, b, rules=True, prior_tries=1),
+    "priors spent after one try, no cross-knob rules (opt-in)": lambda ls, s, b: run_default(ls, s, b, prior_tries=1),
     "default search alone + cross-knob rules (no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False,
                                                                                          rules=True),
     "TPE alone (orchestrator's TPE, no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False, search="tpe",
@@ -236,14 +239,14 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--budget", type=int, default=40)
     ap.add_argument("--seed-start", type=int, default=0, help="first landscape seed (fresh seeds: e.g. 100)")
-    ap.add_argument("--only", help="run only the strategies whose name contains this")
+    ap.add_argument("--only", action="append", help="run only the strategies whose name contains this (repeatable)")
     ap.add_argument("--json", help="write the raw results here")
     args = ap.parse_args()
     budgets = [b for b in (5, 10, 20, 40, 80) if b <= args.budget]
     knobs, space, dom = knob_space()
     results: dict[str, Any] = {}
     for family in ("prior-aligned", "random"):
-        strategies = {n: f for n, f in STRATEGIES.items() if not args.only or args.only in n}
+        strategies = {n: f for n, f in STRATEGIES.items() if not args.only or any(o in n for o in args.only)}
         rows: dict[str, list[tuple[dict[int, float], int, int]]] = {name: [] for name in strategies}
         bests = []
         for seed in range(args.seed_start, args.seed_start + args.seeds):

@@ -34,7 +34,7 @@ from inferloom.agents.priors import Prior, rank_priors
 from inferloom.agents.rule_critic import RuleCritic
 from inferloom.agents.rule_robustness import RuleRobustness
 from inferloom.agents.server_priors import default_table
-from inferloom.agents.search_moves import alternate_to_search, repair, width
+from inferloom.agents.search_moves import alternate_to_search, repair, spent, width
 from inferloom.agents.search_model import ucb_proposal
 from inferloom.agents.search_priors import claimed_by, prior_means
 from inferloom.agents.search_refusals import REFUSED_VERDICTS, contains_refused, suspect
@@ -90,7 +90,9 @@ class RuleOrchestrator:
     def __init__(self, seed: int = 0, prior_table: Any = None, *, max_changes: int | None = 1,
                  n_startup_trials: int = 5, feasible: Callable[[Mapping[str, Any]], bool] | None = None,
                  prior_patience: int | None = 1, stall: int | None = 6, search: str = "auto",
-                 priors: str = "slots") -> None:
+                 priors: str = "slots", prior_tries: int | None = None,
+                 pair_sd: float = 0.0, known_pairs: bool = False,
+                 chosen_sd: bool = False, anchor: bool = False) -> None:
         if max_changes is not None and max_changes < 1:
             raise ValueError("RuleOrchestrator: max_changes must be >= 1 or None")
         self.seed, self.prior_table = int(seed), prior_table
@@ -103,7 +105,8 @@ class RuleOrchestrator:
         if priors not in ("slots", "model") or (priors == "model" and self.search != "ucb"):
             raise ValueError(f"RuleOrchestrator: priors must be 'slots' or 'model' (the latter with "
                              f"search 'auto' or 'ucb'), got priors={priors!r}, search={search!r}")
-        self.priors = priors
+        self.priors, self.prior_tries, self.pair_sd = priors, prior_tries, float(pair_sd)
+        self.known_pairs, self.chosen_sd, self.anchor = bool(known_pairs), bool(chosen_sd), bool(anchor)
 
     def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:
         """Unmeasured, holding no combination refused before (``search_refusals.py``), and not refused
@@ -166,7 +169,7 @@ class RuleOrchestrator:
         last: list[tuple[Prior, dict[str, Any], bool]] = []
         for prior, full, failed in self._ranked(view, state):
             changes = {k: v for k, v in full.items() if v != view.stack[k]}
-            if not changes or not self._ok(view, changes):
+            if not changes or not self._ok(view, changes) or (self.prior_tries is not None and spent(view, full, self.prior_tries)):
                 continue
             failed = failed or suspect(view.candidate(changes)[0], view.suspect)  # like a refusal this session
             (last if failed else first).append((prior, changes, failed))
@@ -213,7 +216,9 @@ class RuleOrchestrator:
             history = list(self._history(view, feasible_only=True))
             found = ucb_proposal(view, history, min(width(view, self.max_changes, self.stall) or 2, 2),
                                  lambda c: self._complete(view, c), demote=lambda cfg: suspect(cfg, view.suspect),
-                                 prior_mean={c: m for c, (m, _) in (claims or {}).items()})
+                                 prior_mean={c: m for c, (m, _) in (claims or {}).items()}, pair_sd=self.pair_sd,
+                                 known_pairs=self.known_pairs, chosen_sd=self.chosen_sd,
+                                 anchor=self.anchor)
             if found is not None:
                 why = (f"additive model over {len(view.space)} knobs given {len(view.replayed)} measured trials"
                        f"{', expert priors as its prior means' if claims else ''}: highest upper confidence bound")
