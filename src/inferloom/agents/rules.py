@@ -82,7 +82,9 @@ class RuleOrchestrator:
     ``"model"`` (with the model's search, opt-in): no slots for priors; their claimed gains are the model's
     prior means (``search_priors.py``), and a proposal holding a claimed value not yet measured says it comes
     from that prior (not the default: slower on the real engine's table and on fresh prior-aligned seeds,
-    docs/benchmarks.md sections 10 and 16). ``phase`` is not
+    docs/benchmarks.md sections 10 and 16). ``prior_tries`` (opt-in; None: off): a prior whose change-set
+    that many trials already measured as a change (not failed or refused) gets no more slots: the model
+    has its measurement (``search_moves.spent``; docs/benchmarks.md section 10). ``phase`` is not
     consulted: the coordinator's allowlist decides what is admitted."""
 
     name = "rule-orchestrator"
@@ -90,9 +92,7 @@ class RuleOrchestrator:
     def __init__(self, seed: int = 0, prior_table: Any = None, *, max_changes: int | None = 1,
                  n_startup_trials: int = 5, feasible: Callable[[Mapping[str, Any]], bool] | None = None,
                  prior_patience: int | None = 1, stall: int | None = 6, search: str = "auto",
-                 priors: str = "slots", prior_tries: int | None = None,
-                 pair_sd: float = 0.0, known_pairs: bool = False,
-                 chosen_sd: bool = False, anchor: bool = False) -> None:
+                 priors: str = "slots", prior_tries: int | None = None) -> None:
         if max_changes is not None and max_changes < 1:
             raise ValueError("RuleOrchestrator: max_changes must be >= 1 or None")
         self.seed, self.prior_table = int(seed), prior_table
@@ -105,8 +105,9 @@ class RuleOrchestrator:
         if priors not in ("slots", "model") or (priors == "model" and self.search != "ucb"):
             raise ValueError(f"RuleOrchestrator: priors must be 'slots' or 'model' (the latter with "
                              f"search 'auto' or 'ucb'), got priors={priors!r}, search={search!r}")
-        self.priors, self.prior_tries, self.pair_sd = priors, prior_tries, float(pair_sd)
-        self.known_pairs, self.chosen_sd, self.anchor = bool(known_pairs), bool(chosen_sd), bool(anchor)
+        if prior_tries is not None and prior_tries < 1:
+            raise ValueError("RuleOrchestrator: prior_tries must be >= 1 or None")
+        self.priors, self.prior_tries = priors, prior_tries
 
     def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:
         """Unmeasured, holding no combination refused before (``search_refusals.py``), and not refused
@@ -216,9 +217,7 @@ class RuleOrchestrator:
             history = list(self._history(view, feasible_only=True))
             found = ucb_proposal(view, history, min(width(view, self.max_changes, self.stall) or 2, 2),
                                  lambda c: self._complete(view, c), demote=lambda cfg: suspect(cfg, view.suspect),
-                                 prior_mean={c: m for c, (m, _) in (claims or {}).items()}, pair_sd=self.pair_sd,
-                                 known_pairs=self.known_pairs, chosen_sd=self.chosen_sd,
-                                 anchor=self.anchor)
+                                 prior_mean={c: m for c, (m, _) in (claims or {}).items()})
             if found is not None:
                 why = (f"additive model over {len(view.space)} knobs given {len(view.replayed)} measured trials"
                        f"{', expert priors as its prior means' if claims else ''}: highest upper confidence bound")

@@ -14,7 +14,10 @@ Pure functions of the state view: deterministic, nothing kept between calls.
   feasible and unmeasured (e.g. ``prompt_lookup=3`` also moves
   ``micro_batch`` to 1): values the rules need are otherwise unreachable one
   knob at a time. Extra knobs are tried in knob order, their stock value
-  first, then the domain order."""
+  first, then the domain order.
+* :func:`spent`: whether a prior's change-set was already measured as a
+  change (``RuleOrchestrator(prior_tries=N)``: N such trials and the prior
+  gets no more slots; opt-in)."""
 
 from __future__ import annotations
 
