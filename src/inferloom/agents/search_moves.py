@@ -17,7 +17,7 @@ Pure functions of the state view: deterministic, nothing kept between calls.
   first, then the domain order.
 * :func:`spent`: whether a prior's change-set was already measured as a
   change (``RuleOrchestrator(prior_tries=N)``: N such trials and the prior
-  gets no more slots; opt-in)."""
+  gets no more slots; the default with the cross-knob rules is 1)."""
 
 from __future__ import annotations
 
