@@ -1,7 +1,7 @@
-"""Search efficiency (issue 15): the default orchestrator (expert priors, then
-its additive-model search; with the cross-knob rules the priors' claims are the model's prior means,
-agents/search_priors.py; agents/search_model.py; refusals learned as it goes without the engine's
-cross-knob rules: agents/search_refusals.py) against Optuna TPE alone, random search and a grid, on synthetic
+"""Search efficiency (issue 15): the default orchestrator (expert priors in slots, each spent after one
+measured try with the cross-knob rules, then its additive-model search, agents/search_model.py; refusals
+learned as it goes without the engine's cross-knob rules: agents/search_refusals.py; the priors' claims as
+the model's prior means is opt-in, agents/search_priors.py) against Optuna TPE alone, random search and a grid, on synthetic
 landscapes over the real CPU engine's FRAMEWORK knob space (llama-tiny:
 dtype, attention, SDPA backend, cache, compile mode, micro-batch, threads,
 prompt lookup, decode loop; 126,720 configurations).
@@ -199,14 +199,19 @@ def run_grid(ls: Landscape, seed: int, budget: int) -> list[float]:
 
 
 STRATEGIES: dict[str, Callable[[Landscape, int, int], list[float]]] = {
-    "default, no cross-knob rules (refusals learned as it goes; priors in slots)": run_default,
+    "default, no cross-knob rules (refusals learned as it goes; priors in slots)": run_default,  # prior_tries None
     "priors, then TPE, no cross-knob rules (the previous fallback)": lambda ls, s, b: run_default(
         ls, s, b, search="tpe", prior_patience=None, stall=None),
-    "default + cross-knob rules (priors in slots)": lambda ls, s, b: run_default(ls, s, b, rules=True),
+    "default + cross-knob rules (priors in slots, spent after one try)": lambda ls, s, b: run_default(
+        ls, s, b, rules=True),
+    "previous default + cross-knob rules (priors retried at every new stack)": lambda ls, s, b: run_default(
+        ls, s, b, rules=True, prior_tries=None),
     "priors in the model, no cross-knob rules (not the default)": lambda ls, s, b: run_default(
         ls, s, b, priors_in="model"),
     "priors in the model + cross-knob rules (not the default)": lambda ls, s, b: run_default(
         ls, s, b, rules=True, priors_in="model"),
+    "priors spent after one try, no cross-knob rules (not the default)": lambda ls, s, b: run_default(
+        ls, s, b, prior_tries=1),
     "default search alone + cross-knob rules (no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False,
                                                                                          rules=True),
     "TPE alone (orchestrator's TPE, no priors)": lambda ls, s, b: run_default(ls, s, b, priors=False, search="tpe",
@@ -236,14 +241,14 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--budget", type=int, default=40)
     ap.add_argument("--seed-start", type=int, default=0, help="first landscape seed (fresh seeds: e.g. 100)")
-    ap.add_argument("--only", help="run only the strategies whose name contains this")
+    ap.add_argument("--only", action="append", help="run only the strategies whose name contains this (repeatable)")
     ap.add_argument("--json", help="write the raw results here")
     args = ap.parse_args()
     budgets = [b for b in (5, 10, 20, 40, 80) if b <= args.budget]
     knobs, space, dom = knob_space()
     results: dict[str, Any] = {}
     for family in ("prior-aligned", "random"):
-        strategies = {n: f for n, f in STRATEGIES.items() if not args.only or args.only in n}
+        strategies = {n: f for n, f in STRATEGIES.items() if not args.only or any(o in n for o in args.only)}
         rows: dict[str, list[tuple[dict[int, float], int, int]]] = {name: [] for name in strategies}
         bests = []
         for seed in range(args.seed_start, args.seed_start + args.seeds):

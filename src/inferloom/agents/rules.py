@@ -3,7 +3,7 @@ gives the same output (see the Protocols in ``inferloom.agents.base``).
 
 * :class:`RuleOrchestrator` reads only the state dict. It proposes expert
   priors first (``inferloom.agents.priors``, ranked for device, concurrency and
-  the current dtype), then a search over the knobs that apply to the device
+  the current dtype; with the cross-knob rules each prior gets one measured try), then a search over the knobs that apply to the device
   and are not pinned: an additive model (``search_model.py``; Optuna TPE with
   ``search="tpe"``) that priors alternate with once a trial brings no keep
   (``search_moves.py``). It never proposes a configuration holding a
@@ -34,7 +34,7 @@ from inferloom.agents.priors import Prior, rank_priors
 from inferloom.agents.rule_critic import RuleCritic
 from inferloom.agents.rule_robustness import RuleRobustness
 from inferloom.agents.server_priors import default_table
-from inferloom.agents.search_moves import alternate_to_search, repair, width
+from inferloom.agents.search_moves import alternate_to_search, repair, spent, width
 from inferloom.agents.search_model import ucb_proposal
 from inferloom.agents.search_priors import claimed_by, prior_means
 from inferloom.agents.search_refusals import REFUSED_VERDICTS, contains_refused, suspect
@@ -82,7 +82,10 @@ class RuleOrchestrator:
     ``"model"`` (with the model's search, opt-in): no slots for priors; their claimed gains are the model's
     prior means (``search_priors.py``), and a proposal holding a claimed value not yet measured says it comes
     from that prior (not the default: slower on the real engine's table and on fresh prior-aligned seeds,
-    docs/benchmarks.md sections 10 and 16). ``phase`` is not
+    docs/benchmarks.md sections 10 and 16). ``prior_tries``: a prior whose change-set that many trials
+    already measured as a change (not failed or refused) gets no more slots, the model has its
+    measurement (``search_moves.spent``); ``"auto"`` (default): 1 with ``feasible``, None (a prior is
+    retried at every new stack) without; chosen on fresh seeds (docs/benchmarks.md section 10). ``phase`` is not
     consulted: the coordinator's allowlist decides what is admitted."""
 
     name = "rule-orchestrator"
@@ -90,7 +93,7 @@ class RuleOrchestrator:
     def __init__(self, seed: int = 0, prior_table: Any = None, *, max_changes: int | None = 1,
                  n_startup_trials: int = 5, feasible: Callable[[Mapping[str, Any]], bool] | None = None,
                  prior_patience: int | None = 1, stall: int | None = 6, search: str = "auto",
-                 priors: str = "slots") -> None:
+                 priors: str = "slots", prior_tries: int | str | None = "auto") -> None:
         if max_changes is not None and max_changes < 1:
             raise ValueError("RuleOrchestrator: max_changes must be >= 1 or None")
         self.seed, self.prior_table = int(seed), prior_table
@@ -103,7 +106,11 @@ class RuleOrchestrator:
         if priors not in ("slots", "model") or (priors == "model" and self.search != "ucb"):
             raise ValueError(f"RuleOrchestrator: priors must be 'slots' or 'model' (the latter with "
                              f"search 'auto' or 'ucb'), got priors={priors!r}, search={search!r}")
-        self.priors = priors
+        if prior_tries == "auto":  # spent after one try with the cross-knob rules; without them, retried
+            prior_tries = 1 if feasible is not None else None
+        if prior_tries is not None and (not isinstance(prior_tries, int) or prior_tries < 1):
+            raise ValueError(f"RuleOrchestrator: prior_tries must be 'auto', an int >= 1 or None, got {prior_tries!r}")
+        self.priors, self.prior_tries = priors, prior_tries
 
     def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:
         """Unmeasured, holding no combination refused before (``search_refusals.py``), and not refused
@@ -166,7 +173,7 @@ class RuleOrchestrator:
         last: list[tuple[Prior, dict[str, Any], bool]] = []
         for prior, full, failed in self._ranked(view, state):
             changes = {k: v for k, v in full.items() if v != view.stack[k]}
-            if not changes or not self._ok(view, changes):
+            if not changes or not self._ok(view, changes) or (self.prior_tries is not None and spent(view, full, self.prior_tries)):
                 continue
             failed = failed or suspect(view.candidate(changes)[0], view.suspect)  # like a refusal this session
             (last if failed else first).append((prior, changes, failed))

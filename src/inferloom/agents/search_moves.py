@@ -14,7 +14,10 @@ Pure functions of the state view: deterministic, nothing kept between calls.
   feasible and unmeasured (e.g. ``prompt_lookup=3`` also moves
   ``micro_batch`` to 1): values the rules need are otherwise unreachable one
   knob at a time. Extra knobs are tried in knob order, their stock value
-  first, then the domain order."""
+  first, then the domain order.
+* :func:`spent`: whether a prior's change-set was already measured as a
+  change (``RuleOrchestrator(prior_tries=N)``: N such trials and the prior
+  gets no more slots; the default with the cross-knob rules is 1)."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 from inferloom.agents.search_view import _domain, _View
 
-__all__ = ["since_keep", "alternate_to_search", "width", "repair"]
+__all__ = ["since_keep", "alternate_to_search", "width", "repair", "spent"]
 
 
 def since_keep(view: _View) -> int:
@@ -75,3 +78,16 @@ def repair(view: _View, changes: Mapping[str, Any], feasible: Callable[[Mapping[
                 if key not in view.seen and feasible(cfg):
                     return out
     return None
+
+
+def spent(view: _View, full: Mapping[str, Any], tries: int = 1) -> bool:
+    """True when ``tries`` trials already measured the values of ``full`` (a prior's change-set) as a
+    change: configurations holding all of them, that changed at least one relative to their stack, and
+    did not fail or get refused (a failure says nothing of the gain: the prior may run at another stack)."""
+    stack, n = view.stock, 0
+    for t, cfg in view.replayed:
+        if (t.get("verdict") not in ("failed", "refused") and all(cfg.get(k) == v for k, v in full.items())
+                and any(stack.get(k) != v for k, v in full.items())):
+            n += 1
+        stack = cfg if t.get("verdict") == "keep" else stack
+    return n >= tries
