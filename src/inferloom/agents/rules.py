@@ -85,7 +85,8 @@ class RuleOrchestrator:
     docs/benchmarks.md sections 10 and 16). ``prior_tries``: a prior whose change-set that many trials
     already measured as a change (not failed or refused) gets no more slots, the model has its
     measurement (``search_moves.spent``); ``"auto"`` (default): 1 with ``feasible``, None (a prior is
-    retried at every new stack) without; chosen on fresh seeds (docs/benchmarks.md section 10). ``phase`` is not
+    retried at every new stack) without; tuned on seeds 0-9, made the default only after fresh seeds
+    100-109, 200-209 and 300-309 confirmed it (docs/benchmarks.md section 10). ``phase`` is not
     consulted: the coordinator's allowlist decides what is admitted."""
 
     name = "rule-orchestrator"
