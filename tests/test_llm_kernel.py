@@ -16,6 +16,7 @@ from inferloom.agents.llm_kernel import LLMKernelAuthor, gate_written_kernel
 from inferloom.agents.llm_record import LLMRefusal
 from inferloom.kernels.base import KernelCandidate
 from inferloom.kernels.catalog.mlp import SILU_MUL_ENTRY as ENTRY
+from inferloom.kernels.gates import correctness, crash_text, microbenchmark
 from inferloom.kernels.guards import reward_hacking_guards, unseen_shapes
 from inferloom.spec import load_spec
 from llm_scripted_server import ScriptedLLM, ok, text
@@ -85,6 +86,34 @@ def test_an_honest_kernel_passes_every_guard_with_fresh_inputs():
     assert res.passed, res.why
     hidden = unseen_shapes(SHOWN, random.Random(0))
     assert hidden and all(s["tokens"] % 2 == 1 and s["intermediate"] % 2 == 1 for s in hidden)
+
+
+# what Triton raises compiling the session test's silu_mul for the GPU in bf16 (seen on an H200, 2026-12-01,
+# docs/benchmarks.md section 17): the kernel's source first, the cause last
+COMPILE_ERROR = ("at 8:36:\ndef _silu_mul(GU, Out, M, N, BLOCK: tl.constexpr):\n" + "    row = offs // N\n" * 20
+                 + "    tl.store(Out + offs, g / (1.0 + tl.exp(-g)) * u, mask=mask)\n" + " " * 36 + "^\n"
+                 + "Expected dtype ['fp32', 'fp64'] but got bf16")
+
+
+class CompilationError(Exception):
+    pass
+
+
+def fails_to_compile(gu, *, out):
+    raise CompilationError(COMPILE_ERROR)
+
+
+def test_a_crash_is_refused_with_the_cause_that_ends_a_long_message():
+    assert len(COMPILE_ERROR) > 600
+    res = reward_hacking_guards(candidate(fails_to_compile), "cpu", SHOWN, random.Random(1))
+    assert not res.passed and res.rule == "kernel_crashed", res
+    assert "raised CompilationError" in res.why
+    assert "at 8:36:" in res.why and "Expected dtype ['fp32', 'fp64'] but got bf16" in res.why, res.why
+    for gate in (correctness(candidate(fails_to_compile), "cpu"),
+                 microbenchmark(candidate(fails_to_compile), "cpu", min_speedup=0.001)):
+        assert gate.rule == "kernel_crashed" and gate.why.endswith("but got bf16"), gate.why
+    assert len(crash_text(CompilationError(COMPILE_ERROR))) <= 305
+    assert crash_text(ValueError("short")) == "short"
 
 
 HONEST_SRC = textwrap.dedent('''

@@ -107,6 +107,7 @@ def test_the_attention_target_is_writable_with_the_catalogs_decode_shapes():
     assert written.shown_shapes("decode_attention", work) == [shape, {**shape, "ragged": 1, "left_pad": 1}]
     (cand,) = CatalogBackend().propose([Target("attention", 0.4, True, "hot")], work)
     assert [dict(s) for s in cand.shapes] == written.shown_shapes("decode_attention", work)  # the same shapes
+    assert cand.covers == written.COVERS["decode_attention"]  # and the same Amdahl share (phases/kernel_llm.py)
     # unseen shapes move each dimension on its own: the entry's fit keeps them valid for make_inputs
     fit = _entry().shape_fit
     assert unseen_shapes(SHOWN, random.Random(SEED))[0]["q_heads"] % 3 != 0  # 5 heads over 3: no valid GQA

@@ -141,6 +141,11 @@ def test_llm_kernel_author_in_a_real_session(tmp_path, monkeypatch):
     assert sorted((r["rule"], r["output"]["candidate"]) for r in refused) == sorted([
         ("kernel_incorrect", f"llm:{wrong}"), ("kernel_incorrect", f"llm:{wrong_norm}"),
         ("kernel_incorrect", f"llm:{wrong_attn}")])
+    # each claim's Amdahl share covers what the catalog's candidate for the same op covers: the written decode
+    # attention replaces repeat_kv's cache copy too (memory_copy, elementwise), the others only their own target
+    claims = {e["candidate"]["id"]: e["candidate"] for e in entries if e["kind"] == "kernel_claim"}
+    assert claims[f"llm:{wrong_attn}"]["covers"] == ["memory_copy", "elementwise"]
+    assert claims[f"llm:{right}"]["covers"] == [] and claims[f"llm:{wrong}"]["covers"] == []
     gates = {(e["candidate"], e["gate"]): e for e in entries if e["kind"] == "kernel_gate"}
     assert set(gates) == {(f"llm:{w}", "reward_hacking_guards") for w in (wrong, wrong_norm, wrong_attn)} | {
         (f"llm:{right}", g) for g in ("reward_hacking_guards", "correctness", "microbenchmark")}

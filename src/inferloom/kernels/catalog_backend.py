@@ -40,11 +40,16 @@ from inferloom.kernels.base import KernelCandidate, Target, model_config, no_ima
 from inferloom.kernels.catalog import triton_available, workload_shapes
 from inferloom.measure.costs import mean_decode_context
 
-__all__ = ["CatalogBackend", "decode_attention_shape"]
+__all__ = ["CatalogBackend", "decode_attention_shape", "DECODE_ATTENTION_COVERS"]
 
 NOT_SWITCHABLE = ("add_rmsnorm", "silu_mul", "qkv_proj", "fp8_linear")
 PREFILL_TOKENS_CHECKED = 256  # the prefill shape's token count is capped: the float64 reference is [tokens, 2I]
 
+
+# what the decode attention kernel's op also spends besides the attention kernels (the Amdahl share of the catalog's
+# candidate and of a written one, kernels/written.py): repeat_kv's copy of the whole cache, a copy kernel in eager,
+# an inductor "triton_poi_fused_..." kernel (elementwise) when compiled
+DECODE_ATTENTION_COVERS: tuple[str, ...] = ("memory_copy", "elementwise")
 
 def decode_attention_shape(workload: Mapping[str, Any]) -> dict[str, int]:
     """``decode_attention``'s shape at the workload's mean decode step: its static cache of
@@ -96,9 +101,7 @@ class CatalogBackend:
                     shapes=(shape, {**shape, "ragged": 1, "left_pad": 1}),
                     dtype=dtype, claimed_speedup=cache / max(1, ctx),
                     config_changes={"attention_kernel": "triton_decode"}, tolerance=dict(entry.tolerance(dtype)),
-                    # the op replaced includes repeat_kv's copy of the whole cache: a copy kernel
-                    # in eager, an inductor "triton_poi_fused_..." kernel (elementwise) when compiled
-                    covers=("memory_copy", "elementwise"),
+                    covers=DECODE_ATTENTION_COVERS,
                     notes=entry.notes + "; claim = cache length / mean context (a guess: it reads only the valid range)"))
         if "gemm" in picked and stack.get("mlp_kernel", "eager") == "eager":
             out.extend(self._gate_up(workload))

@@ -33,11 +33,22 @@ from typing import Any, Callable
 from inferloom.kernels.base import KernelCandidate
 from inferloom.spec import KernelSpec, field_default
 
-__all__ = ["GateResult", "correctness", "error_metrics", "microbenchmark", "cache_bytes", "MIN_SPEEDUP"]
+__all__ = ["GateResult", "correctness", "error_metrics", "microbenchmark", "cache_bytes", "crash_text", "MIN_SPEEDUP"]
 
 MIN_SPEEDUP: float = field_default(KernelSpec, "min_speedup")  # the spec declares it: kernels.min_speedup
 _CORRECTNESS_SEEDS = (11, 12, 13)
 
+
+
+def crash_text(exc: BaseException, limit: int = 300) -> str:
+    """What a crashed kernel raised, at most about ``limit`` characters: its start and its end when longer (Triton's
+    ``CompilationError`` opens with the kernel's source and names the cause last, e.g. ``Expected dtype ['fp32',
+    'fp64'] but got bf16`` of ``tl.exp`` on a bf16 value, which only compiling for the GPU raises)."""
+    msg = str(exc)
+    if len(msg) <= limit:
+        return msg
+    head = max(limit // 3, 1)
+    return f"{msg[:head]} ... {msg[-(limit - head):]}"
 
 @dataclass
 class GateResult:
@@ -84,7 +95,7 @@ def correctness(cand: KernelCandidate, device: str, seeds: tuple[int, ...] = _CO
                 refs = tuple(ref) if isinstance(ref, (tuple, list)) else (ref,)
             except Exception as exc:  # noqa: BLE001 - a crash is a refusal, never the session's end
                 return GateResult("correctness", False, "kernel_crashed",
-                                  f"{cand.id} raised {type(exc).__name__} at {where}: {str(exc)[:300]}",
+                                  f"{cand.id} raised {type(exc).__name__} at {where}: {crash_text(exc)}",
                                   {"checks": checks})
             errs = []
             for i, (o, r) in enumerate(zip(outs, refs)):
@@ -209,7 +220,7 @@ def microbenchmark(cand: KernelCandidate, device: str, *, runs: int = 50, warmup
                                            n_sets, runs, warmup, device)
     except Exception as exc:  # noqa: BLE001
         return GateResult("microbenchmark", False, "kernel_crashed",
-                          f"{cand.id} raised {type(exc).__name__} in the microbenchmark: {str(exc)[:300]}")
+                          f"{cand.id} raised {type(exc).__name__} in the microbenchmark: {crash_text(exc)}")
     mb, mi = statistics.median(t_base), statistics.median(t_impl)
     speedup = mb / mi if mi > 0 else math.inf
     details = {"shape": dict(shape), "runs": runs, "warmup": warmup, "input_sets": n_sets,

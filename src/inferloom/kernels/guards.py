@@ -27,7 +27,7 @@ import random
 from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.kernels.base import KernelCandidate
-from inferloom.kernels.gates import GateResult, error_metrics
+from inferloom.kernels.gates import GateResult, crash_text, error_metrics
 
 __all__ = ["GUARD_RULES", "unseen_shapes", "guard", "reward_hacking_guards"]
 
@@ -97,7 +97,7 @@ def _run(cand: KernelCandidate, inputs: dict[str, Any], out: Any, where: str) ->
     try:
         ret = cand.implementation(**inputs, out=out)
     except Exception as exc:  # noqa: BLE001 - a crash is a refusal
-        raise GuardRefusal("kernel_crashed", f"{cand.id} raised {type(exc).__name__} at {where}: {str(exc)[:300]}") from None
+        raise GuardRefusal("kernel_crashed", f"{cand.id} raised {type(exc).__name__} at {where}: {crash_text(exc)}") from None
     if any(t.is_cuda for t in tens.values()):
         torch.cuda.synchronize()
     for r in _tuple(ret) if ret is not None else ():

@@ -74,14 +74,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from inferloom.kernels.base import model_config
-from inferloom.kernels.catalog_backend import decode_attention_shape
+from inferloom.kernels.catalog_backend import DECODE_ATTENTION_COVERS, decode_attention_shape
 from inferloom.workloads.engine_attention import register as register_attention
 from inferloom.workloads.base import Knob
 from inferloom.workloads.engine_gate_up import fuse_gate_up, gate_up_mlps
 
 __all__ = ["WRITABLE", "KNOB", "register", "restore", "restore_checked", "WrittenKernelError", "registered", "knob",
            "import_kernel", "apply_written_kernel", "kernel_name", "shown_shapes", "source_sha256", "ENGINES", "writable", "apply_written_norms",
-           "REPLACES", "NEEDS", "entry_of", "conflict", "stack_refusal"]
+           "REPLACES", "NEEDS", "COVERS", "entry_of", "conflict", "stack_refusal"]
 
 WRITABLE: dict[str, str] = {"gemm": "gate_up_silu", "elementwise": "silu_mul", "normalization": "add_rmsnorm",
                             "attention": "decode_attention"}
@@ -94,6 +94,9 @@ REPLACES: dict[str, tuple[str, str, str]] = {
     "decode_attention": ("attention_kernel", "sdpa", "the decode attention")}
 # entry -> knobs of earlier phases it needs as they are (the author is not asked when the stack has another value)
 NEEDS: dict[str, dict[str, str]] = {"decode_attention": {"attn_implementation": "sdpa"}}
+# entry -> profile categories its op spends besides its target's (the Amdahl share, phases/kernel_trial.share), as the
+# catalog's own candidate for the op has them: a written decode attention replaces repeat_kv's cache copy too
+COVERS: dict[str, tuple[str, ...]] = {"decode_attention": DECODE_ATTENTION_COVERS}
 KNOB = "llm_kernel"
 PASSED = "passed.json"
 _REGISTRY: dict[str, tuple[str, Path]] = {}  # knob value -> (catalog entry, source path)

@@ -170,7 +170,8 @@ def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: in
     cand = written_candidate(entry, dtype, shown, fn, name, float(ans["claimed_speedup"]),
                              f"written by the LLM kernel author: {str(ans.get('rationale'))[:300]}")
     category = next(c for c, e in written.WRITABLE.items() if e == entry_name)  # the profile's name for the op
-    cand = KernelCandidate(**{**cand.__dict__, "config_changes": changes, "target": category})
+    cand = KernelCandidate(**{**cand.__dict__, "config_changes": changes, "target": category,
+                              "covers": written.COVERS.get(entry_name, ())})  # its Amdahl share: the catalog's
     ctx.ledger.append(KERNEL_CLAIM, {"cycle": st.cycle, "backend": AGENT, "candidate": cand.to_record()},
                       key=_key("kernel-claim", st.session_id, st.cycle, cand.id))
     results = _gates(ctx, st, cand, shown)

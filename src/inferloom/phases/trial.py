@@ -83,7 +83,7 @@ def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, 
     base, cand = dict(st.stack), dict(proposal["config"])
     changes = dict(proposal["changes"])
     left = st.budget.minutes * 60 - st.used.elapsed_s
-    ctx.progress(f"FRAMEWORK cycle {st.cycle}, trial {n}/{st.budget.trials}: "
+    ctx.progress(f"{st.phase.value} cycle {st.cycle}, trial {n}/{st.budget.trials}: "  # KERNEL's trials too
                  f"{', '.join(f'{k}={v}' for k, v in changes.items())}  "
                  f"(best so far x{_best(st):.3f} vs stock; {max(0.0, left) / 60:.1f} min left)")
     refs = stock_references(ctx.adapter, ctx.spec, st.stock_config, reference_sets(ctx.adapter, ("eval",)), ctx.refs,
