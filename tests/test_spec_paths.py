@@ -291,6 +291,8 @@ RENDERED = {
     "h200-vllm-2026-12-01-s24/session": ("e6b69f108d5f5c08", "88b807ca71ac3b33", "64ace1c4b1ff6a40"),
     # published 2026-12-01 (session 25, run 3 of docs/benchmarks.md §13), rendered by main at 40fbca3+
     "h200-vllm-2026-12-01-s25/session": ("f141ce93a4ca8cd2", "92e8f9ccac64cb0b", "76c9c94891dd9af1"),
+    # published 2026-12-01 (session 27, docs/benchmarks.md §17: the LLM kernel author on one H200)
+    "llm-kernel-h200-2026-12-01/session": ("5b59f34f0ebadf0d", "a0cdf77420e4dfb2", "edfc44f07ada3208"),
 }
 
 
