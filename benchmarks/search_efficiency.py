@@ -117,9 +117,11 @@ class Landscape:
 
 
 def run_default(ls: Landscape, seed: int, budget: int, priors: bool = True, rules: bool = False,
-                priors_in: str | None = None, **orchestrator: Any) -> list[float]:
+                priors_in: str | None = None, on_trial: Callable[[dict[str, Any], str, float], None] | None = None,
+                **orchestrator: Any) -> list[float]:
     """True values of the configurations measured, in order (-inf: infeasible). ``rules``: the
-    orchestrator knows the engine's cross-knob rules (``feasible``)."""
+    orchestrator knows the engine's cross-knob rules (``feasible``). ``on_trial(proposal, verdict, true value)``:
+    called after each trial (benchmarks/search_trace.py)."""
     o = RuleOrchestrator(seed=seed, prior_table=None if priors else [], feasible=ls.feasible if rules else None,
                          **({"priors": priors_in} if priors_in else {}), **orchestrator)
     stock = ls.stock
@@ -143,6 +145,8 @@ def run_default(ls: Landscape, seed: int, budget: int, priors: bool = True, rule
                                 "cycle": 1, "lesson": lesson})
         state["measured_config_keys"].append(config_key(cfg))
         out.append(ls.value(cfg) if m is not None else -math.inf)
+        if on_trial is not None:
+            on_trial(raw, verdict, out[-1])
         if verdict == "keep":
             state["stack"] = cfg
     return out

@@ -18,35 +18,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_efficiency import KEEP_RATIO, Landscape, knob_space  # noqa: E402
+from search_efficiency import Landscape, knob_space, run_default  # noqa: E402
 
-from inferloom.agents.rules import RuleOrchestrator  # noqa: E402
-from inferloom.workloads.base import config_key  # noqa: E402
 
 
 def trace(ls: Landscape, seed: int, budget: int, **kw: Any) -> list[tuple[str, dict[str, Any], str, float]]:
-    """(source, changes, verdict, true log-gain) per trial, measured as run_default does."""
-    o = RuleOrchestrator(seed=seed, feasible=ls.feasible, **kw)
-    state: dict[str, Any] = {"device": "cpu", "knobs": [k.to_dict() for k in ls.knobs], "pinned": {},
-                             "stock_config": ls.stock, "stack": dict(ls.stock), "trials": [],
-                             "measured_config_keys": [config_key(ls.stock)], "proposals": [], "kb_failures": [],
-                             "workload": {"concurrency": 8, "dtype": "float32"}, "cycle": 1}
-    ls.noise = random.Random(seed * 104729 + 17)
-    rows = []
-    while len(rows) < budget:
-        raw = o.propose(state)
-        if raw.get("action") != "try_config":
-            break
-        cfg = {**state["stack"], **raw["changes"]}
-        m = ls.measure(cfg)
-        ratio = None if m is None else math.exp(m - ls.value(state["stack"]))
-        verdict = "failed" if m is None else "keep" if ratio > KEEP_RATIO else "revert"
-        state["trials"].append({"changes": raw["changes"], "config": cfg, "verdict": verdict, "ratio": ratio,
-                                "cycle": 1, "lesson": ""})
-        state["measured_config_keys"].append(config_key(cfg))
-        rows.append((raw["source"], raw["changes"], verdict, ls.value(cfg)))
-        if verdict == "keep":
-            state["stack"] = cfg
+    """(source, changes, verdict, true log-gain) per trial of run_default with the cross-knob rules."""
+    ls.noise = random.Random(seed * 104729 + 17)  # the noise stream search_efficiency gives every strategy
+    rows: list[tuple[str, dict[str, Any], str, float]] = []
+    run_default(ls, seed, budget, rules=True, on_trial=lambda raw, verdict, v: rows.append(
+        (raw["source"], raw["changes"], verdict, v)), **kw)
     return rows
 
 
