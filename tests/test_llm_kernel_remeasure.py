@@ -153,7 +153,7 @@ def test_remeasure_registers_the_kept_written_kernel_in_a_fresh_process(kept_ses
     monkeypatch.setenv(MARK, str(mark))
     before = set(mark.read_text().split())
     assert str(os.getpid()) in before  # the session's gates and trials imported it here
-    rc = main(["verify", str(d), "--remeasure", "--max-pairs", "3", "--quiet"])
+    rc = main(["verify", str(d), "--remeasure", "--trust-session", "--max-pairs", "3", "--quiet"])
     out = capsys.readouterr().out
     assert rc in (0, 1), out  # the honest ratio need not overlap the session's (see the module docstring)
     assert "remeasure (fresh process" in out and "the session's x" in out
@@ -182,6 +182,6 @@ def test_remeasure_refuses_a_written_kernel_whose_source_is_gone_or_changed(kept
     with pytest.raises(RemeasureError, match=re.escape(f"llm_kernel={value} can't be re-measured: written kernel "
                                                        f"{member}: ") + f".*{said}"):
         remeasure(d, max_pairs=3)
-    rc = main(["verify", str(d), "--remeasure", "--quiet"])
+    rc = main(["verify", str(d), "--remeasure", "--trust-session", "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and f"written kernel {member}: " in err and said in err

@@ -200,7 +200,7 @@ def test_verify_remeasure_applies_the_exported_series_to_a_fresh_clone(session, 
     assert main(["export", str(session["dir"]), "--out", str(archive)]) == 0
     capsys.readouterr()
     refs, status = _refs(repo), git("status", "--porcelain", "--untracked-files=all", cwd=repo)
-    rc = main(["verify", str(archive), "--remeasure", "--max-pairs", "6", "--quiet"])
+    rc = main(["verify", str(archive), "--remeasure", "--trust-session", "--max-pairs", "6", "--quiet"])
     out = capsys.readouterr().out
     assert rc == 0, out
     src = session["st"].extra.source
@@ -283,13 +283,13 @@ def test_rebuild_refusals_name_the_pin_and_what_to_do(session, tmp_path, capsys)
     first = m["pins"]["packages"][0]
     first["version"] = "0.0.0.1"  # a pin no index here has
     path.write_text(json.dumps(m))
-    rc = main(["verify", str(d), "--rebuild", "--venv", str(tmp_path / "v1"), "--quiet"])
+    rc = main(["verify", str(d), "--rebuild", "--trust-session", "--venv", str(tmp_path / "v1"), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and f"pin {first['name']}==0.0.0.1 can't be installed" in err and "--find-links DIR" in err
     assert err.count("\n") == 1
     m["pins"]["python"]["version"] = "3.9.1"
     path.write_text(json.dumps(m))
-    rc = main(["verify", str(d), "--rebuild", "--venv", str(tmp_path / "v2"), "--quiet"])
+    rc = main(["verify", str(d), "--rebuild", "--trust-session", "--venv", str(tmp_path / "v2"), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and "the session ran on Python 3.9.1" in err and "pass --python with a Python 3.9 interpreter" in err
     assert not (tmp_path / "v2").exists()

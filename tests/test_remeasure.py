@@ -25,7 +25,7 @@ def synthetic(tmp_path_factory):
 
 
 def test_remeasure_rebuilds_the_final_stack_in_a_fresh_process_and_overlaps(capsys, synthetic):
-    rc = main(["verify", str(synthetic), "--remeasure", "--max-pairs", "6", "--quiet"])
+    rc = main(["verify", str(synthetic), "--remeasure", "--trust-session", "--max-pairs", "6", "--quiet"])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "all consistent" in out and "remeasure (fresh process" in out and "overlaps" in out and "PASS" in out
@@ -58,10 +58,10 @@ def test_nothing_kept_is_refused_clearly_by_remeasure_and_rebuild(capsys, tmp_pa
                             noise_sd=0.05)
     d = tmp_path / "s"
     start(d, SPEC, budget_minutes=10, max_trials=2, adapter=flat, agents=agents(), sweep=False, kb_url=None)
-    rc = main(["verify", str(d), "--remeasure"])
+    rc = main(["verify", str(d), "--remeasure", "--trust-session"])
     err = capsys.readouterr().err
     assert rc == 2 and "nothing was kept" in err and err.count("\n") == 1
-    rc = main(["verify", str(d), "--rebuild"])  # refused before any virtualenv is built
+    rc = main(["verify", str(d), "--rebuild", "--trust-session"])  # refused before any virtualenv is built
     err = capsys.readouterr().err
     assert rc == 2 and "nothing was kept" in err and err.count("\n") == 1
 

@@ -73,7 +73,7 @@ def test_real_session_on_llama_tiny(tmp_path):
     assert "Where the time went" in report and "ledger #" in report
     assert "FRAMEWORK cycle 1, trial 1/2" in p.stderr  # live progress
     # `inferloom verify --remeasure`: the final stack rebuilt in a fresh process, measured against stock again
-    v = subprocess.run([sys.executable, "-m", "inferloom.cli", "verify", str(d), "--remeasure", "--max-pairs", "5"],
+    v = subprocess.run([sys.executable, "-m", "inferloom.cli", "verify", str(d), "--remeasure", "--trust-session", "--max-pairs", "5"],
                        capture_output=True, text=True, timeout=900)
     if st.stack == st.stock_config:  # nothing kept on this (noisy, shared) CPU: nothing to re-measure, said so
         assert v.returncode == 2 and "nothing was kept" in v.stderr, v.stdout + v.stderr

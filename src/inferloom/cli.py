@@ -183,7 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "(its SHA256SUMS are checked first)")
     ver.add_argument("--remeasure", action="store_true", help="also rebuild the final stack in a fresh process and "
                      "measure it paired against stock; fails when the new interval misses the session's")
-    ver.add_argument("--max-pairs", type=number_in(int, 2, 1000), metavar="N", help="with --remeasure: at most N pairs "
+    ver.add_argument("--trust-session", action="store_true", help="with --remeasure/--rebuild: run the session's "
+                     "code (server, entrypoint, written kernels, pins); without it they print what would run and stop")
+    ver.add_argument("--max-pairs", type=number_in(int, 3, 200), metavar="N", help="with --remeasure: at most N pairs "
                      "(default: the session's protocol)")
     ver.add_argument("--rebuild", action="store_true", help="a fresh virtualenv from the pin ledger (manifest.json "
                      "pins), then --remeasure with its python")

@@ -28,7 +28,7 @@ import re
 from typing import Any, Mapping
 
 __all__ = ["REDACTED", "SECRET_NAME_MARKERS", "is_secret_name", "redact_text", "redact_url", "redact",
-           "redact_env", "has_redacted_password"]
+           "redact_env", "has_redacted_password", "without_secrets"]
 
 REDACTED = "***"  # what SQLAlchemy's render_as_string(hide_password=True) writes too
 SECRET_NAME_MARKERS = ("KEY", "TOKEN", "SECRET", "PASS", "PASSWORD", "PASSPHRASE", "CREDENTIAL", "AUTH")
@@ -85,3 +85,9 @@ def redact_env(environ: Mapping[str, str]) -> dict[str, str]:
     """Environment variables as they may be written: a secret-named one's value is
     :data:`REDACTED`, any other's value has its URL credentials removed."""
     return {k: REDACTED if is_secret_name(k) else redact_text(v) for k, v in environ.items()}
+
+
+def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of the environment ``env`` without the variables whose names say secret (:func:`is_secret_name`):
+    what a process that runs someone else's code (a handed-over session's re-measure, pip building its pins) gets."""
+    return {k: v for k, v in env.items() if not is_secret_name(k)}

@@ -16,6 +16,7 @@ from typing import Any
 from inferloom.commands.common import UsageError, progress_printer
 from inferloom.evidence.rebuild import rebuild, record_remeasure, summary_lines
 from inferloom.evidence.remeasure import final_stack, remeasure
+from inferloom.evidence.trust import TRUST_FLAG, plan_lines
 from inferloom.verify import verify_path
 from inferloom.verify.sums import unpack
 
@@ -29,6 +30,8 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
         raise UsageError(f"{', '.join(given)}: only with --rebuild (they say how its virtualenv is built)")
     if args.no_index and not args.find_links:
         raise UsageError("--no-index installs only from --find-links directories: give at least one --find-links DIR")
+    if args.trust_session and not (args.remeasure or args.rebuild):
+        raise UsageError(f"{TRUST_FLAG}: only with --remeasure or --rebuild (they run the session's code)")
     if args.max_pairs and not (args.remeasure or args.rebuild):
         raise UsageError("--max-pairs sizes the re-measurement: pass it with --remeasure (or --rebuild)")
     f = verify_path(args.dir)
@@ -47,6 +50,10 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
         + (f"{bad} mismatch(es)" if bad else "all consistent"), highlight=False, markup=False)
     if not (args.remeasure or args.rebuild):
         return 1 if bad else 0
+    if bad:  # a session whose numbers don't add up is not re-measured: nothing of it runs
+        out(f"not re-measured: {bad} mismatch(es) above; a session (or archive) that fails verify runs no code here",
+            highlight=False, markup=False, soft_wrap=True)
+        return 1
     if Path(args.dir).is_file():  # an export archive: re-measured from its unpacked copy
         with tempfile.TemporaryDirectory(prefix="inferloom-remeasure-archive-") as tmp:
             return _remeasure(args, unpack(Path(args.dir), tmp), bad, out, err)
@@ -54,6 +61,12 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
 
 
 def _remeasure(args: argparse.Namespace, d: Path, bad: int, out: Any, err: Any) -> int:
+    if not args.trust_session:  # the session author's code: said first, run only when the user says so
+        for line in plan_lines(d, rebuild=args.rebuild):
+            out(line, highlight=False, markup=False, soft_wrap=True)
+        out(f"not re-measured: add {TRUST_FLAG} once you have read what it runs (docs/security.md)",
+            highlight=False, markup=False, soft_wrap=True)
+        return 1
     progress = progress_printer(args, err)
     rec = None
     if args.rebuild:

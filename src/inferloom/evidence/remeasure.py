@@ -35,6 +35,7 @@ from inferloom.evidence.rebuild import venv_env
 from inferloom.inputs import load_json
 from inferloom.kernels import written, written_set
 from inferloom.measure.protocol import ProtocolSettings
+from inferloom.redact import without_secrets
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
 from inferloom.session.manifest import manifest_spec, read_manifest
@@ -129,7 +130,8 @@ def remeasure(directory: str | Path, *, max_pairs: int | None = None, timeout_s:
         if max_pairs:
             cmd += ["--max-pairs", str(max_pairs)]
         try:
-            env = venv_env() if python else None  # another python imports its own inferloom, not this one
+            # another python imports its own inferloom, not this one; the session's code gets no secret
+            env = without_secrets(venv_env() if python else os.environ)
             p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired:
             raise RemeasureError(f"{d}: the re-measurement ran past {timeout_s:.0f} s and was stopped; "

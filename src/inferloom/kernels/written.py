@@ -73,6 +73,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from inferloom.errors import InferloomError
 from inferloom.kernels.base import model_config
 from inferloom.kernels.catalog_backend import DECODE_ATTENTION_COVERS, decode_attention_shape
 from inferloom.workloads.engine_attention import register as register_attention
@@ -81,7 +82,7 @@ from inferloom.workloads.engine_gate_up import fuse_gate_up, gate_up_mlps
 
 __all__ = ["WRITABLE", "KNOB", "register", "restore", "restore_checked", "WrittenKernelError", "registered", "knob",
            "import_kernel", "apply_written_kernel", "kernel_name", "shown_shapes", "source_sha256", "ENGINES", "writable", "apply_written_norms",
-           "REPLACES", "NEEDS", "COVERS", "entry_of", "conflict", "stack_refusal"]
+           "REPLACES", "NEEDS", "COVERS", "entry_of", "conflict", "stack_refusal", "contained_source"]
 
 WRITABLE: dict[str, str] = {"gemm": "gate_up_silu", "elementwise": "silu_mul", "normalization": "add_rmsnorm",
                             "attention": "decode_attention"}
@@ -105,8 +106,28 @@ _REGISTRY: dict[str, tuple[str, Path]] = {}  # knob value -> (catalog entry, sou
 COMBINED: dict[str, tuple[str, ...]] = {}
 
 
-class WrittenKernelError(ValueError):
+class WrittenKernelError(InferloomError, ValueError):
     """A session's written kernel can't be registered again as the session ran it (what, why, what to do)."""
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.py")
+
+
+def contained_source(book: Path, value: str, name: object) -> Path:
+    """The source file ``name`` that ``passed.json`` (``book``) records for the written kernel ``value``: a plain
+    file name under ``llm/kernels/`` (no directory part, no ``..``, no absolute path, no symlink leading out of the
+    folder); :class:`WrittenKernelError` otherwise, so a handed-over session can't point a kernel at a file
+    elsewhere on this machine (docs/security.md)."""
+    text = str(name)
+    if not _PLAIN_NAME.fullmatch(text) or text.startswith(".."):
+        raise WrittenKernelError(f"written kernel {value}: {book} names its source {text!r}, not a plain file name "
+                                 "under llm/kernels/ (refused: a session's kernels live in its own folder)")
+    path = book.parent / text
+    folder = book.parent.resolve()
+    if path.exists() and path.resolve().parent != folder:
+        raise WrittenKernelError(f"written kernel {value}: its source {path} leads outside {folder} (a link; "
+                                 "refused: a session's kernels live in its own folder)")
+    return path
 
 
 def source_sha256(path: Path) -> str:
@@ -184,7 +205,7 @@ def restore(session_dir: str | Path) -> list[str]:
         return []
     known = json.loads(book.read_text())
     for value, rec in known.items():
-        _REGISTRY[value] = (str(rec["entry"]), book.parent / str(rec["path"]))
+        _REGISTRY[value] = (str(rec["entry"]), contained_source(book, value, rec["path"]))
     return sorted(known)
 
 
@@ -200,7 +221,7 @@ def restore_checked(session_dir: str | Path, values: list[str] | tuple[str, ...]
         if not isinstance(rec, dict):
             raise WrittenKernelError(f"written kernel {value}: {book} has no record of it (the session registers a "
                                      "kernel there once its gates passed); restore the session directory from a backup")
-        path = book.parent / str(rec.get("path"))
+        path = contained_source(book, value, rec.get("path"))
         if not path.is_file():
             raise WrittenKernelError(f"written kernel {value}: its source {path} is missing; restore the session "
                                      "directory from a backup")

@@ -1,0 +1,62 @@
+"""What ``verify --remeasure`` / ``--rebuild`` would run of a handed-over session, said before anything runs.
+
+A session directory is someone else's work: its manifest names the server interpreter, its environment and
+arguments, a custom workload's entrypoint and patches, and its ``llm/kernels/`` folder holds Python that the
+re-measure imports. :func:`plan_lines` reads all of that from the files alone (nothing of the session is
+imported or run) and says it, one line each; the CLI runs it only after ``--trust-session``
+(docs/security.md, "Handed-over sessions"). The re-measure's own process then gets an environment without
+secret-named variables (:func:`inferloom.redact.without_secrets`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from inferloom.evidence.remeasure import final_stack
+from inferloom.inputs import load_json
+from inferloom.kernels import written, written_set
+from inferloom.redact import is_secret_name, redact_text
+from inferloom.session.manifest import read_manifest
+
+__all__ = ["plan_lines", "TRUST_FLAG"]
+
+TRUST_FLAG = "--trust-session"
+
+
+def _kernels(d: Path, value: str) -> list[str]:
+    book = d / "llm" / "kernels" / written.PASSED
+    known = load_json(book.read_bytes()) if book.is_file() else {}
+    out = []
+    for member in written_set.members(value):
+        rec = known.get(member) or {}
+        out.append(f"  imports the written kernel {member}: {book.parent / str(rec.get('path'))} "
+                   f"(sha256 {rec.get('sha256')}) in the re-measure process")
+    return out
+
+
+def plan_lines(directory: str | Path, *, rebuild: bool = False) -> list[str]:
+    """What re-measuring (``rebuild``: also rebuilding) the session in ``directory`` would run, one line each."""
+    d = Path(directory).absolute()
+    spec, changes, _ = final_stack(d)  # checks written kernels' containment and sha256; runs nothing
+    lines = [f"{d} was written by someone else's inferloom run; re-measuring it runs the following on this machine:",
+             f"  framework {spec.framework}, model {spec.model}; the final stack's changes: {redact_text(str(changes))}"]
+    serving = getattr(spec, "serving", None)
+    if serving is not None and spec.framework not in ("transformers", "diffusers", "custom", "synthetic"):
+        lines.append(f"  the server: {serving.python} -m {serving.module} {' '.join(serving.extra_args)}".rstrip())
+        for k, v in sorted(serving.env.items()):
+            lines.append(f"  server environment: {k}={'***' if is_secret_name(k) else redact_text(v)}")
+    if spec.custom is not None:
+        c = spec.custom
+        lines.append(f"  the entrypoint {' '.join(c.entrypoint)} in a copy of {c.repo} (sandbox: {c.sandbox}); "
+                     f"{len(changes.get('patches') or [])} exported patch(es) applied first")
+    if changes.get(written.KNOB, "none") != "none":
+        lines += _kernels(d, str(changes[written.KNOB]))
+    if rebuild:
+        pins = read_manifest(d).get("pins") or {}
+        pkgs = pins.get("packages") if isinstance(pins, dict) else None
+        n = len(pkgs) if isinstance(pkgs, list) else 0
+        lines.append(f"  pip installs the manifest's {n} pinned package(s) (binary wheels only) into a new virtualenv")
+    lines.append(f"  the re-measure process gets your environment less secret-named variables; pass {TRUST_FLAG} "
+                 "to run it")
+    return lines
