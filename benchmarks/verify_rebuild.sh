@@ -16,10 +16,10 @@ mkdir -p "$OUT"
 "$PY" -m inferloom.cli optimize "$OUT/demo/custom.yaml" --budget-minutes 5 --max-trials 2 --no-kb --no-sweep \
     --out "$OUT/session" --quiet >/dev/null
 t0=$(date +%s)
-"$PY" -m inferloom.cli verify "$OUT/session" --rebuild --venv "$OUT/venv" --max-pairs 6 | tee "$OUT/first.txt"
+"$PY" -m inferloom.cli verify "$OUT/session" --rebuild --trust-session --venv "$OUT/venv" --max-pairs 6 | tee "$OUT/first.txt"
 t1=$(date +%s)
 cp "$OUT/venv/inferloom-rebuild.json" "$OUT/first.json"
-"$PY" -m inferloom.cli verify "$OUT/session" --rebuild --venv "$OUT/venv" --max-pairs 6 --quiet > "$OUT/second.txt"
+"$PY" -m inferloom.cli verify "$OUT/session" --rebuild --trust-session --venv "$OUT/venv" --max-pairs 6 --quiet > "$OUT/second.txt"
 t2=$(date +%s)
 "$PY" - "$OUT" "$((t1 - t0))" "$((t2 - t1))" <<'PYEOF' | tee "$OUT/timings.txt"
 import json, sys
