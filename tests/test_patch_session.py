@@ -236,6 +236,26 @@ def test_remeasure_rebuild_from_ledger_texts_and_what_it_refuses(session, tmp_pa
         rebuild_trees(d, moved, st, tmp_path / "t3", RemeasureError, lambda _m: None)
 
 
+@pytest.mark.parametrize("name", ["../../outside.patch", "/etc/hostname", "patches/../../outside.patch", "patches/x y.patch"])
+def test_an_export_naming_a_patch_outside_export_patches_is_refused(session, tmp_path, name):
+    """A handed-over export's final_config.json can't name a file elsewhere as a patch (issue 30)."""
+    from inferloom.cli import main
+    from inferloom.evidence.custom_remeasure import rebuild_trees
+    from inferloom.evidence.remeasure import RemeasureError
+
+    d = tmp_path / "s"
+    shutil.copytree(session["dir"], d, ignore=shutil.ignore_patterns("workspace"))
+    assert main(["export", str(session["dir"]), "--out", str(tmp_path / "x")]) == 0
+    shutil.copytree(tmp_path / "x", d / "export", dirs_exist_ok=True)
+    (tmp_path / "outside.patch").write_text("Subject: x\n\n")
+    cfg = d / "export" / "final_config.json"
+    doc = json.loads(cfg.read_text())
+    doc["source"]["series"] = [name]
+    cfg.write_text(json.dumps(doc))
+    with pytest.raises(RemeasureError, match="not a plain file under export/patches/"):
+        rebuild_trees(d, session["spec"], load_state(d), tmp_path / "t", RemeasureError, lambda _m: None)
+
+
 # What the custom re-measure's process imports (and setuptools, to build inferloom): the rebuilt virtualenv of
 # the test below holds only these pins (torch and the rest are minutes more: benchmarks/verify_rebuild.sh runs
 # the whole ledger); the re-measure running there fails if inferloom needs more.

@@ -31,6 +31,7 @@ patch) to the re-measured pairs: inferloom's own wall clock around each run agai
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,15 +58,25 @@ def _has(sha: str, cwd: Path) -> bool:
     return git("cat-file", "-e", f"{sha}^{{commit}}", cwd=cwd, check=False).returncode == 0
 
 
-def _series(d: Path, out: Path) -> list[Path]:
+_PATCH_NAME = re.compile(r"patches/[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
+
+
+def _series(d: Path, out: Path, error: type[Exception]) -> list[Path]:
     """The patch series: an unpacked ``inferloom export`` archive's own ``export/patches`` (what its SHA256SUMS
-    covered) when the session's workspace is not there; else exported again from the session."""
+    covered) when the session's workspace is not there; else exported again from the session. Each listed name
+    must be a plain ``patches/<name>.patch`` under ``export/`` (a handed-over archive can't name a file elsewhere:
+    ``error`` naming it)."""
     listed = d / "export" / "final_config.json"
     if not (d / "workspace" / "repo.git").is_dir() and listed.is_file():
         try:
             names = (json.loads(listed.read_text()).get("source") or {}).get("series") or []
         except (OSError, ValueError, AttributeError):
             names = []
+        bad = [str(n) for n in names if not (isinstance(n, str) and _PATCH_NAME.fullmatch(n))
+               or ((d / "export" / n).exists() and (d / "export" / n).resolve().parent != (d / "export" / "patches").resolve())]
+        if bad:
+            raise error(f"{d}: export/final_config.json lists {bad[0]!r} as a patch, not a plain file under "
+                        "export/patches/ (refused: an archive's patches live in it)")
         files = [d / "export" / n for n in names]
         if names and all(f.is_file() for f in files):
             return files
@@ -95,7 +106,7 @@ def rebuild_trees(d: Path, spec: Any, st: Any, root: Path, error: type[Exception
                         "run verify --remeasure again")
         for name in ("stock", "final"):
             git("worktree", "add", "--quiet", "--detach", str(root / name), src.stock, cwd=clone)
-        files = _series(d, root / "export")
+        files = _series(d, root / "export", error)
         final, env, how = root / "final", _env(src.date), set()
         if len(files) != len(src.kept):
             raise error(f"{d}: the exported series has {len(files)} patch(es) but the session kept {len(src.kept)} "
