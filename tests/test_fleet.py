@@ -133,3 +133,19 @@ def test_worker_runs_a_session_once_per_directory_and_a_failure_is_data(tmp_path
     assert failed["ok"] is False and "oops" in failed["error"] and failed["session_id"] is None
     assert [x.status for x in fleet_status(plan)] == ["done", "failed"]
     assert "INFERLOOM_SYNTHETIC_DELAY_S" not in os.environ  # the session's env does not leak into the worker
+
+
+def test_session_names_stay_unique_when_a_suffixed_name_is_also_given(tmp_path):
+    """`one`, `one`, `one-2`: three sessions, three directories (the second `one` became `one-2` and the
+    given `one-2` must not share it: issue 30)."""
+    (tmp_path / "tiny.yaml").write_text("model: llama-tiny\nframework: synthetic\ndevice: cpu\n")
+    p = _write(tmp_path, """
+sessions:
+  - {workload: tiny.yaml, name: one}
+  - {workload: tiny.yaml, name: one}
+  - {workload: tiny.yaml, name: one-2}
+""")
+    plan = load_fleet(p)
+    names = [s.name for s in plan.sessions]
+    assert names == ["one", "one-2", "one-2-2"]
+    assert len({plan.session_dir(s) for s in plan.sessions}) == 3

@@ -198,11 +198,13 @@ def load_fleet(path: str | Path, out: str | Path | None = None, kb: str | None =
                             e.get("env")))
     if len(planned) > MAX_SESSIONS:
         raise FleetError(f"fleet file '{path}': {len(planned)} sessions; at most {MAX_SESSIONS}")
-    seen: dict[str, int] = {}
-    for s in planned:  # unique names: a repeated one gets -2, -3, ...
-        seen[s.name] = seen.get(s.name, 0) + 1
-        if seen[s.name] > 1:
-            s.name = f"{s.name}-{seen[s.name]}"
+    taken: set[str] = set()
+    for s in planned:  # unique names: a repeated one gets -2, -3, ... (skipping any name already taken)
+        base, n = s.name, 1
+        while s.name in taken:
+            n += 1
+            s.name = f"{base}-{n}"
+        taken.add(s.name)
     order = top.get("order", ORDERS[0])
     if order not in ORDERS:
         raise FleetError(f"order: got {order!r}, expected one of {', '.join(ORDERS)}")
