@@ -178,3 +178,21 @@ def test_redaction_rules():
     assert env == {"INFERLOOM_KB": "pg://u:***@h/d", "CUDA_VISIBLE_DEVICES": "0"}
     assert has_redacted_password("pg://u:***@h/d") and not has_redacted_password("pg://u:p@h/d")
     assert not has_redacted_password(None) and not has_redacted_password("/tmp/kb.sqlite")
+
+
+def test_a_query_password_in_a_kb_url_reaches_neither_the_error_nor_the_fleet_log(tmp_path, monkeypatch):
+    """`?password=...` (not only user:password@) is hidden in the KB's errors and in a fleet session's log,
+    where the KB's retry warnings go (issue 30 item 7)."""
+    import logging
+
+    from inferloom.fleet.worker import _kb_log
+    from inferloom.kb.db import Database, KBUnavailable
+
+    monkeypatch.setenv("INFERLOOM_KB_RETRY_S", "1")
+    log = tmp_path / "fleet.log"
+    with log.open("w") as f, _kb_log(f):
+        logging.getLogger("inferloom.kb").warning("KB %s: retry", "postgresql://u@h/kb?password=hunter2")
+        with pytest.raises(KBUnavailable) as exc:
+            Database("postgresql+psycopg://u@127.0.0.1:1/kb?password=hunter2")
+    assert "hunter2" not in str(exc.value) and "password=***" in str(exc.value)
+    assert "hunter2" not in log.read_text() and "password=***" in log.read_text()

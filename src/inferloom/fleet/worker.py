@@ -48,11 +48,18 @@ def _environment(env: Mapping[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+class _Redacting(logging.Formatter):
+    """A log line without URL passwords (a KB URL quoted in a retry warning)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
 @contextmanager
 def _kb_log(log: Any) -> Iterator[None]:
     """The KB's warnings (a retry while its server is away) into the session's fleet log."""
     handler = logging.StreamHandler(log)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    handler.setFormatter(_Redacting("%(asctime)s %(message)s", "%H:%M:%S"))
     kb_log = logging.getLogger("inferloom.kb")
     kb_log.addHandler(handler)
     try:

@@ -191,7 +191,7 @@ class Database:
         if u.drivername == "postgresql":  # no driver named: psycopg 3 (the `fleet` extra), not psycopg2
             u = u.set(drivername="postgresql+psycopg")
         self.is_sqlite = u.get_backend_name() == "sqlite"
-        self.where = u.render_as_string(hide_password=True)
+        self.where = redact_text(u.render_as_string(hide_password=True))  # ?password=... too
         kwargs: dict[str, Any] = {}
         if self.is_sqlite:
             db = u.database or ""
@@ -242,9 +242,9 @@ class Database:
                 tries += 1
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise KBUnavailable(f"{exc} (gave up after {tries} tries, {retry_seconds():g} s; "
+                    raise KBUnavailable(f"{redact_text(str(exc))} (gave up after {tries} tries, {retry_seconds():g} s; "
                                         "INFERLOOM_KB_RETRY_S sets how long)") from None
-                log.warning("KB %s: %s unreachable (%s); retry %d in %.1f s", self.where, doing, exc, tries,
+                log.warning("KB %s: %s unreachable (%s); retry %d in %.1f s", self.where, doing, redact_text(str(exc)), tries,
                             min(wait, left))
                 self.engine.dispose()  # the pool's connections died with the server
                 time.sleep(min(wait, left))
