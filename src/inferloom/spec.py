@@ -26,6 +26,7 @@ from inferloom.spec_diffusion import DiffusionSpec
 from inferloom.spec_fields import _n, _Strict, check_bounds, field_default
 from inferloom.spec_llm import AgentsSpec, LLMSpec
 from inferloom.spec_paths import resolve_override, resolve_spec_paths
+from inferloom.spec_serving import check_extra_args, check_serving_env
 
 __all__ = [
     "SpecError", "objective_label", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec",
@@ -170,6 +171,9 @@ class ServingSpec(_Strict):
     slo_ttft_ms: float | None = _n(None, 0, 3.6e6, "time-to-first-token SLO, ms", gt=True)
     slo_tpot_ms: float | None = _n(None, 0, 3.6e6, "time-per-output-token SLO, ms", gt=True)
     slo_e2el_ms: float | None = _n(None, 0, 3.6e6, "end-to-end latency SLO, ms", gt=True)
+
+    _env_ok = field_validator("env")(classmethod(lambda cls, v: check_serving_env(v)))
+    _args_ok = field_validator("extra_args")(classmethod(lambda cls, v: check_extra_args(v)))
 
 
 class WorkloadSpec(_Strict):
