@@ -12,6 +12,7 @@ from inferloom.cli import main
 from inferloom.kernels import written
 from inferloom.phases.runner import start
 from inferloom.redact import without_secrets
+from inferloom.verify.sums import unpack
 from test_session import SPEC, agents
 
 
@@ -104,3 +105,16 @@ def test_the_remeasure_environment_has_no_secrets():
     env = without_secrets({"PATH": "/bin", "OPENAI_API_KEY": "sk-x", "HF_TOKEN": "hf", "PGPASSWORD": "p",
                            "HOME": "/root"})
     assert env == {"PATH": "/bin", "HOME": "/root"}
+
+
+def test_an_export_whose_sums_fail_is_not_remeasured(capsys, session, tmp_path):
+    archive = tmp_path / "s.tar.gz"
+    assert main(["export", str(session), "--out", str(archive)]) == 0
+    out = unpack(archive, tmp_path / "u")
+    report = next(p for p in out.rglob("*.md"))
+    report.write_text(report.read_text() + "\nedited after the export\n")
+    capsys.readouterr()
+    rc = main(["verify", str(out), "--remeasure", "--trust-session", "--quiet"])
+    text = capsys.readouterr().out
+    assert rc == 1 and "MISMATCH SHA256SUMS" in text and "not re-measured" in text
+    assert "remeasure (fresh process" not in text
