@@ -7,11 +7,16 @@
    named in the output; a ``DIR`` that already is a virtualenv is reused: pip then installs only what
    differs). Its python is ``--python`` (default: the one running inferloom); a major.minor version other
    than the pinned one is refused (what to pass instead);
-2. **the pinned packages**: one ``pip install --no-deps NAME==VERSION ...`` of every package in the pin
-   ledger except inferloom itself and pip (the virtualenv's own installer: compared, not installed). Where
+2. **the pinned packages**: every pin is checked first (:func:`inferloom.evidence.pin_check.check_pins`: a
+   package name and a PEP 440 version, nothing pip could read as an option, a URL or a path; one refused
+   pin and nothing is installed), then one ``pip install --no-deps --only-binary :all: NAME==VERSION ...``
+   (wheels only: no package's build backend runs) of every package in the pin ledger except inferloom
+   itself and pip (the virtualenv's own installer: compared, not installed). Where
    from: pip's configured index and find-links, plus each ``--find-links DIR``; ``--no-index`` (offline):
    no index, only the ``--find-links`` directories (and those pip's own configuration names). A pin pip
-   can't satisfy is an error naming the package, its pinned version, where it came from and what to do;
+   can't satisfy is an error naming the package, its pinned version, where it came from and what to do.
+   pip, and every python the rebuild runs, gets this environment less the secret-named variables
+   (:func:`inferloom.evidence.pin_check.secret_free_env`);
 3. **inferloom itself**, from the session's recorded source: the commit in ``manifest.json``
    (``inferloom.git_revision``) exported from the running inferloom's git checkout (``git archive``) when
    the checkout has it and the session's tree was clean; else the current checkout, saying why (a
@@ -43,6 +48,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import inferloom
 from inferloom.errors import InferloomError
+from inferloom.evidence.pin_check import check_pin, check_pins, secret_free_env
 from inferloom.session.manifest import read_manifest
 
 __all__ = ["RebuildError", "rebuild", "requirements", "install_pins", "compare_pins", "inferloom_source",
@@ -68,17 +74,24 @@ def venv_env() -> dict[str, str]:
                                                              "PYTHONUSERBASE", "VIRTUAL_ENV")}
 
 
+def _child_env() -> dict[str, str]:
+    """:func:`venv_env` less the secret-named variables: what pip and the rebuilt virtualenv's python get."""
+    return secret_free_env(venv_env())
+
+
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def requirements(pins: Mapping[str, Any], only: Iterable[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """``(the pins to install, the names left out by ``only``)``: every pinned package but inferloom (installed
-    from its source) and pip (the virtualenv's own installer: compared, not installed)."""
+    from its source) and pip (the virtualenv's own installer: compared, not installed). Every pin is checked
+    first (:func:`~inferloom.evidence.pin_check.check_pins`): a PinError lists all those refused."""
     pkgs = pins.get("packages")
     if not isinstance(pkgs, list) or not pkgs:
         raise RebuildError("manifest.json has no pin ledger (pins.packages): the session was started by an inferloom "
                            "from before pins; --rebuild needs them (use --remeasure in an environment you built)")
+    check_pins(pkgs)
     keep = None if only is None else {_norm(n) for n in only}
     todo, left = [], []
     for p in pkgs:
@@ -97,7 +110,7 @@ def requirements(pins: Mapping[str, Any], only: Iterable[str] | None = None) -> 
 def _python_version(python: str) -> str:
     try:
         out = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
-                             capture_output=True, text=True, timeout=60, env=venv_env())
+                             capture_output=True, text=True, timeout=60, env=_child_env())
     except (OSError, subprocess.SubprocessError) as exc:
         raise RebuildError(f"--python {python}: can't run it ({exc}); pass the path of a python interpreter") from None
     if out.returncode != 0:
@@ -119,7 +132,7 @@ def make_venv(venv: Path, python: str, pinned_python: str | None, progress: Prog
     if venv.exists() and any(venv.iterdir()):
         raise RebuildError(f"--venv {venv}: exists, is not empty and is not a virtualenv; name a new directory")
     progress(f"creating a virtualenv in {venv} with {python} (Python {have})")
-    res = subprocess.run([python, "-m", "venv", str(venv)], capture_output=True, text=True, env=venv_env())
+    res = subprocess.run([python, "-m", "venv", str(venv)], capture_output=True, text=True, env=_child_env())
     if res.returncode != 0:
         raise RebuildError(f"python -m venv {venv} failed: {(res.stderr or res.stdout).strip()[-400:]}; on Debian "
                            "and Ubuntu install the venv module (apt-get install python3-venv)")
@@ -129,7 +142,7 @@ def make_venv(venv: Path, python: str, pinned_python: str | None, progress: Prog
 def _pip(vpy: Path, args: list[str], progress: Progress) -> tuple[int, list[str]]:
     """Run the virtualenv's pip; progress for each package it collects or installs; ``(rc, the last lines)``."""
     cmd = [str(vpy), "-m", "pip", "--disable-pip-version-check", "install", "--progress-bar", "off", *args]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=venv_env())
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_child_env())
     tail: list[str] = []
     assert p.stdout is not None
     for line in p.stdout:
@@ -152,12 +165,20 @@ def _sources(find_links: Iterable[str | os.PathLike[str]], no_index: bool) -> li
     return out
 
 
+def _requirement(pin: Mapping[str, Any]) -> str:
+    """``NAME==VERSION`` of a pin, checked again here, where it becomes pip's argument."""
+    check_pin(pin["name"], pin["version"])
+    return f"{pin['name']}=={pin['version']}"
+
+
 def install_pins(vpy: Path, todo: list[dict[str, Any]], *, find_links: Iterable[str | os.PathLike[str]] = (),
                  no_index: bool = False, progress: Progress = lambda _m: None) -> float:
     """``pip install --no-deps`` every pin in ``todo`` into the virtualenv of ``vpy``; the seconds it took.
+    Wheels only (``--only-binary :all:``); every pin checked before pip runs (PinError: nothing installed).
     RebuildError naming the first pin pip can't satisfy."""
     if not todo:
         return 0.0
+    check_pins(todo)
     src = _sources(find_links, no_index)
     biggest = ", ".join(f"{p['name']} {p['version']}" for p in todo if _norm(p["name"]) in ("torch", "vllm", "triton"))
     progress(f"installing {len(todo)} pinned package(s) with pip --no-deps"
@@ -165,7 +186,7 @@ def install_pins(vpy: Path, todo: list[dict[str, Any]], *, find_links: Iterable[
              + (" offline, from --find-links only" if no_index else " from pip's configured index and find-links"
                 + (" and --find-links" if find_links else "")))
     t0 = time.perf_counter()
-    rc, tail = _pip(vpy, [*src, "--no-deps", *(f"{p['name']}=={p['version']}" for p in todo)], progress)
+    rc, tail = _pip(vpy, [*src, "--no-deps", "--only-binary", ":all:", *(_requirement(p) for p in todo)], progress)
     if rc == 0:
         return time.perf_counter() - t0
     text = "\n".join(tail)
@@ -173,7 +194,7 @@ def install_pins(vpy: Path, todo: list[dict[str, Any]], *, find_links: Iterable[
     if m:
         name = m.group(1)
         pin = next((p for p in todo if _norm(p["name"]) == _norm(name)), {"name": name, "version": m.group(2)})
-        came = f" (the session's came from {pin['url']})" if pin.get("url") else ""
+        came = f" (the session's came from {ascii(str(pin['url']))[:200]})" if pin.get("url") else ""
         raise RebuildError(f"pin {pin['name']}=={pin['version']} can't be installed: pip found no such distribution"
                            f"{' offline' if no_index else ' on its index'}{came}; put its wheel in a directory and "
                            "pass --find-links DIR (or configure a pip index that has it), then run again; the "
@@ -242,7 +263,7 @@ def _copy_checkout(root: Path, workdir: Path, src: dict[str, Any]) -> dict[str, 
 
 def _venv_packages(vpy: Path) -> list[dict[str, Any]]:
     code = "import json; from inferloom.pins import packages; print(json.dumps(packages()))"
-    res = subprocess.run([str(vpy), "-c", code], capture_output=True, text=True, timeout=600, cwd="/", env=venv_env())
+    res = subprocess.run([str(vpy), "-c", code], capture_output=True, text=True, timeout=600, cwd="/", env=_child_env())
     if res.returncode != 0:
         raise RebuildError(f"the rebuilt virtualenv's python can't import inferloom: {res.stderr.strip()[-400:]}; "
                            "a pin inferloom needs is missing or broken there")
@@ -298,10 +319,10 @@ def rebuild(directory: str | Path, *, venv: str | Path | None = None, python: st
         progress(f"installing inferloom from the {src['kind']} {src['commit'][:12]} ({src['why']})")
         t1 = time.perf_counter()
         has_setuptools = subprocess.run([str(vpy), "-c", "import setuptools"], capture_output=True,
-                                        env=venv_env()).returncode == 0
+                                        env=_child_env()).returncode == 0
         flags = ["--no-build-isolation"] if has_setuptools else []
-        rc, tail = _pip(vpy, [*_sources(links, no_index), "--no-deps", "--force-reinstall", *flags, src["path"]],
-                        progress)
+        rc, tail = _pip(vpy, [*_sources(links, no_index), "--no-deps", "--force-reinstall", "--only-binary", ":all:",
+                              *flags, src["path"]], progress)
         if rc != 0:
             raise RebuildError(f"installing inferloom from {src['path']} failed: {(tail or ['?'])[-1][:400]}; its build "
                                "needs setuptools (pinned with the session's packages, or from the index)")

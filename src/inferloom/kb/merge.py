@@ -15,7 +15,11 @@ the strict rules (its recorded evidence: protocol verdict ``keep``, held-out
 quality passed, finite ratio and interval) and enters only when it ranks above
 the local one (:func:`inferloom.kb.recipe.better`: a promoted winner ranks above
 an unpromoted one); the same winner on both sides stays, ``drift`` if either side
-marked it, promoted if either side promoted it. A ceiling is replaced by a
+marked it. A winner's ``promotion`` (and ``promotion`` history entries) is
+dropped on import: an approval is made only here, by ``inferloom promote``, so a
+forged one is never listed and never blocks a better winner. The file and its
+fields are capped (:mod:`inferloom.kb.limits`), checked before anything is
+written. A ceiling is replaced by a
 newer measurement only. Importing the same document twice changes nothing.
 """
 
@@ -30,6 +34,7 @@ from inferloom.inputs import InputError, load_json
 from inferloom.kb import recipe as R
 from inferloom.kb.db import SCHEMA_VERSION, KBError
 from inferloom.kb.key import WorkloadKey
+from inferloom.kb.limits import MAX_IMPORT_BYTES, ImportRefused, check_document
 from inferloom.kb.rows import Ceiling, recipe_columns
 
 __all__ = ["EXPORT_FORMAT", "ImportResult", "import_document", "parse_document", "merge_recipe"]
@@ -50,7 +55,7 @@ def _lists(d: Mapping[str, Any], name: str, where: str) -> list[dict[str, Any]]:
     v = d.get(name) or []
     if not isinstance(v, list) or not all(isinstance(x, Mapping) for x in v):
         raise ValueError(f"{where}: '{name}' must be a list of objects")
-    return [dict(x) for x in v]
+    return [dict(x) for x in v if not (name == "sessions" and x.get("kind") == "promotion")]
 
 
 def _recipe(d: Any, where: str) -> R.Recipe:
@@ -63,7 +68,8 @@ def _recipe(d: Any, where: str) -> R.Recipe:
     winner = d.get("winner")
     if winner is not None and not isinstance(winner, Mapping):
         raise ValueError(f"{where}: 'winner' must be an object or null")
-    return R.Recipe(key=key, status=status, winner=dict(winner) if winner else None,
+    winner = {k: v for k, v in winner.items() if k != "promotion"} if winner else None  # approvals are made here
+    return R.Recipe(key=key, status=status, winner=winner or None,
                     sessions=_lists(d, "sessions", where), worked=_lists(d, "worked", where),
                     failed=_lists(d, "failed", where), lessons=_lists(d, "lessons", where),
                     drift_note=d.get("drift_note"), drift_at=d.get("drift_at"),
@@ -74,7 +80,12 @@ def parse_document(path: str | Path) -> tuple[list[R.Recipe], list[Any]]:
     """Read and validate an export; :class:`KBError` (one line, names the file) if unusable."""
     p = Path(path)
     try:
-        doc = load_json(p.read_bytes())
+        with p.open("rb") as fh:
+            data = fh.read(MAX_IMPORT_BYTES + 1)
+        if len(data) > MAX_IMPORT_BYTES:
+            raise ImportRefused(f"KB export {p}: the file is over the cap of {MAX_IMPORT_BYTES} bytes; "
+                                f"nothing was imported")
+        doc = load_json(data)
     except FileNotFoundError:
         raise KBError(f"KB export {p}: not found; expected a file written by `inferloom kb export`") from None
     except OSError as exc:
@@ -87,6 +98,7 @@ def parse_document(path: str | Path) -> tuple[list[R.Recipe], list[Any]]:
     if isinstance(version, bool) or not isinstance(version, int) or version > SCHEMA_VERSION:
         raise KBError(f"KB export {p}: schema_version {version!r} is not one this inferloom reads (up to "
                       f"{SCHEMA_VERSION}); upgrade inferloom")
+    check_document(doc, str(p))
     try:
         recipes = [_recipe(d, f"recipes[{i}]") for i, d in enumerate(doc.get("recipes") or [])]
         ceils = [Ceiling(str(c["device"]), str(c.get("dtype", "bfloat16")), float(c["mem_bw_bytes_per_s"]),
@@ -113,7 +125,7 @@ def merge_recipe(local: R.Recipe | None, inc: R.Recipe) -> tuple[R.Recipe, bool,
         if inc.status == "drift" and (rec.status != "drift" or (inc.drift_at or 0) > (rec.drift_at or 0)):
             new.status, new.drift_note, new.drift_at = "drift", inc.drift_note, inc.drift_at
         if R.promoted(inc_w) and not R.promoted(rec.winner):  # a person's approval travels with the winner
-            new.winner = {**rec.winner, "promotion": dict(inc_w["promotion"])}
+            new.winner = {**rec.winner, "promotion": dict(inc_w["promotion"])}  # never from an import (dropped)
     elif R.better(inc_w, inc.status, rec.winner, rec.status):
         new.winner, new.status = dict(inc_w), inc.status
         new.drift_note, new.drift_at = (inc.drift_note, inc.drift_at) if inc.status == "drift" else (None, None)
