@@ -26,11 +26,18 @@ EXIT_CODES = {
     "InconsistentSession": 2, "PartialLedger": 2, "KBPasswordMissing": 2,
     "InputError": 2, "SessionDataError": 2, "SandboxUnavailable": 2, "VerifyError": 2, "PromoteError": 2,
     "RemeasureError": 2, "RebuildError": 2, "LLMSetupError": 2, "ReplayWithoutLLM": 2, "KBUnavailable": 2, "FleetError": 2,
+    "InvalidBudget": 2, "PinError": 2, "ImportRefused": 2, "WrittenKernelError": 2,
     "AdapterError": 1, "LaunchError": 1, "PatchSourceError": 1,
+    # caught where raised (TokenCountError: a failed run; MemoryShareError: vllm_servers turns it into
+    # AdapterError(kind="oom")); exit 1 if one ever escaped
+    "TokenCountError": 1, "MemoryShareError": 1,
 }
-# Control flow, always caught where raised (their docstrings say why): not InferloomErrors.
-INTERNAL = {"PatchRefusal", "TokenCountError", "MemoryShareError", "LLMRefusal", "GuardRefusal",
-            "WrittenKernelError"}  # MemoryShareError: vllm_servers turns it into AdapterError(kind="oom"); WrittenKernelError: evidence/remeasure.py turns it into RemeasureError (exit 2)
+# Control flow, always caught where raised (their docstrings say why): not InferloomErrors, and not named *Error.
+INTERNAL = {"PatchRefusal", "LLMRefusal", "GuardRefusal"}
+# *Error classes allowed, for now, not to derive from InferloomError (to be emptied). WrittenKernelError:
+# evidence/remeasure.py turns it into RemeasureError (exit 2); once it is an InferloomError, drop it here and
+# give it "WrittenKernelError": 2 in EXIT_CODES.
+_PENDING: set[str] = set()
 ADAPTER_HINT = "Check the knob against `inferloom knobs`, or rerun with fewer changes to isolate it."
 
 
@@ -54,10 +61,44 @@ def _instance(cls: type) -> InferloomError:
 
 def test_every_error_class_is_an_inferloom_error_or_declared_internal():
     found = _exception_classes()
-    assert set(found) == set(EXIT_CODES) | INTERNAL, "a new error class needs an exit code here"
+    assert set(found) == set(EXIT_CODES) | INTERNAL | _PENDING, "a new error class needs an exit code here"
     for name, module in found.items():
+        if name in _PENDING:
+            continue
         cls = getattr(importlib.import_module(module), name)
         assert issubclass(cls, InferloomError) == (name not in INTERNAL), name
+
+
+def _error_named_classes() -> dict[str, str]:
+    """Every class in src/inferloom whose name ends in ``Error`` (whatever its bases): name -> module."""
+    found = {}
+    for path in sorted((SRC / "inferloom").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Error"):
+                found[node.name] = ".".join(path.relative_to(SRC).with_suffix("").parts)
+    return found
+
+
+def test_every_class_named_error_is_an_inferloom_error_or_private():
+    """A class named like a public error is one: it derives from InferloomError, or its name starts with ``_``."""
+    found = _error_named_classes()
+    assert "InferloomError" in found and "SpecError" in found  # the scan sees the package
+    assert _PENDING <= set(found), f"stale _PENDING entries: {sorted(_PENDING - set(found))}"
+    wrong = sorted(f"{module}.{name}" for name, module in found.items()
+                   if not name.startswith("_") and name not in _PENDING
+                   and not issubclass(getattr(importlib.import_module(module), name), InferloomError))
+    assert not wrong, f"named like public errors but not InferloomErrors: {wrong}"
+
+
+def test_runner_refuses_a_bad_budget_with_an_inferloom_error(tmp_path):
+    from inferloom.phases.runner import InvalidBudget, start
+
+    for kw in ({"budget_minutes": 0, "max_trials": 1}, {"budget_minutes": float("nan"), "max_trials": 1},
+               {"budget_minutes": 1, "max_trials": 0}):
+        with pytest.raises(InvalidBudget) as info:
+            start(tmp_path / "s", None, adapter=object(), **kw)
+        assert isinstance(info.value, ValueError)  # except ValueError written before still catches it
+    assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.parametrize("name", sorted(EXIT_CODES))
@@ -84,10 +125,11 @@ def test_each_error_maps_to_its_exit_code_through_the_cli(name, monkeypatch, cap
 def test_builtin_bases_are_kept():
     """``except ValueError`` / ``except RuntimeError`` written before the base still catch them."""
     found = _exception_classes()
-    for name in ("SpecError", "ConfigError", "UsageError", "SessionExists", "ExportError", "PromptError"):
+    for name in ("SpecError", "ConfigError", "UsageError", "SessionExists", "ExportError", "PromptError",
+                 "MemoryShareError", "InvalidBudget"):
         assert issubclass(getattr(importlib.import_module(found[name]), name), ValueError), name
     for name in ("AdapterError", "LaunchError", "LedgerError", "StateError", "ManifestError", "KBError",
-                 "PatchSourceError"):
+                 "PatchSourceError", "TokenCountError"):
         assert issubclass(getattr(importlib.import_module(found[name]), name), RuntimeError), name
 
 

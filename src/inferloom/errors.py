@@ -17,9 +17,11 @@ from inferloom, so any module may import it.
   a ``kind``), then the class's ``hint`` when it has one.
 
 Internal control-flow exceptions (a gate's :class:`~inferloom.patches.parse.PatchRefusal`,
-the engine's token-count check) are not InferloomErrors: they are always caught
-where they are raised and become data, and one that escaped would be a bug that
-should show its traceback.
+an LLM's or a guard's refusal) are not InferloomErrors and are not named ``*Error``:
+they are always caught where they are raised and become data, and one that escaped
+would be a bug that should show its traceback. Every class named ``*Error`` is an
+InferloomError (or private), even one that is always caught where it is raised
+(the engine's token-count check: exit 1 if it ever escaped).
 """
 
 from __future__ import annotations

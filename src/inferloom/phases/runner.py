@@ -40,7 +40,7 @@ from inferloom.session.state_models import RunOptions
 from inferloom.workloads.base import CrossKnobRules, resolve_config
 from inferloom.workloads.registry import make_adapter
 
-__all__ = ["SessionExists", "KBPasswordMissing", "ReplayWithoutLLM", "default_agents", "recorded_llm_spec", "start", "resume", "resume_kb_url",
+__all__ = ["SessionExists", "InvalidBudget", "KBPasswordMissing", "ReplayWithoutLLM", "default_agents", "recorded_llm_spec", "start", "resume", "resume_kb_url",
            "PERSISTED_OPTIONS"]
 
 # how a session was asked to run (optimize's --cycles, --no-sweep, --kb / --no-kb):
@@ -50,6 +50,10 @@ PERSISTED_OPTIONS = ("cycle_ceiling", "sweep", "kb_url", "llm_replay")
 
 class SessionExists(InferloomError, ValueError):
     """The output directory already holds a session."""
+
+
+class InvalidBudget(InferloomError, ValueError):
+    """``budget_minutes`` is not a positive finite number or ``max_trials`` is under 1."""
 
 
 class KBPasswordMissing(InferloomError, ValueError):
@@ -120,9 +124,9 @@ def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials
     if (d / "state.json").exists() or (d / "ledger.jsonl").exists():
         raise SessionExists(f"{d} already holds a session; continue it with `inferloom resume {d}` or choose another --out")
     if not (budget_minutes > 0 and math.isfinite(budget_minutes)):
-        raise ValueError(f"--budget-minutes: got {budget_minutes}, expected a positive number")
+        raise InvalidBudget(f"--budget-minutes: got {budget_minutes}, expected a positive number")
     if max_trials < 1:
-        raise ValueError(f"--max-trials: got {max_trials}, expected an integer >= 1")
+        raise InvalidBudget(f"--max-trials: got {max_trials}, expected an integer >= 1")
     if adapter is None:
         check_runnable(spec)
     d.mkdir(parents=True, exist_ok=True)

