@@ -10,18 +10,12 @@ import pytest
 
 from inferloom.cli import main
 from inferloom.kernels import written
-from inferloom.phases.runner import start
 from inferloom.redact import without_secrets
 from inferloom.verify.sums import unpack
-from test_session import SPEC, agents
+from test_remeasure import synthetic
 
 
-@pytest.fixture(scope="module")
-def session(tmp_path_factory):
-    d = tmp_path_factory.mktemp("handed") / "s"
-    st = start(d, SPEC, budget_minutes=10, max_trials=4, agents=agents(), sweep=False, kb_url=None)
-    assert st.stack != st.stock_config
-    return d
+session = synthetic  # the closed synthetic session test_remeasure re-measures (one fixture, not a copy)
 
 
 def test_remeasure_without_trust_says_what_would_run_and_runs_nothing(capsys, session):

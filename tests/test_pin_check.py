@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st
 
 from inferloom.errors import InferloomError
 from inferloom.evidence import rebuild as R
-from inferloom.evidence.pin_check import PinError, check_pin, check_pins, secret_free_env
-from inferloom.redact import is_secret_name
+from inferloom.evidence.pin_check import PinError, check_pin, check_pins
+from inferloom.redact import is_secret_name, without_secrets
 
 # (name, version, a piece of the rule the pin breaks)
 HOSTILE = [
@@ -116,7 +116,7 @@ def test_the_environment_pip_gets_has_no_secrets(monkeypatch):
     env = {"OPENAI_API_KEY": "sk-x", "HF_TOKEN": "hf_x", "PATH": "/usr/bin", "HOME": "/home/u", "aws_secret": "s",
            "PGPASSWORD": "p", "MY_PASSWD": "p", "GOOGLE_APPLICATION_CREDENTIALS": "/c.json", "GH_AUTH": "a",
            "PIP_INDEX_URL": "https://pypi.org/simple", "LANG": "C.UTF-8"}
-    got = secret_free_env(env)
+    got = without_secrets(env)
     assert got == {"PATH": "/usr/bin", "HOME": "/home/u", "PIP_INDEX_URL": "https://pypi.org/simple", "LANG": "C.UTF-8"}
     assert env["OPENAI_API_KEY"] == "sk-x"  # a copy
     assert is_secret_name("hf_token") and not is_secret_name("PATH")

@@ -19,7 +19,7 @@ NOT_SECRET = frozenset({"TOKENIZERS_PARALLELISM"})
 FIXED_FLAGS = ("--host", "--port", "--model", "--served-model-name")
 #: flags refused whatever their value, with why
 REFUSED_FLAGS = {"--trust-remote-code": "it runs the model directory's own Python in the server"}
-_SECRET_FLAG_TAILS = ("api-key", "token", "password", "passwd", "secret")
+_SECRET_FLAG_TAILS = ("-api-key", "-token", "-password", "-passwd", "-secret")  # --api-key, --hf-token, ...
 
 
 def check_serving_env(env: dict[str, str]) -> dict[str, str]:
@@ -45,7 +45,7 @@ def check_extra_args(args: list[str]) -> list[str]:
                              "remove it from serving.extra_args")
         if flag in REFUSED_FLAGS:
             raise ValueError(f"{flag}: refused ({REFUSED_FLAGS[flag]})")
-        if flag.lstrip("-").split("-")[-1] in _SECRET_FLAG_TAILS or flag.endswith(_SECRET_FLAG_TAILS[:1]):
+        if flag.endswith(_SECRET_FLAG_TAILS):
             raise ValueError(f"{flag}: carries a secret, and a spec is written to disk; give the server its "
                              "secret through the environment instead (e.g. VLLM_API_KEY)")
     return args

@@ -12,19 +12,15 @@ accepts only
 * and in either, nothing starting with ``-`` and none of ``@``, ``/``, ``:``, ``;`` or whitespace.
 
 :func:`check_pins` checks every entry of a ledger and reports every refused pin in one line
-(:class:`PinError`), so that nothing is installed when one pin is bad. :func:`secret_free_env` is the
-environment pip (and anything else run from the rebuilt virtualenv) gets: the caller's environment less
-every variable whose name looks like a secret.
+(:class:`PinError`), so that nothing is installed when one pin is bad.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any, Iterable, Mapping
 
 from inferloom.errors import InferloomError
-from inferloom.redact import without_secrets
 
 try:  # packaging comes with transformers; a rebuilt virtualenv of a few pins (a test's) may lack it
     from packaging.version import InvalidVersion, Version
@@ -32,7 +28,7 @@ except ImportError:  # pragma: no cover - the same rule, by PEP 440's own patter
     Version = None  # type: ignore[assignment,misc]
     InvalidVersion = ValueError  # type: ignore[assignment,misc]
 
-__all__ = ["PinError", "check_pin", "check_pins", "secret_free_env", "NAME_PATTERN", "VERSION_PATTERN"]
+__all__ = ["PinError", "check_pin", "check_pins", "NAME_PATTERN", "VERSION_PATTERN"]
 
 NAME_PATTERN = re.compile(r"([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])", re.ASCII)
 #: PEP 440's version pattern (its appendix B, as packaging.version has it): used where packaging is not installed
@@ -136,8 +132,3 @@ def check_pins(packages: Iterable[Mapping[str, Any] | Any]) -> None:
     if refused:
         raise PinError(_message(refused), refused)
 
-
-def secret_free_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A copy of ``env`` (default: this process's environment) without the secret-named variables
-    (:func:`inferloom.redact.without_secrets`: one rule for every process that runs someone else's code)."""
-    return without_secrets(os.environ if env is None else env)

@@ -16,7 +16,7 @@
    no index, only the ``--find-links`` directories (and those pip's own configuration names). A pin pip
    can't satisfy is an error naming the package, its pinned version, where it came from and what to do.
    pip, and every python the rebuild runs, gets this environment less the secret-named variables
-   (:func:`inferloom.evidence.pin_check.secret_free_env`);
+   (:func:`inferloom.redact.without_secrets`);
 3. **inferloom itself**, from the session's recorded source: the commit in ``manifest.json``
    (``inferloom.git_revision``) exported from the running inferloom's git checkout (``git archive``) when
    the checkout has it and the session's tree was clean; else the current checkout, saying why (a
@@ -48,7 +48,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import inferloom
 from inferloom.errors import InferloomError
-from inferloom.evidence.pin_check import check_pin, check_pins, secret_free_env
+from inferloom.evidence.pin_check import check_pin, check_pins
+from inferloom.redact import without_secrets
 from inferloom.session.manifest import read_manifest
 
 __all__ = ["RebuildError", "rebuild", "requirements", "install_pins", "compare_pins", "inferloom_source",
@@ -76,7 +77,7 @@ def venv_env() -> dict[str, str]:
 
 def _child_env() -> dict[str, str]:
     """:func:`venv_env` less the secret-named variables: what pip and the rebuilt virtualenv's python get."""
-    return secret_free_env(venv_env())
+    return without_secrets(venv_env())
 
 
 def _norm(name: str) -> str:

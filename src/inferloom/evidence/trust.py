@@ -41,8 +41,8 @@ def plan_lines(directory: str | Path, *, rebuild: bool = False) -> list[str]:
     spec, changes, _ = final_stack(d)  # checks written kernels' containment and sha256; runs nothing
     lines = [f"{d} was written by someone else's inferloom run; re-measuring it runs the following on this machine:",
              f"  framework {spec.framework}, model {spec.model}; the final stack's changes: {redact_text(str(changes))}"]
-    serving = getattr(spec, "serving", None)
-    if serving is not None and spec.framework not in ("transformers", "diffusers", "custom", "synthetic"):
+    serving = spec.serving
+    if spec.framework not in ("transformers", "diffusers", "custom", "synthetic"):  # a server framework
         lines.append(f"  the server: {serving.python} -m {serving.module} {' '.join(serving.extra_args)}".rstrip())
         for k, v in sorted(serving.env.items()):
             lines.append(f"  server environment: {k}={'***' if is_secret_name(k) else redact_text(v)}")

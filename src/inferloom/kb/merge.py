@@ -55,7 +55,7 @@ def _lists(d: Mapping[str, Any], name: str, where: str) -> list[dict[str, Any]]:
     v = d.get(name) or []
     if not isinstance(v, list) or not all(isinstance(x, Mapping) for x in v):
         raise ValueError(f"{where}: '{name}' must be a list of objects")
-    return [dict(x) for x in v if not (name == "sessions" and x.get("kind") == "promotion")]
+    return [dict(x) for x in v]
 
 
 def _recipe(d: Any, where: str) -> R.Recipe:
@@ -70,7 +70,7 @@ def _recipe(d: Any, where: str) -> R.Recipe:
         raise ValueError(f"{where}: 'winner' must be an object or null")
     winner = {k: v for k, v in winner.items() if k != "promotion"} if winner else None  # approvals are made here
     return R.Recipe(key=key, status=status, winner=winner or None,
-                    sessions=_lists(d, "sessions", where), worked=_lists(d, "worked", where),
+                    sessions=[s for s in _lists(d, "sessions", where) if s.get("kind") != "promotion"], worked=_lists(d, "worked", where),
                     failed=_lists(d, "failed", where), lessons=_lists(d, "lessons", where),
                     drift_note=d.get("drift_note"), drift_at=d.get("drift_at"),
                     created_at=float(d.get("created_at") or 0.0), updated_at=float(d.get("updated_at") or 0.0))

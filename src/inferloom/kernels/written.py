@@ -119,7 +119,7 @@ def contained_source(book: Path, value: str, name: object) -> Path:
     folder); :class:`WrittenKernelError` otherwise, so a handed-over session can't point a kernel at a file
     elsewhere on this machine (docs/security.md)."""
     text = str(name)
-    if not _PLAIN_NAME.fullmatch(text) or text.startswith(".."):
+    if not _PLAIN_NAME.fullmatch(text):
         raise WrittenKernelError(f"written kernel {value}: {book} names its source {text!r}, not a plain file name "
                                  "under llm/kernels/ (refused: a session's kernels live in its own folder)")
     path = book.parent / text
