@@ -4,7 +4,7 @@ objective (a custom workload) overrides it."""
 from types import SimpleNamespace
 
 from inferloom.measure.protocol import ProtocolSettings
-from inferloom.phases.compare import compare
+from inferloom.measure.compare import compare
 from inferloom.spec import load_spec
 from inferloom.workloads.synthetic import SyntheticAdapter
 

@@ -5,7 +5,7 @@ import torch
 from inferloom.measure.quality import Reference
 from inferloom.measure.reference_store import (FILE, decode_logprobs, encode_logprobs, load_references,
                                                save_references)
-from inferloom.phases.compare import References, stock_references
+from inferloom.measure.compare import References, stock_references
 
 
 def _server_like(n=3, T=4, V=5000, k=20, seed=0):

@@ -23,7 +23,7 @@ from inferloom.report.html import render_html
 from inferloom.report.markdown import render_report
 from inferloom.session import ledger as L
 from inferloom.spec import load_spec
-from inferloom.spec_paths import SPEC_DIR_PATHS, resolve_spec_paths
+from inferloom.spec.paths import SPEC_DIR_PATHS, resolve_spec_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

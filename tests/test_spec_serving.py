@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from inferloom.cli import main
 from inferloom.spec import SpecError, WorkloadSpec, load_spec
-from inferloom.spec_serving import check_extra_args, check_serving_env
+from inferloom.spec.serving import check_extra_args, check_serving_env
 
 
 def _spec_file(tmp_path, serving):

@@ -17,7 +17,7 @@ from inferloom.measure import protocol as proto
 from inferloom.measure.slo_bound import slo_binding
 from inferloom.provenance import environment
 from inferloom.session.atomic import write_json_atomic
-from inferloom.phases.compare import References, compare
+from inferloom.measure.compare import References, compare
 from inferloom.spec import WorkloadSpec, spec_hash
 from inferloom.workloads.base import ConfigError, resolve_config
 from inferloom.workloads.registry import make_adapter

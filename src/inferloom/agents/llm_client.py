@@ -133,7 +133,7 @@ class OpenAITransport:
 
 
 def make_transport(llm: Any, environ: Mapping[str, str] = os.environ) -> Transport:
-    """The transport ``llm`` (an :class:`~inferloom.spec_llm.LLMSpec`) names, its key read from ``llm.key_env``."""
+    """The transport ``llm`` (an :class:`~inferloom.spec.llm.LLMSpec`) names, its key read from ``llm.key_env``."""
     key = environ.get(llm.key_env)
     if not key:
         raise LLMRefusal("llm_no_key", f"${llm.key_env} is not set; export the API key there (or set "

@@ -38,7 +38,7 @@ from typing import Any, Callable
 from inferloom.bench import overall_verdict, run_seed_base
 from inferloom.measure.clock_check import clock_check
 from inferloom.patches.export import export_session
-from inferloom.phases.compare import References, compare
+from inferloom.measure.compare import References, compare
 from inferloom.workloads.base import AdapterError
 from inferloom.workloads.custom import TREE_KEY, CustomAdapter, git
 

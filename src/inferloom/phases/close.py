@@ -17,7 +17,7 @@ from inferloom.measure.protocol import with_prior
 from inferloom.phases.audit import record_audit
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
-from inferloom.phases.compare import compare, reference_sets, stock_references
+from inferloom.measure.compare import compare, reference_sets, stock_references
 from inferloom.phases.context import SessionContext
 from inferloom.phases.roofline import ROOFLINE, roofline_for
 from inferloom.session import ledger as L

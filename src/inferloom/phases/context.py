@@ -26,7 +26,7 @@ from inferloom.kernels.base import KernelBackend
 from inferloom.measure.protocol import ProtocolSettings
 from inferloom.phases.common import jsonable, step_key
 from inferloom.measure.reference_store import FILE as REFS_FILE
-from inferloom.phases.compare import References
+from inferloom.measure.compare import References
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState, save_state
 from inferloom.workloads.base import Knob, ServerReuse, WorkloadAdapter

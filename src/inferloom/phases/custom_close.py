@@ -16,7 +16,7 @@ from inferloom.measure.protocol import with_prior
 from inferloom.patches.worktree import Workspace
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
-from inferloom.phases.compare import compare
+from inferloom.measure.compare import compare
 from inferloom.phases.context import SessionContext
 from inferloom.phases.custom import source_state, workspace
 from inferloom.phases.trial import noise_floor_gain

@@ -26,7 +26,7 @@ from inferloom.measure.metrics import median_objective
 from inferloom.measure.quality_floor import floor_from_quality
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
-from inferloom.phases.compare import compare, reference_sets, stock_references
+from inferloom.measure.compare import compare, reference_sets, stock_references
 from inferloom.phases.context import SessionContext
 from inferloom.phases.roofline import PROFILE, ROOFLINE, kept_roofline, roofline_for
 from inferloom.phases.trial import execute_trial, run_trial

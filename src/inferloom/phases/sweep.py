@@ -10,7 +10,7 @@ from typing import Any
 
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
-from inferloom.phases.compare import compare
+from inferloom.measure.compare import compare
 from inferloom.phases.context import SessionContext
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState

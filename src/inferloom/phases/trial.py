@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 from inferloom.measure.keep_rule import aa_floor, session_keep
 from inferloom.measure.protocol import with_prior
 from inferloom.phases.common import jsonable, seed_base
-from inferloom.phases.compare import compare, reference_sets, stock_references
+from inferloom.measure.compare import compare, reference_sets, stock_references
 from inferloom.phases.context import SessionContext
 from inferloom.phases.roofline import kept_roofline
 from inferloom.session import ledger as L

@@ -15,7 +15,7 @@ from inferloom.report.html_blocks import _absent, _cite, _table
 __all__ = ["platform_section", "energy_section"]
 
 # A ledger without platform audits (a session from before inferloom audited the platform) gets neither section:
-# its report renders byte for byte as it did (tests/test_spec_paths.py), as report.md leaves out "## Platform".
+# its report renders byte for byte as it did (tests/test_spec/paths.py), as report.md leaves out "## Platform".
 
 
 def _val(v: Any) -> str:

@@ -11,7 +11,7 @@ a pure function of the spec's seed: see
 Objective: images per second (:class:`~inferloom.workloads.base.OwnObjective`);
 a run's ``output_tokens`` counts the images it produced, so the generic
 "output units per second" metric is images/s too. Warm-up runs (compilation,
-CUDA-graph capture) are never timed: :mod:`inferloom.phases.compare` does them.
+CUDA-graph capture) are never timed: :mod:`inferloom.measure.compare` does them.
 
 The initial noise of every image is drawn here in float32 on the CPU from its
 own seed and cast to the configuration's dtype, so stock and candidate denoise

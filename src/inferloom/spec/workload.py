@@ -20,13 +20,13 @@ from inferloom.inputs import InputError, load_yaml
 from inferloom.models.diffusion_presets import DIFFUSION_PRESETS
 from inferloom.models.presets import PRESETS
 from inferloom.models.trained import TRAINED_PRESETS, trained_preset_dir
-from inferloom.spec_custom import CustomKnob, CustomSpec, PatchPolicySpec
-from inferloom.spec_quality import NumericsToleranceSpec, TaskGateSpec
-from inferloom.spec_diffusion import DiffusionSpec
-from inferloom.spec_fields import _n, _Strict, check_bounds, field_default
-from inferloom.spec_llm import AgentsSpec, LLMSpec
-from inferloom.spec_paths import resolve_override, resolve_spec_paths
-from inferloom.spec_serving import check_extra_args, check_serving_env
+from inferloom.spec.custom import CustomKnob, CustomSpec, PatchPolicySpec
+from inferloom.spec.quality import NumericsToleranceSpec, TaskGateSpec
+from inferloom.spec.diffusion import DiffusionSpec
+from inferloom.spec.fields import _n, _Strict, check_bounds, field_default
+from inferloom.spec.llm import AgentsSpec, LLMSpec
+from inferloom.spec.paths import resolve_override, resolve_spec_paths
+from inferloom.spec.serving import check_extra_args, check_serving_env
 
 __all__ = [
     "SpecError", "objective_label", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec",

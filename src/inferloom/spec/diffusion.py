@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
-from inferloom.spec_fields import _n, _Strict
+from inferloom.spec.fields import _n, _Strict
 
 __all__ = ["DiffusionSpec", "DEFAULT_IMAGE_PROMPTS"]
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from inferloom.spec_fields import _n, _Strict
+from inferloom.spec.fields import _n, _Strict
 
 __all__ = ["LLM_ROLES", "LLMSpec", "AgentsSpec", "default_key_env"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from inferloom.models.trained import TRAINED_PRESETS, task_eval_file
-from inferloom.spec_fields import _n, _Strict
+from inferloom.spec.fields import _n, _Strict
 
 __all__ = ["TaskGateSpec", "NumericsToleranceSpec"]
 

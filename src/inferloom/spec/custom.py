@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from inferloom.spec_fields import _n, _Strict
+from inferloom.spec.fields import _n, _Strict
 
 __all__ = ["CustomKnob", "PatchPolicySpec", "CustomSpec"]
 
