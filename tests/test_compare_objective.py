@@ -27,8 +27,8 @@ def _cmp(adapter, objective):
 
 
 def test_goodput_objective_is_what_the_protocol_compares():
-    tps = _cmp(GoodputAdapter(), "output_tokens_per_s")["protocol"]["pairs"]
-    gp = _cmp(GoodputAdapter(), "goodput")["protocol"]["pairs"]
+    tps = _cmp(GoodputAdapter(), "output_tokens_per_s").pairs
+    gp = _cmp(GoodputAdapter(), "goodput").pairs
     assert len(tps) == len(gp)
     for a, b in zip(tps, gp):  # same seeds, same runs: goodput is a tenth of tok/s
         assert abs(b["value_a"] - a["value_a"] / 10.0) < 1e-6 * a["value_a"]
@@ -37,5 +37,5 @@ def test_goodput_objective_is_what_the_protocol_compares():
 def test_an_adapter_objective_overrides_the_spec():
     ad = GoodputAdapter()
     ad.objective_metric = lambda rec: 42.0
-    pairs = _cmp(ad, "goodput")["protocol"]["pairs"]
+    pairs = _cmp(ad, "goodput").pairs
     assert {p["value_a"] for p in pairs} == {42.0}

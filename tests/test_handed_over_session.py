@@ -8,10 +8,13 @@ import shutil
 
 import pytest
 
+from inferloom.agents.llm_record import EXCHANGES
 from inferloom.cli import main
 from inferloom.kernels import written
 from inferloom.redact import without_secrets
 from inferloom.verify.sums import unpack
+from llm_scripted_server import ScriptedLLM
+from test_llm_session import proposal, run, spec
 from test_remeasure import synthetic
 
 
@@ -112,3 +115,28 @@ def test_an_export_whose_sums_fail_is_not_remeasured(capsys, session, tmp_path):
     text = capsys.readouterr().out
     assert rc == 1 and "MISMATCH SHA256SUMS" in text and "not re-measured" in text
     assert "remeasure (fresh process" not in text
+
+
+def test_a_replay_with_written_code_runs_only_with_trust(tmp_path, capsys, monkeypatch):
+    """``optimize --llm-replay DIR``: replies of a code-writing role (kernel_author: Python imported here) are
+    listed and nothing runs, exit 1, unless ``--trust-session``; proposals only need no trust."""
+    monkeypatch.setenv("TEST_LLM_KEY", "sk-test-not-a-real-key")
+    d = tmp_path / "theirs"
+    with ScriptedLLM() as s:
+        s.script("ConfigProposal", proposal({"fast_path": True}), proposal({}, "end_phase"))
+        run(d, spec(s.url, roles="orchestrator"))
+    argv = ["optimize", "--framework", "synthetic", "--device", "cpu", "--llm-replay", str(d), "--quiet", "--no-kb",
+            "--max-trials", "1", "--budget-minutes", "1", "--no-sweep"]
+    assert main([*argv, "--out", str(tmp_path / "plain")]) == 0  # proposals only: no code, no trust needed
+    with open(d / EXCHANGES, "a") as fh:  # the author's recorded kernel: code this process would import
+        fh.write(json.dumps({"n": 99, "role": "kernel_author", "reply": {"source": "import os\n"}}) + "\n")
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "new")]) == 1
+    out = capsys.readouterr().out
+    assert "1 kernel_author reply: Python kernels this process imports" in out and "--trust-session" in out, out
+    assert not (tmp_path / "new").exists()
+    assert main([*argv, "--out", str(tmp_path / "trusted"), "--trust-session"]) == 0
+    assert (tmp_path / "trusted" / "state.json").is_file()
+    assert main(["optimize", "--framework", "synthetic", "--device", "cpu", "--trust-session", "--quiet",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "only with --llm-replay" in capsys.readouterr().err and not (tmp_path / "x").exists()

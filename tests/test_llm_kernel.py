@@ -172,11 +172,12 @@ def test_written_kernels_switch_on_in_the_engine_by_their_knob_and_survive_a_res
     from inferloom.kernels import written
     from inferloom.workloads.base import AdapterError
     from inferloom.workloads.engine_kernels import apply_kernels
+    from inferloom.workloads.engine_written import knob
     from inferloom.workloads.transformers_knobs import check_applicable
     from test_kernels import _logits, _tiny_llama
 
     monkeypatch.setattr(written, "_REGISTRY", {})
-    assert written.knob().choices == ("none",) and written.knob().phase == "KERNEL"
+    assert knob().choices == ("none",) and knob().phase == "KERNEL"
     with pytest.raises(ValueError, match="no such written kernel in this session"):
         apply_kernels(_tiny_llama(), {"llm_kernel": "silu_mul-0123456789"})
     kdir = tmp_path / "llm" / "kernels"
@@ -189,7 +190,7 @@ def test_written_kernels_switch_on_in_the_engine_by_their_knob_and_survive_a_res
         written.register(tmp_path, "qkv-cccc", "qkv_proj", kdir / "silu_mul-aaaa.py")
     monkeypatch.setattr(written, "_REGISTRY", {})  # a new process: the session's passed kernels come back
     assert written.restore(tmp_path) == ["gate_up_silu-bbbb", "silu_mul-aaaa"]
-    assert written.knob().choices == ("none", "gate_up_silu-bbbb", "silu_mul-aaaa")
+    assert knob().choices == ("none", "gate_up_silu-bbbb", "silu_mul-aaaa")
     ids = torch.randint(0, 100, (2, 7), generator=torch.Generator().manual_seed(0))
     eager = _tiny_llama()
     want = _logits(eager, ids)
@@ -202,7 +203,7 @@ def test_written_kernels_switch_on_in_the_engine_by_their_knob_and_survive_a_res
     (kdir / "silu_mul-aaaa.py").write_text(WRONG_SRC)  # the engine runs what the file says: the gates vetted it
     apply_kernels(wrong, {"llm_kernel": "silu_mul-aaaa"})
     assert (_logits(wrong, ids) - want).abs().max() > 1e-3
-    knobs = [written.knob(), *[k for k in _engine_knobs() if k.name != "llm_kernel"]]
+    knobs = [knob(), *[k for k in _engine_knobs() if k.name != "llm_kernel"]]
     cfg = {k.name: k.default for k in knobs}
     with pytest.raises(AdapterError, match="llm_kernel.*rewrites the MLP itself; mlp_kernel is torch_gate_up"):
         check_applicable(knobs, {**cfg, "llm_kernel": "silu_mul-aaaa", "mlp_kernel": "torch_gate_up"}, "cpu")

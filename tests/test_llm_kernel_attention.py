@@ -28,6 +28,7 @@ with interpreted_imports():  # tl.sum / tl.max, which a written decode attention
 from inferloom.agents.llm_kernel import gate_written_kernel  # noqa: E402
 from inferloom.kernels import written  # noqa: E402
 from inferloom.kernels.guards import unseen_shapes  # noqa: E402
+from inferloom.workloads import engine_written  # noqa: E402
 from llm_scripted_server import ScriptedLLM, ok  # noqa: E402
 from test_llm_kernel import author  # noqa: E402
 
@@ -163,14 +164,14 @@ def test_a_correct_triton_decode_attention_passes_every_gate_and_decodes_in_the_
     name = wrote["name"]
     written.register(tmp_path, name, "decode_attention", wrote["path"])
     calls = []
-    real = written._decode
+    real = engine_written._decode
 
     def counting(fn):
         impl = real(fn)
         return lambda q, k, v, start, end, scale: calls.append((start.tolist(), end.tolist())) or impl(
             q, k, v, start, end, scale)
 
-    monkeypatch.setattr(written, "_decode", counting)
+    monkeypatch.setattr(engine_written, "_decode", counting)
     spec = load_spec(None, {"model": "llama-tiny", "device": "cpu", "traffic.concurrency": 4, "traffic.input_len": 16,
                             "traffic.output_len": 8, "traffic.num_prompts": 4, "agents.llm.provider": "openai",
                             "agents.llm.model": "m", "agents.llm.api_key_env": "K", "agents.llm.roles": "kernel_author"})

@@ -18,6 +18,7 @@ from test_llm_kernel_norm import TRITON_RMSNORM  # noqa: E402
 
 from inferloom.kernels import written  # noqa: E402
 from inferloom.kernels import written_set  # noqa: E402
+from inferloom.workloads import engine_written  # noqa: E402
 
 
 def test_a_combination_of_a_written_rmsnorm_and_decode_attention_decodes_llama_tiny_like_stock(tmp_path, monkeypatch):
@@ -40,8 +41,8 @@ def test_a_combination_of_a_written_rmsnorm_and_decode_attention_decodes_llama_t
     assert combo == f"{norm}+{attn}"
     written_set.register_combined(tmp_path, combo)
     calls = []
-    real = written._decode
-    monkeypatch.setattr(written, "_decode", lambda fn: (lambda *a: calls.append(1) or real(fn)(*a)))
+    real = engine_written._decode
+    monkeypatch.setattr(engine_written, "_decode", lambda fn: (lambda *a: calls.append(1) or real(fn)(*a)))
     spec = load_spec(None, {"model": "llama-tiny", "device": "cpu", "traffic.concurrency": 4, "traffic.input_len": 16,
                             "traffic.output_len": 8, "traffic.num_prompts": 4, "agents.llm.provider": "openai",
                             "agents.llm.model": "m", "agents.llm.api_key_env": "K", "agents.llm.roles": "kernel_author"})

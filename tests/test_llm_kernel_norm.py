@@ -27,6 +27,7 @@ with interpreted_imports():  # tl.sum, which a written RMSNorm reduces with, dec
 from inferloom.agents.llm_kernel import gate_written_kernel  # noqa: E402
 from inferloom.kernels import written  # noqa: E402
 from inferloom.spec import load_spec  # noqa: E402
+from inferloom.workloads.engine_written import knob  # noqa: E402
 from llm_scripted_server import ScriptedLLM, ok  # noqa: E402
 from test_llm_kernel import author  # noqa: E402
 
@@ -110,7 +111,7 @@ def test_a_correct_triton_rmsnorm_passes_every_gate_and_switches_on_in_the_engin
     notes = apply_kernels(model, {"llm_kernel": name})
     assert "RMSNorm modules call the written add_rmsnorm kernel" in notes["llm_kernel"]
     assert (_logits(model, ids) - want).abs().max() <= 1e-4 * want.abs().max()
-    knobs = [written.knob(), *[k for k in _engine_knobs() if k.name != "llm_kernel"]]
+    knobs = [knob(), *[k for k in _engine_knobs() if k.name != "llm_kernel"]]
     cfg = {k.name: k.default for k in knobs}
     with pytest.raises(AdapterError, match="rewrites the RMSNorms itself; rmsnorm_impl is torch_fused"):
         check_applicable(knobs, {**cfg, "llm_kernel": name, "rmsnorm_impl": "torch_fused"}, "cpu")

@@ -147,23 +147,36 @@ def kept_session(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_remeasure_registers_the_kept_written_kernel_in_a_fresh_process(kept_session, monkeypatch, capsys):
+def test_remeasure_registers_the_kept_written_kernel_in_a_fresh_sandboxed_process(kept_session, monkeypatch,
+                                                                                  capsys):
+    """The fresh process registers both written kernels from the session's files and runs them in the sandbox:
+    their module code's write to the witness file (a host path) lands in the sandbox's private /tmp, never here."""
     d, value, mark = kept_session
     monkeypatch.setattr(written, "_REGISTRY", {})
     monkeypatch.setenv(MARK, str(mark))
-    before = set(mark.read_text().split())
-    assert str(os.getpid()) in before  # the session's gates and trials imported it here
+    before = mark.read_text().split()
+    assert str(os.getpid()) in before  # the session's gates and trials imported it here, unsandboxed
     rc = main(["verify", str(d), "--remeasure", "--trust-session", "--max-pairs", "3", "--quiet"])
     out = capsys.readouterr().out
     assert rc in (0, 1), out  # the honest ratio need not overlap the session's (see the module docstring)
-    assert "remeasure (fresh process" in out and "the session's x" in out
-    pid = out.split("remeasure (fresh process ", 1)[1].split(",", 1)[0]
-    now = set(mark.read_text().split()) - before
-    assert pid != str(os.getpid()) and {pid, f"norm:{pid}"} <= now  # it ran both written kernels
+    assert "remeasure (fresh process" in out and ", sandboxed" in out and "the session's x" in out
+    line = next(x for x in out.splitlines() if x.startswith("remeasure written kernels: "))
+    assert all(m in line for m in value.split("+")), line  # it registered (and ran) both written kernels
+    assert mark.read_text().split() == before  # the kernels' module code could not write to this host path
     for member in value.split("+"):
         r = json.loads((d / "llm/kernels/passed.json").read_text())[member]
         assert r["sha256"] == written.source_sha256(d / "llm/kernels" / r["path"]) and r["sha256"].startswith(
             member.rsplit("-", 1)[1])
+
+
+def test_remeasure_of_written_kernels_is_refused_where_the_sandbox_cant_run(kept_session, monkeypatch):
+    d, value, mark = kept_session
+    monkeypatch.setenv("INFERLOOM_BWRAP", "/nonexistent/bwrap")
+    before = mark.read_text()
+    with pytest.raises(RemeasureError, match="imports kernels its author wrote.*bubblewrap can't run here.*"
+                                             "nothing was run"):
+        remeasure(d, max_pairs=3)
+    assert mark.read_text() == before
 
 
 @pytest.mark.slow

@@ -211,6 +211,19 @@ def test_verify_remeasure_applies_the_exported_series_to_a_fresh_clone(session, 
     assert _refs(repo) == refs and git("status", "--porcelain", "--untracked-files=all", cwd=repo) == status
 
 
+def test_a_handed_over_custom_session_is_remeasured_only_in_the_sandbox(session, capfd, monkeypatch):
+    """The re-measure runs the session author's entrypoint and patches: sandboxed whatever its manifest's
+    custom.sandbox says; where bubblewrap can't run it is refused, naming why and what to do (issue 30 item 3)."""
+    from inferloom.cli import main
+
+    monkeypatch.setenv("INFERLOOM_BWRAP", "/nonexistent/bwrap")
+    rc = main(["verify", str(session["dir"]), "--remeasure", "--trust-session", "--max-pairs", "3", "--quiet"])
+    err = capfd.readouterr().err
+    assert rc == 2, err
+    assert "re-measuring a handed-over custom session runs its author's entrypoint and patches" in err
+    assert "bubblewrap can't run here" in err and "apt-get install bubblewrap" in err
+
+
 def test_remeasure_rebuild_from_ledger_texts_and_what_it_refuses(session, tmp_path):
     """Without the session's workspace the export holds the ledger's patch texts: `git apply` + the session's
     commit identity rebuild the same commit; a changed patch gives another tree (a failure, nothing measured);

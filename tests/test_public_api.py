@@ -20,7 +20,7 @@ API = {
     "inferloom.workloads.vllm_flags": {"HELP_TIMEOUT_S", "HELP_OPTIONS", "ServerFlags", "parse_help",
                                        "probe_server_flags", "knob_flags", "filter_knobs", "clear_cache"},
     "inferloom.errors": {"InferloomError", "EXIT_BAD_INPUT", "EXIT_RUN_FAILED"},
-    "inferloom.sandbox": {"ENV_BINARY", "MODES", "SECRET_PATHS", "Sandbox", "SandboxUnavailable", "bwrap_binary",
+    "inferloom.sandbox": {"ENV_BINARY", "MODES", "SECRET_PATHS", "Sandbox", "SandboxUnavailable", "bwrap_binary", "required",
                           "probe", "resolve", "start_failure"},
     "inferloom.verify": {"Check", "Findings", "VerifyError", "load_session", "verify_session", "verify_path"},
     "inferloom.bench": {"SCHEMA_VERSION", "run_bench", "run_seed_base", "write_json_atomic", "overall_verdict"},

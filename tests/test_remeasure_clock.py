@@ -10,7 +10,7 @@ import pytest
 from inferloom.cli import main
 from inferloom.evidence.remeasure import remeasure
 from inferloom.measure.clock_check import GAIN_NOT_SEEN
-from inferloom.phases import custom as custom_phase
+from inferloom.phases import custom_trial as custom_phase  # the patch trial asks its clock_guard
 from inferloom.phases.runner import start
 from inferloom.session import ledger as L
 from test_hostile_patches import CORPUS, FORGED, _agents, make_repo, make_spec

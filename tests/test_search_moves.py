@@ -6,7 +6,7 @@ from __future__ import annotations
 from inferloom.agents import rules
 from inferloom.agents.rules import RuleOrchestrator
 from inferloom.agents.search_moves import repair
-from inferloom.agents.search_view import _View
+from inferloom.agents.search_view import SearchView
 from inferloom.workloads.base import Knob
 
 from test_agents import engine_knobs, feed, make_state
@@ -18,13 +18,13 @@ def feasible(cfg):  # as the engine: prompt_lookup needs micro_batch=1 and the d
 
 def test_repair_adds_the_fewest_changes_the_rules_need():
     state = make_state(engine_knobs())
-    view = _View(state)
+    view = SearchView(state)
     assert repair(view, {"compile_mode": "default"}, feasible) == {"compile_mode": "default"}
     assert repair(view, {"prompt_lookup": 3}, feasible) == {"prompt_lookup": 3, "micro_batch": 1}
     state["stack"] = {**state["stack"], "cache_implementation": "static"}
-    assert repair(_View(state), {"prompt_lookup": 3}, feasible) == {
+    assert repair(SearchView(state), {"prompt_lookup": 3}, feasible) == {
         "prompt_lookup": 3, "cache_implementation": "dynamic", "micro_batch": 1}
-    assert repair(_View(state), {"prompt_lookup": 3}, feasible, extra=1) is None
+    assert repair(SearchView(state), {"prompt_lookup": 3}, feasible, extra=1) is None
 
 
 def test_values_the_rules_gate_are_reached(monkeypatch):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from inferloom.agents.priors import Prior
 from inferloom.agents.rules import RuleOrchestrator
 from inferloom.agents.search_moves import spent
-from inferloom.agents.search_view import _View
+from inferloom.agents.search_view import SearchView
 from inferloom.workloads.base import Knob
 
 from test_agents import feed, make_state
@@ -34,12 +34,12 @@ def test_a_prior_measured_once_is_not_proposed_again_at_a_new_stack():
     assert again["changes"] == {"x": "b"} and "x-b" in again["rationale"]  # the slots retry it (the default)
     nxt, state = session(1)
     assert nxt["changes"] == {"z": True} and "z-on" in nxt["rationale"]  # spent: the next prior instead
-    assert spent(_View(state), {"x": "b"}) and not spent(_View(state), {"x": "b"}, tries=2)
+    assert spent(SearchView(state), {"x": "b"}) and not spent(SearchView(state), {"x": "b"}, tries=2)
 
 
 def test_a_failed_try_does_not_spend_the_prior():
     _, state = session(1, first_verdict="failed")
-    assert not spent(_View(state), {"x": "b"})  # a failure says nothing of its gain at another stack
+    assert not spent(SearchView(state), {"x": "b"})  # a failure says nothing of its gain at another stack
 
 
 def test_auto_spends_priors_after_one_try_only_with_the_cross_knob_rules():

@@ -12,7 +12,7 @@ from inferloom.agents.priors import Prior
 from inferloom.agents.rules import RuleOrchestrator
 from inferloom.agents.search_model import ucb_proposal
 from inferloom.agents.search_priors import claimed_by, prior_means
-from inferloom.agents.search_view import _View
+from inferloom.agents.search_view import SearchView
 from inferloom.workloads.base import Knob
 
 from test_agents import engine_knobs, feed, make_state
@@ -38,7 +38,7 @@ def test_a_wider_prior_claims_what_is_left_of_its_gain_over_its_unclaimed_values
 def test_the_prior_mean_leads_the_upper_confidence_bound_until_evidence_contradicts_it():
     knobs = [Knob("x", "choice", "a", "", choices=("a", "b", "c")), Knob("y", "bool", False, "")]
     state = make_state(knobs)
-    view = _View(state)
+    view = SearchView(state)
     ok = dict  # every change-set is measurable
     assert ucb_proposal(view, [], 1, ok)[0] == {"x": "b"}  # no prior mean: knob order, then value order
     assert ucb_proposal(view, [], 1, ok, prior_mean={("x", "c"): 0.2})[0] == {"x": "c"}

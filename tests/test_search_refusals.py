@@ -8,7 +8,7 @@ from __future__ import annotations
 from inferloom.agents.priors import Prior
 from inferloom.agents.rules import RuleOrchestrator
 from inferloom.agents.search_refusals import contains_refused, refused_combinations, suspect
-from inferloom.agents.search_view import _View
+from inferloom.agents.search_view import SearchView
 from inferloom.workloads.base import Knob
 
 from test_agents import engine_knobs, feed, make_state
@@ -31,7 +31,7 @@ def test_a_refused_combination_is_never_proposed_again():
              Prior("junk-only", {"junk": 2}, 0.1, "x", BOTH, 2)]
     state = make_state(KNOBS)
     refuse(state, {"fast": True}, "knob 'fast': needs mode=b, got mode=a")
-    view = _View(state)
+    view = SearchView(state)
     assert view.refused == [{"fast": True, "mode": "a"}]
     assert contains_refused({"fast": True, "mode": "a", "junk": 1}, view.refused)
     for _ in range(6):
@@ -54,7 +54,7 @@ def test_the_knobs_the_message_names_scope_the_refusal():
     # a message naming no other knob: the changed values alone, refused whatever the others
     state = make_state(KNOBS)
     refuse(state, {"fast": True}, "server exited with code 1")
-    assert _View(state).refused == [{"fast": True}]
+    assert SearchView(state).refused == [{"fast": True}]
     feed(state, {"changes": {"mode": "b"}}, verdict="keep", ratio=1.1)
     assert RuleOrchestrator(prior_table=table).propose(state)["changes"] != {"fast": True}
 
@@ -66,7 +66,7 @@ def test_other_values_of_a_refused_knob_are_ranked_last():
              Knob("mode", "choice", "a", "", choices=("a", "b", "c"))]
     state = make_state(knobs)
     refuse(state, {"n": 1}, "knob 'n': not supported here")
-    assert suspect({"n": 3, "fast": False, "mode": "a"}, _View(state).suspect)
+    assert suspect({"n": 3, "fast": False, "mode": "a"}, SearchView(state).suspect)
     moved = []
     for _ in range(3):
         p = RuleOrchestrator(prior_table=[]).propose(state)
@@ -80,7 +80,7 @@ def test_refused_trials_are_not_scored_as_slow():
     state = make_state(KNOBS)
     refuse(state, {"fast": True}, "knob 'fast': needs mode=b, got mode=a")
     feed(state, {"changes": {"junk": 1}}, verdict="revert", ratio=0.99)
-    orch, view = RuleOrchestrator(), _View(state)
+    orch, view = RuleOrchestrator(), SearchView(state)
     assert [p["junk"] for p, _ in orch._history(view, feasible_only=True)] == [1]
     assert len(list(orch._history(view))) == 2
 
@@ -100,6 +100,6 @@ def test_refusals_are_read_from_the_stack_they_were_measured_against():
     state = make_state(engine_knobs())
     feed(state, {"changes": {"micro_batch": 2}}, verdict="keep", ratio=1.1)
     refuse(state, {"prompt_lookup": 3}, "knob 'prompt_lookup': needs micro_batch=1, got micro_batch=2")
-    refused, patterns = refused_combinations(_View(state))
+    refused, patterns = refused_combinations(SearchView(state))
     assert refused == [{"micro_batch": 2, "prompt_lookup": 3}]
     assert patterns == [({"prompt_lookup": 0}, {"micro_batch": 2})]

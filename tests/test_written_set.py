@@ -19,6 +19,7 @@ from inferloom.kernels import written
 from inferloom.kernels import written_set as W
 from inferloom.workloads.base import AdapterError
 from inferloom.workloads.diffusers_ops import written_rule
+from inferloom.workloads import engine_written as E
 from inferloom.workloads.transformers_knobs import check_applicable
 from test_llm_kernel import _engine_knobs
 
@@ -77,7 +78,7 @@ def test_every_member_of_a_combination_is_checked_against_the_stack(tmp_path, fr
     norm, attn, gate = _kernels(tmp_path, "add_rmsnorm", "decode_attention", "gate_up_silu")
     combo = W.compose([norm, attn, gate])
     W.register_combined(tmp_path, combo)
-    knobs = [written.knob(), *[k for k in _engine_knobs() if k.name != "llm_kernel"]]
+    knobs = [E.knob(), *[k for k in _engine_knobs() if k.name != "llm_kernel"]]
     assert combo in knobs[0].choices and {norm, attn, gate} <= set(knobs[0].choices)
     cfg = {k.name: k.default for k in knobs}
     check_applicable(knobs, {**cfg, "llm_kernel": combo}, "cpu")
@@ -100,26 +101,26 @@ def test_every_member_of_a_combination_is_checked_against_the_stack(tmp_path, fr
 def test_the_phase_registers_combinations_and_a_resume_gets_them_back(tmp_path, fresh, monkeypatch):
     norm, gate = _kernels(tmp_path, "add_rmsnorm", "gate_up_silu")
     combo = f"{norm}+{gate}"
-    assert written.knob().choices == ("none", norm, gate)  # kernels alone: the domain as before
+    assert E.knob().choices == ("none", norm, gate)  # kernels alone: the domain as before
     with pytest.raises(ValueError, match=f"{ATTN} is not a written kernel of this session"):
         W.register_combined(tmp_path, f"{norm}+{ATTN}")
     with pytest.raises(ValueError, match="not in the canonical order"):
         W.register_combined(tmp_path, f"{gate}+{norm}")
     W.register_combined(tmp_path, combo)
     W.register_combined(tmp_path, norm)  # a single kernel: registered by written.register already
-    assert written.knob().choices == ("none", norm, combo, gate)
+    assert E.knob().choices == ("none", norm, combo, gate)
     assert json.loads((tmp_path / "llm/kernels/combined.json").read_text()) == [combo]
     assert set(json.loads((tmp_path / "llm/kernels/passed.json").read_text())) == {norm, gate}  # kernels only
     monkeypatch.setattr(written, "_REGISTRY", {})  # a new process: the session's kernels and combinations come back
     monkeypatch.setattr(written, "COMBINED", {})
-    assert written.knob().choices == ("none",)
-    assert W.restore(tmp_path) == [norm, combo, gate] and written.knob().choices == ("none", norm, combo, gate)
+    assert E.knob().choices == ("none",)
+    assert W.restore(tmp_path) == [norm, combo, gate] and E.knob().choices == ("none", norm, combo, gate)
     # a combination whose member is gone from passed.json is no value (its member can't be built)
     book = tmp_path / "llm/kernels/passed.json"
     book.write_text(json.dumps({k: v for k, v in json.loads(book.read_text()).items() if k != gate}))
     monkeypatch.setattr(written, "_REGISTRY", {})
     monkeypatch.setattr(written, "COMBINED", {})
-    assert W.restore(tmp_path) == [norm] and written.knob().choices == ("none", norm)
+    assert W.restore(tmp_path) == [norm] and E.knob().choices == ("none", norm)
 
 
 def test_the_diffusers_engine_refuses_any_member_but_add_rmsnorm():
@@ -129,9 +130,9 @@ def test_the_diffusers_engine_refuses_any_member_but_add_rmsnorm():
         f"{NORM}+{SILU}: only a written add_rmsnorm kernel has a switch in the diffusers engine ({SILU} is not one)")
     assert "both rewrite the RMSNorms" in written_rule({"llm_kernel": f"{NORM}+add_rmsnorm-9999999999"}, "sd35-tiny")
     with pytest.raises(ValueError, match="both rewrite the RMSNorms"):
-        W.apply_norms([object()], f"{NORM}+add_rmsnorm-9999999999", "eps")
+        E.apply_norms([object()], f"{NORM}+add_rmsnorm-9999999999", "eps")
     with pytest.raises(ValueError, match="both rewrite the MLP"):
-        W.apply(object(), f"{GATE}+{SILU}")
+        E.apply(object(), f"{GATE}+{SILU}")
 
 
 def test_restore_checked_checks_every_member_and_refuses_a_tampered_one_by_name(tmp_path, fresh, monkeypatch):
@@ -141,7 +142,7 @@ def test_restore_checked_checks_every_member_and_refuses_a_tampered_one_by_name(
     monkeypatch.setattr(written, "_REGISTRY", {})  # verify --remeasure's fresh process
     monkeypatch.setattr(written, "COMBINED", {})
     W.restore_checked(tmp_path, [combo])
-    assert written.knob().choices == ("none", *sorted((combo, attn, norm)))
+    assert E.knob().choices == ("none", *sorted((combo, attn, norm)))
     with pytest.raises(written.WrittenKernelError, match="not in the canonical order"):
         W.restore_checked(tmp_path, [f"{attn}+{norm}"])
     kdir = tmp_path / "llm" / "kernels"

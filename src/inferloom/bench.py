@@ -91,11 +91,11 @@ def run_bench(
             "numerics_changing_knobs": sorted(k.name for k in knobs if k.changes_numerics and cand_cfg[k.name] != stock_cfg[k.name]),
             "environment": environment(),
         }
-        res = compare(adapter, spec, stock_cfg, cand_cfg, settings=settings, seed_base=run_seed_base(spec),
+        cmp = compare(adapter, spec, stock_cfg, cand_cfg, settings=settings, seed_base=run_seed_base(spec),
                       refs=References() if quality else None, quality_sets=("eval", "heldout") if quality else (),
                       progress=progress, stop_early=not aa, labels=("stock", b_label), on_pair=on_pair,
                       stock_is_base=True)
-        t = res.get("timings", {})
+        t, res = cmp.timings, cmp.as_dict()  # res: the comparison's JSON form, copied into the result
         result["timings"] = {
             "prepare_stock_s": t.get("prepare_stock_s"), f"prepare_{b_label}_s": t.get(f"prepare_{b_label}_s"),
             "warmup_stock": t.get("warmup_base"), "warmup_candidate": t.get("warmup_candidate"),
@@ -106,11 +106,11 @@ def run_bench(
         for k in ("protocol", "noise", "error", "error_kind"):
             if k in res:
                 result[k] = res[k]
-        bound = slo_binding((res.get("protocol") or {}).get("pairs") or [])
+        bound = slo_binding(cmp.pairs)
         if bound is not None:  # goodput: did the SLOs decide anything?
             result["slo_binding"] = bound
-        result["quality"] = res.get("quality", {"evaluated": False})
-        result["verdict"] = overall_verdict(res["verdict"], result["quality"].get("passed"), aa)
+        result["quality"] = cmp.quality
+        result["verdict"] = overall_verdict(cmp.verdict, cmp.quality.get("passed"), aa)
     finally:
         if own_adapter:
             adapter.close()

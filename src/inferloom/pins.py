@@ -12,7 +12,8 @@
 * ``torch``: version, CUDA and cuDNN versions (None when absent), ``gpu`` (name, count, capability,
   driver) from :func:`inferloom.provenance.environment`;
 * ``model``: the model's files with their sha256 (a local directory), or what the model is when it has
-  no files (a synthetic preset, built from its seed);
+  no files (a synthetic preset, built from its seed); a directory converted from a GGUF file
+  (``inferloom.models.gguf``) adds ``source``: its marker, with the GGUF's path and ``source_sha256``;
 * ``kernel_cache``: the tuned-kernel cache files (``$INFERLOOM_KERNEL_CACHE`` or ``~/.cache/inferloom``,
   ``kernel_tuning/*.json``) with their sha256 and entry counts, and how many Triton cache entries exist;
 * ``server``: for a server workload, the server's python and its distribution and version (as the
@@ -34,10 +35,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["pin_ledger", "packages", "files_sha256", "model_files", "kernel_cache", "file_sha256", "hash_cache_path"]
+__all__ = ["pin_ledger", "packages", "files_sha256", "model_files", "kernel_cache", "file_sha256", "hash_cache_path",
+           "cached_file_sha256", "SOURCE_MARKER"]
 
 _CHUNK = 1 << 20
 _MODEL_FILES_CAP = 2000  # files hashed in one model directory at most (the rest counted)
+#: a model directory converted from another file (a GGUF: inferloom.models.gguf) holds this JSON: the source's sha256
+SOURCE_MARKER = ".inferloom-source.json"
 
 
 def hash_cache_path() -> Path:
@@ -81,6 +85,16 @@ def file_sha256(path: Path, cache: dict[str, Any] | None = None) -> str:
     digest = h.hexdigest()
     if cache is not None:
         cache[key] = {"stamp": stamp, "sha256": digest}
+    return digest
+
+
+def cached_file_sha256(path: Path) -> str:
+    """:func:`file_sha256` through the on-disk cache (``hash_cache_path()``), saved when it changed."""
+    cache = _load_cache()
+    before = dict(cache)
+    digest = file_sha256(path, cache)
+    if cache != before:
+        _save_cache(cache)
     return digest
 
 
@@ -155,6 +169,9 @@ def model_files(model: str, cache: dict[str, Any] | None = None) -> dict[str, An
         rows = [{"name": p.relative_to(path).as_posix(), "bytes": p.stat().st_size, "sha256": file_sha256(p, cache)}
                 for p in files[:_MODEL_FILES_CAP]]
         out: dict[str, Any] = {"kind": "directory", "path": str(path.resolve()), "files": rows}
+        source = _source(path)
+        if source is not None:
+            out["source"] = source
         if len(files) > _MODEL_FILES_CAP:
             out["not_hashed"] = f"{len(files) - _MODEL_FILES_CAP} more file(s) past the first {_MODEL_FILES_CAP}"
         return out
@@ -162,6 +179,15 @@ def model_files(model: str, cache: dict[str, Any] | None = None) -> dict[str, An
         return {"kind": "custom", "note": "a custom workload: its source tree is pinned by its commit (adapter.source)"}
     return {"kind": "preset", "name": model,
             "note": "a synthetic preset: no files; its weights are built from the spec's seed"}
+
+
+def _source(directory: Path) -> dict[str, Any] | None:
+    """What a converted model directory was converted from (its :data:`SOURCE_MARKER`), or None."""
+    try:
+        data = json.loads((directory / SOURCE_MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def kernel_cache() -> dict[str, Any]:

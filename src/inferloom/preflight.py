@@ -3,19 +3,21 @@ line (a :class:`~inferloom.spec.SpecError`, exit 2) naming the spec field and
 the resolved path, before a session directory is created or a server is
 started.
 
-What is checked (:func:`check_runnable`), per framework:
+What is checked (:func:`check_runnable`), per framework (the checks its
+descriptor's ``preflight`` names, :mod:`inferloom.frameworks`):
 
-* ``vllm``: ``serving.python`` exists and is executable (a bare name: found on
+* ``server_env`` (vllm): ``serving.python`` exists and is executable (a bare name: found on
   ``PATH``); ``serving.module`` is a module name and, unless ``imports=False``,
   ``python -c "import MODULE"`` succeeds in the server's environment
   (``serving.env`` included) within :data:`IMPORT_TIMEOUT_S` (a slower import
   is not refused: the server's own start decides).
-* ``custom``: ``custom.repo`` is a git checkout with a commit; the entrypoint's
+* ``source_repo`` (custom): ``custom.repo`` is a git checkout with a commit; the entrypoint's
   program exists (absolute, on ``PATH``, or a file committed in the checkout:
   every run happens in a copy of the checkout's HEAD); each of
   ``custom.entrypoint_files`` is committed in the checkout;
   ``custom.patches.dir`` is a directory; the Specialist's program exists.
-* every framework: a model directory and the prompts files exist (the spec's
+* ``model_dir`` / ``pipeline_dir`` (every other framework): a model (or
+  diffusers pipeline) directory exists; every framework: the prompts files exist (the spec's
   own validation checks them when it is read; a manifest read back by
   ``resume`` is checked again here, the files may have gone since).
 
@@ -33,6 +35,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Mapping
 
+from inferloom.frameworks import framework
 from inferloom.models.diffusion_presets import DIFFUSION_PRESETS, is_pipeline_dir
 from inferloom.models.presets import PRESETS
 from inferloom.process_group import run_in_group
@@ -120,11 +123,13 @@ def _check_custom(spec: Any) -> None:
 
 
 def _check_files(spec: Any) -> None:
-    if spec.framework == "diffusers":
+    checks = framework(spec.framework).preflight
+    if "pipeline_dir" in checks:
         if spec.model not in DIFFUSION_PRESETS and not is_pipeline_dir(spec.model):
             raise SpecError(f"model: {spec.model} is not a diffusers pipeline directory (no model_index.json)")
-    elif spec.framework != "custom" and spec.model not in PRESETS and not os.path.isfile(
-            os.path.join(spec.model, "config.json")):
+    elif "model_dir" in checks and spec.model not in PRESETS and not os.path.isfile(
+            os.path.join(spec.model, "config.json")) and not (  # a GGUF not yet converted (validate): a file
+            spec.model.endswith(".gguf") and os.path.isfile(spec.model)):
         raise SpecError(f"model: {spec.model} is not a Hugging Face model directory (no config.json)")
     for field, value in (("traffic.prompts", spec.traffic.prompts), ("quality.prompts_file", spec.quality.prompts_file)):
         if value not in (None, "random") and not os.path.isfile(value):
@@ -138,12 +143,13 @@ def check_runnable(spec: Any, *, imports: bool = True, timeout_s: float = IMPORT
     that passed the import check is not imported again in this process (the
     command checks before its first line, the session runner again)."""
     _check_files(spec)
-    if spec.framework == "vllm":
+    checks = framework(spec.framework).preflight
+    if "server_env" in checks:
         key = json.dumps(spec.serving.model_dump(mode="json"), sort_keys=True)
         _check_vllm(spec, imports and key not in _IMPORTED, timeout_s)
         if imports:
             _IMPORTED.add(key)
-    elif spec.framework == "custom" and spec.custom is not None:
+    elif "source_repo" in checks and spec.custom is not None:
         _check_custom(spec)
 
 

@@ -43,7 +43,7 @@ from typing import Any, Iterable, Sequence
 from inferloom.errors import InferloomError
 
 __all__ = ["ENV_BINARY", "MODES", "SECRET_PATHS", "Sandbox", "SandboxUnavailable", "bwrap_binary", "probe",
-           "resolve", "start_failure"]
+           "required", "resolve", "start_failure"]
 
 ENV_BINARY = "INFERLOOM_BWRAP"  # the bubblewrap binary to use (default: bwrap on PATH)
 MODES = ("bwrap", "none")
@@ -195,6 +195,18 @@ def resolve(mode: str, *, patches: bool, network: bool = False) -> tuple[Sandbox
             "run them unsandboxed at your own risk, set `custom.sandbox: none` in the spec (docs/security.md)")
     return None, {"mode": "none", "patches": False,
                   "reason": f"bubblewrap can't run here ({why}); no patches in this spec: only your own code runs"}
+
+
+def required(what: str) -> Sandbox:
+    """A sandbox that runs here, for code someone else wrote (``what`` says which: a handed-over session's
+    written kernels, its custom entrypoint); :class:`SandboxUnavailable` saying why and what to do otherwise.
+    No opt-out: ``custom.sandbox: none`` in a handed-over manifest is the author's choice, not the user's."""
+    binary = bwrap_binary()
+    why, version = probe(binary) if binary else ("bwrap is not on PATH", "")
+    if why is None and binary:
+        return Sandbox(binary, version)
+    raise SandboxUnavailable(f"{what}: inferloom runs that only in its sandbox, and bubblewrap can't run here "
+                             f"({why}); install it (`{INSTALL}`) and run the command again")
 
 
 def start_failure(sandbox: Sandbox | None, rc: int | None, err: str | bytes | None) -> str | None:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol, runtime_checkable
 
+from inferloom.measure.records import Evidence
+
 __all__ = ["ACTIONS", "Orchestrator", "Critic", "Robustness"]
 
 # Every action name an agent may emit; which phase admits which is the
@@ -64,8 +66,10 @@ class Critic(Protocol):
     """Created fresh for each keep/revert decision; sees only the evidence.
 
     ``judge(evidence) -> {"decision": "keep" | "revert", "lesson": str}``
-    where ``evidence`` holds the protocol verdict and decision (ratio,
-    interval, pairs), the quality verdict, the noise floor and the changes.
+    where ``evidence`` (:class:`inferloom.measure.records.Evidence`; its
+    ``as_dict()``, or a plain mapping with its keys, is the same evidence)
+    holds the protocol verdict and decision (ratio, interval, pairs), the
+    quality verdict, the noise floor and the changes.
     The Critic may never keep what the protocol did not keep (``revert``,
     ``inconclusive``, ``failed``), what failed or has no quality verdict, or a
     gain whose interval's lower bound does not clear the noise floor; the
@@ -74,7 +78,7 @@ class Critic(Protocol):
 
     name: str
 
-    def judge(self, evidence: Mapping[str, Any]) -> Any: ...
+    def judge(self, evidence: Evidence) -> Any: ...
 
 
 @runtime_checkable

@@ -8,6 +8,7 @@ import math
 from typing import Any, Mapping
 
 from inferloom.measure.keep_rule import keep_threshold, session_keep
+from inferloom.measure.records import Evidence
 
 __all__ = ["RuleCritic"]
 
@@ -32,27 +33,28 @@ class RuleCritic:
     def __init__(self, allow_unscored: bool = False) -> None:
         self.allow_unscored = allow_unscored
 
-    def judge(self, evidence: Mapping[str, Any]) -> dict[str, str]:
-        what = _fmt(evidence.get("changes") or {})
-        verdict = evidence.get("protocol_verdict")
-        err = str(evidence.get("error") or "").strip().splitlines()
+    def judge(self, evidence: Evidence | Mapping[str, Any]) -> dict[str, str]:
+        ev = Evidence.from_dict(evidence)  # evidence handed over as a dict: a missing key is None
+        what = _fmt(ev.changes or {})
+        verdict = ev.protocol_verdict
+        err = str(ev.error or "").strip().splitlines()
         verdict_text = f"{verdict} ({err[0][:200]})" if err else f"{verdict}"
         try:
-            ratio, lo, hi = (float(evidence[k]) for k in ("ratio", "ci_low", "ci_high"))
-            floor, gain = float(evidence.get("noise_floor") or 0.0), float(evidence.get("min_gain") or 0.0)
+            ratio, lo, hi = (float(x) for x in (ev.ratio, ev.ci_low, ev.ci_high))  # type: ignore[arg-type]
+            floor, gain = float(ev.noise_floor or 0.0), float(ev.min_gain or 0.0)
             if not all(math.isfinite(x) for x in (ratio, lo, hi, floor, gain)):
                 raise ValueError
-        except (KeyError, TypeError, ValueError):
+        except (TypeError, ValueError):
             return {"decision": "revert", "lesson": f"{what}: protocol verdict {verdict_text}, "
                     "no usable ratio / interval / noise floor in the evidence: reverted"}
-        n = evidence.get("n_pairs")
+        n = ev.n_pairs
         head = f"{what}: {_pct(ratio)} [{_pct(lo)}, {_pct(hi)}] over {n} pairs"
-        passed = evidence.get("quality_passed")
-        failed = "; ".join(str(x) for x in evidence.get("quality_failed") or [])
+        passed = ev.quality_passed
+        failed = "; ".join(str(x) for x in ev.quality_failed or [])
         quality = f"failed quality ({failed})" if failed else "failed quality"
 
         if verdict == "revert":  # a futility stop is not "slower": say why the protocol stopped
-            why = "a gain worth keeping is out of reach: futility" if "futility" in str(evidence.get("protocol_reason")) else "slower"
+            why = "a gain worth keeping is out of reach: futility" if "futility" in str(ev.protocol_reason) else "slower"
             return self._revert(f"{head}: reverted ({why})" + (f"; also {quality}" if passed is False else ""))
         if verdict == "inconclusive":
             return self._revert(f"{what}: {_pct(ratio)} [{_pct(lo)}, {_pct(hi)}], inconclusive after {n} pairs: reverted")

@@ -38,7 +38,7 @@ from inferloom.agents.search_moves import alternate_to_search, repair, spent, wi
 from inferloom.agents.search_model import ucb_proposal
 from inferloom.agents.search_priors import claimed_by, prior_means
 from inferloom.agents.search_refusals import REFUSED_VERDICTS, contains_refused, suspect
-from inferloom.agents.search_view import _View, _distribution, _domain, knob_from_dict
+from inferloom.agents.search_view import SearchView, _distribution, _domain, knob_from_dict
 from inferloom.workloads.base import ConfigError, Knob
 
 __all__ = ["RuleOrchestrator", "RuleCritic", "RuleRobustness", "knob_from_dict"]
@@ -113,20 +113,20 @@ class RuleOrchestrator:
             raise ValueError(f"RuleOrchestrator: prior_tries must be 'auto', an int >= 1 or None, got {prior_tries!r}")
         self.priors, self.prior_tries = priors, prior_tries
 
-    def _ok(self, view: "_View", changes: Mapping[str, Any]) -> bool:
+    def _ok(self, view: "SearchView", changes: Mapping[str, Any]) -> bool:
         """Unmeasured, holding no combination refused before (``search_refusals.py``), and not refused
         by the cross-knob rules (when known)."""
         cfg, key = view.candidate(changes)
         return (key not in view.seen and not contains_refused(cfg, view.refused)
                 and (self.feasible is None or bool(self.feasible(cfg))))
 
-    def _complete(self, view: _View, changes: Mapping[str, Any]) -> dict[str, Any] | None:
+    def _complete(self, view: SearchView, changes: Mapping[str, Any]) -> dict[str, Any] | None:
         """``changes`` completed for the cross-knob rules (when known), if then unmeasured."""
         out = repair(view, changes, self.feasible) if self.feasible is not None else dict(changes)
         return out if out is not None and self._ok(view, out) else None
 
     def propose(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        view = _View(state)
+        view = SearchView(state)
         if not view.space:
             return {"action": "end_phase", "rationale": f"no unpinned knob applies to device {view.device}"}
         if self.priors == "model":  # the priors' claims are the model's prior means: no slots of their own
@@ -138,7 +138,7 @@ class RuleOrchestrator:
         return self._from_priors(view, state) or self._search(view)
 
     # ---------------------------------------------------------------- priors
-    def _resolve(self, prior: Prior, view: _View) -> dict[str, Any] | None:
+    def _resolve(self, prior: Prior, view: SearchView) -> dict[str, Any] | None:
         """The prior's full change-set checked against the domain, or None."""
         out: dict[str, Any] = {}
         for name, value in prior.changes.items():
@@ -156,7 +156,7 @@ class RuleOrchestrator:
             out[name] = value
         return out
 
-    def _ranked(self, view: _View, state: Mapping[str, Any]) -> Iterator[tuple[Prior, dict[str, Any], bool]]:
+    def _ranked(self, view: SearchView, state: Mapping[str, Any]) -> Iterator[tuple[Prior, dict[str, Any], bool]]:
         """(prior, its full change-set, whether a change-set in it failed before) in rank order."""
         dtype, concurrency = view.stack.get("dtype") or view.workload.get("dtype"), int(view.workload.get("concurrency") or 1)
         failures = [dict(f) for f in state.get("kb_failures") or [] if isinstance(f, Mapping) and f]
@@ -166,10 +166,10 @@ class RuleOrchestrator:
             if full is not None:
                 yield prior, full, any(all(k in full and full[k] == v for k, v in f.items()) for f in failures)
 
-    def _claims(self, view: _View, state: Mapping[str, Any]) -> dict[tuple[str, Any], tuple[float, Prior]]:
+    def _claims(self, view: SearchView, state: Mapping[str, Any]) -> dict[tuple[str, Any], tuple[float, Prior]]:
         return prior_means(((p, full) for p, full, failed in self._ranked(view, state) if not failed), view.stock)
 
-    def _from_priors(self, view: _View, state: Mapping[str, Any]) -> dict[str, Any] | None:
+    def _from_priors(self, view: SearchView, state: Mapping[str, Any]) -> dict[str, Any] | None:
         first: list[tuple[Prior, dict[str, Any], bool]] = []
         last: list[tuple[Prior, dict[str, Any], bool]] = []
         for prior, full, failed in self._ranked(view, state):
@@ -188,7 +188,7 @@ class RuleOrchestrator:
         }
 
     # ---------------------------------------------------------------- search
-    def _history(self, view: _View, feasible_only: bool = False) -> Iterator[tuple[dict[str, Any], float]]:
+    def _history(self, view: SearchView, feasible_only: bool = False) -> Iterator[tuple[dict[str, Any], float]]:
         """(params, log-gain over stock) per trial; ``feasible_only``: refused and failed trials left out
         (infeasible, not slow: the model's view), else scored with the penalty (TPE's)."""
         base_value = 0.0
@@ -216,7 +216,7 @@ class RuleOrchestrator:
         except ConfigError:
             return False
 
-    def _search(self, view: _View, claims: Mapping[tuple[str, Any], tuple[float, Prior]] | None = None) -> dict[str, Any]:
+    def _search(self, view: SearchView, claims: Mapping[tuple[str, Any], tuple[float, Prior]] | None = None) -> dict[str, Any]:
         if self.search == "ucb":
             history = list(self._history(view, feasible_only=True))
             found = ucb_proposal(view, history, min(width(view, self.max_changes, self.stall) or 2, 2),
@@ -268,7 +268,7 @@ class RuleOrchestrator:
                     tried.add(key)
         return self._enumerate(view, f"TPE drew only measured configurations in {MAX_ASKS} asks")
 
-    def _enumerate(self, view: _View, why: str) -> dict[str, Any]:
+    def _enumerate(self, view: SearchView, why: str) -> dict[str, Any]:
         domains = {k.name: _domain(k, view.stack[k.name]) for k in view.space}
         whole = all(full for _, full in domains.values())
         top = min(len(view.space), self.max_changes or len(view.space))

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from inferloom.agents.search_view import _domain, _View
+from inferloom.agents.search_view import _domain, SearchView
 
 __all__ = ["ucb_proposal", "PRIOR_SD", "NOISE_SD", "BETA"]
 
@@ -30,7 +30,7 @@ NOISE_SD = 0.05  # one trial's log-ratio noise plus what the additive model leav
 BETA = 2.0
 
 
-def ucb_proposal(view: _View, history: Iterable[tuple[Mapping[str, Any], float]], width: int,
+def ucb_proposal(view: SearchView, history: Iterable[tuple[Mapping[str, Any], float]], width: int,
                  ok: Callable[[Mapping[str, Any]], Mapping[str, Any] | None], beta: float = BETA,
                  demote: Callable[[Mapping[str, Any]], bool] = lambda cfg: False,
                  prior_mean: Mapping[tuple[str, Any], float] | None = None,

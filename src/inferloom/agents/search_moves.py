@@ -24,12 +24,12 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Mapping
 
-from inferloom.agents.search_view import _domain, _View
+from inferloom.agents.search_view import _domain, SearchView
 
 __all__ = ["since_keep", "alternate_to_search", "width", "repair", "spent"]
 
 
-def since_keep(view: _View) -> int:
+def since_keep(view: SearchView) -> int:
     """Trials measured since the last keep (all of them when none was kept)."""
     n = 0
     for t, _ in reversed(view.replayed):
@@ -39,7 +39,7 @@ def since_keep(view: _View) -> int:
     return n
 
 
-def alternate_to_search(view: _View, prior_patience: int | None) -> bool:
+def alternate_to_search(view: SearchView, prior_patience: int | None) -> bool:
     """True when this slot goes to the search although a prior is left: the
     last ``prior_patience`` trials brought no keep, and the slots since then
     alternate, search first."""
@@ -49,7 +49,7 @@ def alternate_to_search(view: _View, prior_patience: int | None) -> bool:
     return n >= prior_patience and (n - prior_patience) % 2 == 0
 
 
-def width(view: _View, max_changes: int | None, stall: int | None) -> int | None:
+def width(view: SearchView, max_changes: int | None, stall: int | None) -> int | None:
     """Knobs a search proposal may change: ``max_changes``, widened to 2 once the
     stack is ``stall`` trials old without a keep."""
     if stall is not None and max_changes == 1 and since_keep(view) >= stall:
@@ -57,7 +57,7 @@ def width(view: _View, max_changes: int | None, stall: int | None) -> int | None
     return max_changes
 
 
-def repair(view: _View, changes: Mapping[str, Any], feasible: Callable[[Mapping[str, Any]], bool],
+def repair(view: SearchView, changes: Mapping[str, Any], feasible: Callable[[Mapping[str, Any]], bool],
            extra: int = 2) -> dict[str, Any] | None:
     """``changes`` if feasible, else ``changes`` plus the fewest extra knob changes
     (at most ``extra``) that make it feasible and unmeasured; None when none does."""
@@ -80,7 +80,7 @@ def repair(view: _View, changes: Mapping[str, Any], feasible: Callable[[Mapping[
     return None
 
 
-def spent(view: _View, full: Mapping[str, Any], tries: int = 1) -> bool:
+def spent(view: SearchView, full: Mapping[str, Any], tries: int = 1) -> bool:
     """True when ``tries`` trials already measured the values of ``full`` (a prior's change-set) as a
     change: configurations holding all of them, that changed at least one relative to their stack, and
     did not fail or get refused (a failure says nothing of the gain: the prior may run at another stack)."""

@@ -28,14 +28,33 @@ combination: refused with any other knob values, until the session ends."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from inferloom.agents.search_view import _View
-
-__all__ = ["REFUSED_VERDICTS", "refused_combinations", "contains_refused", "suspect"]
+__all__ = ["REFUSED_VERDICTS", "TrialHistory", "refused_combinations", "contains_refused", "suspect"]
 
 REFUSED_VERDICTS = frozenset({"failed", "refused"})
+
+
+class TrialHistory(Protocol):
+    """What the refusal rules read of the orchestrator's view of the state: the
+    view ``search_view.py`` builds is one (it asks :func:`refused_combinations`
+    while it is built, so it imports this module, and this module knows it only
+    by this type)."""
+
+    @property
+    def stock(self) -> Mapping[str, Any]:
+        """Stock's full configuration."""
+        ...
+
+    @property
+    def by_name(self) -> Mapping[str, Any]:
+        """The knobs by name, in the configuration's order."""
+        ...
+
+    @property
+    def replayed(self) -> Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+        """(trial, its full configuration), in trial order."""
+        ...
 
 
 def _named(text: str, names: list[str]) -> set[str]:
@@ -46,7 +65,7 @@ def _named(text: str, names: list[str]) -> set[str]:
 Pattern = tuple[dict[str, Any], dict[str, Any]]  # (changed knob -> its feasible stack value, named knob -> value)
 
 
-def refused_combinations(view: "_View") -> tuple[list[dict[str, Any]], list[Pattern]]:
+def refused_combinations(view: TrialHistory) -> tuple[list[dict[str, Any]], list[Pattern]]:
     """The refused (knob=value) combinations of the trials measured so far, in trial order,
     deduplicated, and their generalisations for :func:`suspect`."""
     out: list[dict[str, Any]] = []

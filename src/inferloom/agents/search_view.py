@@ -1,5 +1,5 @@
 """What the default orchestrator reads from one state dict, parsed once
-(:class:`_View`), and the knob-domain helpers its search uses. Split from
+(:class:`SearchView`), and the knob-domain helpers its search uses. Split from
 ``rules.py``, which re-exports :func:`knob_from_dict`."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def knob_from_dict(d: Mapping[str, Any]) -> Knob:
 
 
 
-class _View:
+class SearchView:
     """What the orchestrator needs from one state dict, parsed once."""
 
     def __init__(self, state: Mapping[str, Any]) -> None:

@@ -43,16 +43,17 @@ def kv_list(items: Sequence[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-def spec_from_args(args: argparse.Namespace) -> WorkloadSpec:
-    """The spec file named on the command line (if any) with the spec flags and ``--pin`` over it."""
+def spec_from_args(args: argparse.Namespace, *, convert_models: bool = True) -> WorkloadSpec:
+    """The spec file named on the command line (if any) with the spec flags and ``--pin`` over it
+    (``convert_models=False``: a ``.gguf`` model is checked, not converted; ``inferloom.spec.model``)."""
     overrides: dict[str, Any] = {}
     for name, value in vars(args).items():
         if name.startswith("spec__") and value is not None:
             overrides[name[len("spec__"):].replace("__", ".")] = value
     pins = kv_list(args.pin, "--pin")
-    spec = load_spec(args.spec, overrides)
+    spec = load_spec(args.spec, overrides, convert_models=convert_models)
     if pins:
-        spec = load_spec(args.spec, {**overrides, "pinned": {**spec.pinned, **pins}})
+        spec = load_spec(args.spec, {**overrides, "pinned": {**spec.pinned, **pins}}, convert_models=convert_models)
     return spec
 
 

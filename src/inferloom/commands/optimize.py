@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from inferloom.commands.common import output_dir, print_session, progress_printer, spec_from_args
+from inferloom.commands.common import UsageError, output_dir, print_session, progress_printer, spec_from_args
 from inferloom.agents.llm_setup import check_llm
+from inferloom.evidence.trust import TRUST_FLAG, replay_lines
 from inferloom.phases.runner import recorded_llm_spec, start
 from inferloom.preflight import check_runnable
 from inferloom.report.breakdown import stock_never_ran
@@ -22,8 +23,14 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
     out = output_dir(args.out, "--out") if args.out else Path("runs") / f"session-{time.strftime('%Y%m%d-%H%M%S')}"
     check_runnable(spec)  # a configuration that can't work: one line, exit 2, nothing created or printed before
     replay = str(Path(args.llm_replay).absolute()) if args.llm_replay else None
+    if args.trust_session and not replay:
+        raise UsageError(f"{TRUST_FLAG}: only with --llm-replay (a replayed session's code runs here)")
     if spec.agents.llm is not None or replay:
         check_llm(spec.agents.llm or recorded_llm_spec(replay), replay)
+    if replay and not args.trust_session and (plan := replay_lines(replay)):
+        for line in plan:  # someone else's written kernels: said first, run only when the user says so
+            console.print(line, highlight=False, markup=False)
+        return 1
     progress = progress_printer(args, err)
     progress(f"session directory: {out}; budget {args.budget_minutes:g} min, {args.max_trials} trials; "
              f"`inferloom resume {out}` continues it if interrupted")

@@ -87,7 +87,11 @@ def _remeasure(args: argparse.Namespace, d: Path, bad: int, out: Any, err: Any) 
         c = r["clock"]
         out(f"remeasure clock check: {c['rule'] + ': ' if c.get('rule') else ''}{c.get('why')}",
             highlight=False, markup=False, soft_wrap=True)
-    out(f"remeasure (fresh process {r['pid']}" + (f" of {r['python']}" if rec else "") + f", {r['seconds']:.0f} s): {r['why']}: "
+    if r.get("written_kernels"):
+        out(f"remeasure written kernels: {', '.join(r['written_kernels'])} (registered from the session's files after "
+            "their sha256; imported in the sandboxed process)", highlight=False, markup=False, soft_wrap=True)
+    out(f"remeasure (fresh process {r['pid']}" + (", sandboxed" if r.get("sandboxed") else "")
+        + (f" of {r['python']}" if rec else "") + f", {r['seconds']:.0f} s): {r['why']}: "
         + ("PASS" if r["passed"] else "FAIL: the final stack's gain did not reproduce"),
         highlight=False, markup=False, soft_wrap=True)
     return 1 if bad or not r["passed"] else 0

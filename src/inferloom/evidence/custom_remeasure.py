@@ -153,20 +153,21 @@ def measure(spec: Any, st: Any, trees: dict[str, Any], root: Path, settings: Any
             progress: Callable[[str], None], noise_pairs: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """Stock's tree against the final tree, paired, with the workload's own quality gate on every final run,
     and the clock check on the pairs (``res["clock"]``; ``noise_pairs``: the session's A/A pairs)."""
-    adapter = CustomAdapter(spec)
+    adapter = CustomAdapter(spec, handed_over=True)  # the author's code: sandboxed, no opt-out
     try:
         adapter.protected = st.extra.source.protected  # stock's checksums, verified before every run
         adapter.results_dir = root / "results"
-        res = compare(adapter, spec, {**st.stock_config, TREE_KEY: str(root / "stock")},
+        cmp = compare(adapter, spec, {**st.stock_config, TREE_KEY: str(root / "stock")},
                       {**st.stack, TREE_KEY: str(root / "final")}, settings=settings,
                       seed_base=run_seed_base(spec), refs=References(), quality_sets=("heldout",),
                       progress=progress, labels=("stock", "final"))
     finally:
         adapter.close()
-    res["verdict"] = overall_verdict(res["verdict"], (res.get("quality") or {}).get("passed"), False)
+    res = cmp.as_dict()  # the re-measurement's JSON record
+    res["verdict"] = overall_verdict(cmp.verdict, cmp.quality.get("passed"), False)
     res["source"] = trees
     res["sandbox"] = adapter.sandbox_record
-    clock = clock_check((res.get("protocol") or {}).get("pairs") or [], noise_pairs=noise_pairs)
+    clock = clock_check(cmp.pairs, noise_pairs=noise_pairs)
     res["clock"] = clock.to_dict()
     progress(f"clock check: {clock.rule + ': ' if clock.rule else ''}{clock.why}")
     return res

@@ -32,10 +32,12 @@ from inferloom.bench import run_bench
 from inferloom.errors import InferloomError
 from inferloom.evidence import custom_remeasure as CR
 from inferloom.evidence.rebuild import venv_env
+from inferloom.frameworks import framework
 from inferloom.inputs import load_json
 from inferloom.kernels import written, written_set
 from inferloom.measure.protocol import ProtocolSettings
 from inferloom.redact import without_secrets
+from inferloom.sandbox import Sandbox, SandboxUnavailable, required
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
 from inferloom.session.manifest import manifest_spec, read_manifest
@@ -58,7 +60,7 @@ def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
                              "CLOSE comparison to re-measure yet")
     final = breakdown_from_ledger(L.read_entries(d)).get("final") or {}
     changes: dict[str, Any] = {k: v for k, v in st.stack.items() if st.stock_config.get(k) != v}
-    src = st.extra.source if spec.framework == "custom" else None
+    src = st.extra.source if framework(spec.framework).own_code else None
     if src is not None and src.kept:
         changes["patches"] = [k.id for k in src.kept]
     if not final.get("ledger_seq") or not changes:
@@ -89,6 +91,17 @@ def _custom_child(d: Path, spec: Any) -> dict[str, Any]:
                           noise_pairs=(aa.get("protocol") or {}).get("pairs") or [])
 
 
+def _kernel_sandbox(d: Path, changes: dict[str, Any]) -> Sandbox | None:
+    """The sandbox the fresh process runs in when the final stack imports written kernels (Python the session's
+    author wrote); None when it has none. :class:`RemeasureError` when bubblewrap can't run here."""
+    if str(changes.get(written.KNOB, "none")) == "none":
+        return None
+    try:
+        return required(f"the final stack of {d} imports kernels its author wrote (llm/kernels/)")
+    except SandboxUnavailable as exc:
+        raise RemeasureError(f"{exc}; nothing was run") from None
+
+
 def _child(args: list[str]) -> int:
     """The fresh process: measure the final stack of the session against stock; write the result JSON."""
     ap = argparse.ArgumentParser(prog="python -m inferloom.evidence.remeasure")
@@ -101,11 +114,13 @@ def _child(args: list[str]) -> int:
         p = spec.protocol
         spec = spec.model_copy(update={"protocol": p.model_copy(update={
             "max_pairs": a.max_pairs, "min_pairs": min(p.min_pairs, a.max_pairs)})})
-    if spec.framework == "custom":
+    if framework(spec.framework).own_code:
         res = _custom_child(Path(a.dir).absolute(), spec)
     else:
         res = run_bench(spec, changes, progress=lambda m: print(f"remeasure: {m}", file=sys.stderr, flush=True))
     res["pid"] = os.getpid()
+    if written.registered():  # the kernels of the session's files this process registered (after their sha256)
+        res["written_kernels"] = list(written.registered())
     res["child"] = {"python": sys.executable, "prefix": sys.prefix, "inferloom": str(Path(__file__).resolve().parents[1])}
     Path(a.out).write_text(json.dumps(res, default=str))
     return 0
@@ -123,12 +138,17 @@ def remeasure(directory: str | Path, *, max_pairs: int | None = None, timeout_s:
              + (f"(custom workload {spec.custom.repo}" if spec.custom is not None else f"({spec.model}")
              + f", {spec.resolved_device()}); the session's CLOSE said x{final['ratio']:.3f} "
              f"[{final['ci_low']:.3f}, {final['ci_high']:.3f}] (ledger #{final['ledger_seq']})")
+    box = _kernel_sandbox(d, changes)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="inferloom-remeasure-") as tmp:
         out = Path(tmp) / "result.json"
         cmd = [python or sys.executable, "-m", "inferloom.evidence.remeasure", str(d), str(out)]
         if max_pairs:
             cmd += ["--max-pairs", str(max_pairs)]
+        if box is not None:  # writable: only its result's directory; no network, no credentials of $HOME
+            progress("the final stack imports kernels the session's author wrote: the fresh process runs in the "
+                     "sandbox (bubblewrap: read-only root, no network)")
+            cmd = box.wrap(cmd, cwd=tmp, writable=[tmp])
         try:
             # another python imports its own inferloom, not this one; the session's code gets no secret
             env = without_secrets(venv_env() if python else os.environ)
@@ -164,7 +184,8 @@ def remeasure(directory: str | Path, *, max_pairs: int | None = None, timeout_s:
     return {"session": {k: final.get(k) for k in ("ratio", "ci_low", "ci_high", "n_pairs", "ledger_seq")},
             "remeasured": new, "changes": changes, "overlaps": overlaps, "passed": passed, "why": why,
             "pid": res.get("pid"), "python": python or sys.executable, "child": res.get("child"), "max_pairs": max_pairs,
-            "seconds": time.time() - t0, **({"source": src} if src is not None else {}),
+            "seconds": time.time() - t0, "sandboxed": box is not None,
+            **({"written_kernels": res["written_kernels"]} if res.get("written_kernels") else {}), **({"source": src} if src is not None else {}),
             **({"clock": clock} if clock else {})}
 
 

@@ -25,11 +25,14 @@ same way, so a session's key equals the key of the spec it ran:
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from inferloom import __version__
+from inferloom.frameworks import described
+from inferloom.frameworks import framework as framework_of
 from inferloom.models.diffusion_presets import pipeline_info
 from inferloom.models.presets import model_info as preset_model_info
 from inferloom.provenance import cpu_model
@@ -132,25 +135,18 @@ class WorkloadKey:
         ``framework_version`` from the installed framework, ``model_info`` from
         the model's config (meta device, no weights; imports torch)."""
         framework = spec.framework
+        fw = framework_of(framework)
         if model_info is None:
             model_info = {}
-            if framework == "transformers":
+            if fw.model_info == "preset":
                 model_info = preset_model_info(spec.model, dtype=spec.dtype)
-            elif framework == "diffusers":
+            elif fw.model_info == "pipeline":
                 model_info = pipeline_info(spec.model)
         if hardware is None:
             hardware = _this_device(spec)
-        if framework_version is None:
-            if framework == "transformers":
-                import transformers
-
-                framework_version = transformers.__version__
-            elif framework == "diffusers":
-                import diffusers
-
-                framework_version = diffusers.__version__
-            else:
-                framework_version = __version__
+        if framework_version is None:  # the framework library's (imported here: transformers, diffusers)
+            framework_version = (importlib.import_module(fw.version_module).__version__ if fw.version_module
+                                 else __version__)
         return cls(
             model=_model_name(spec.model, getattr(spec, "diffusion", None)),
             hardware=_clean(hardware),
@@ -169,7 +165,8 @@ def _framework_version(framework: str, adapter: Mapping[str, Any], versions: Map
     for source in (av, versions):
         if source.get(framework):
             return source[framework]
-    if framework == "synthetic":
+    fw = described(framework)
+    if fw is not None and fw.builtin:  # part of inferloom: its version is inferloom's
         return av.get("inferloom") or versions.get("inferloom")
     return None
 

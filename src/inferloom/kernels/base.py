@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
+from inferloom.frameworks import described
 from inferloom.models.diffusion_shapes import diffusion_workload
 from inferloom.models.presets import PRESETS
 
@@ -163,7 +164,8 @@ def no_image_op(workload: Mapping[str, Any]) -> str | None:
     """Why a backend has nothing for an image workload (no eager RMSNorm in the denoiser, the one image op the
     backends replace), else None; None for any other workload. So the KERNEL phase is skipped with this reason
     and FRAMEWORK keeps no budget for it."""
-    if workload.get("framework") != "diffusers" or (workload.get("diffusion") or {}).get("rmsnorms"):
+    fw = described(workload.get("framework"))
+    if fw is None or not fw.image or (workload.get("diffusion") or {}).get("rmsnorms"):
         return None
     return ("the denoiser has no eager RMSNorm (SD3.5's q/k norms), the only image-pipeline op the kernel "
             "backends replace")

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from inferloom.frameworks import described
 from inferloom.kernels.base import KernelCandidate, Target, model_config, no_image_op as _no_image_op
 from inferloom.kernels.catalog import triton_available, workload_shapes
-from inferloom.measure.costs import mean_decode_context
+from inferloom.models.decode_shapes import mean_decode_context
 
 __all__ = ["CatalogBackend", "decode_attention_shape", "DECODE_ATTENTION_COVERS"]
 
@@ -66,7 +67,8 @@ class CatalogBackend:
     name = "catalog"
 
     def unavailable(self, workload: Mapping[str, Any]) -> str | None:
-        if workload.get("framework") not in ("transformers", "diffusers"):
+        fw = described(workload.get("framework"))
+        if fw is None or not fw.kernel_engine:  # not an in-process engine whose modules a backend rewrites
             return (f"the catalog rewrites the transformers and diffusers engines' modules, not "
                     f"{workload.get('framework')}")
         if _no_image_op(workload):
@@ -82,7 +84,8 @@ class CatalogBackend:
 
     def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
         picked = {t.category for t in targets if t.picked}
-        if workload.get("framework") == "diffusers":
+        fw = described(workload.get("framework"))
+        if fw is not None and fw.image:
             return self._image_rmsnorm(workload) if "normalization" in picked else []
         stack = workload.get("stack", {})
         out: list[KernelCandidate] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from inferloom.frameworks import described
 from inferloom.kernels.base import KernelBackend
 from inferloom.kernels.catalog_backend import CatalogBackend
 from inferloom.kernels.torch_backend import TorchBackend
@@ -22,8 +23,9 @@ def resolve_backend(name: str, workload: Mapping[str, Any]) -> tuple[KernelBacke
     """``(backend, why)``; backend None means the phase is skipped for ``why``."""
     if name == "none":
         return None, "spec.kernels.backend is none"
-    if workload.get("framework") == "synthetic" and name == "auto":
-        return None, "no kernel backend applies: the synthetic adapter runs no operators"
+    fw = described(workload.get("framework"))
+    if fw is not None and not fw.runs_operators and name == "auto":
+        return None, f"no kernel backend applies: the {fw.name} adapter runs no operators"
     chosen: KernelBackend
     if name == "catalog" or (name == "auto" and workload.get("device") == "cuda"):
         chosen = CatalogBackend()

@@ -39,12 +39,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from inferloom.frameworks import described
 from inferloom.kernels.base import KernelCandidate, Target, model_config, no_image_op as _no_image_op
-from inferloom.measure.costs import mean_decode_context
+from inferloom.kernels.torch_ops import decode_reference, fused_rmsnorm, gate_up_silu_torch, sliced_decode
+from inferloom.models.decode_shapes import mean_decode_context
 from inferloom.models.presets import parse_dtype
-from inferloom.workloads.engine_attention import decode_reference, sliced_decode
-from inferloom.workloads.engine_gate_up import gate_up_silu_torch
-from inferloom.workloads.engine_kernels import fused_rmsnorm
 
 __all__ = ["TorchBackend", "rmsnorm_eager", "rmsnorm_reference", "rmsnorm_inputs", "model_dims",
            "gate_up_inputs", "gate_up_eager", "gate_up_reference", "GATE_UP_TOLERANCE"]
@@ -192,7 +191,8 @@ class TorchBackend:
     name = "torch"
 
     def unavailable(self, workload: Mapping[str, Any]) -> str | None:
-        if workload.get("framework") not in ("transformers", "diffusers"):
+        fw = described(workload.get("framework"))
+        if fw is None or not fw.kernel_engine:  # not an in-process engine whose modules a backend rewrites
             return (f"the torch backend rewrites the transformers and diffusers engines' modules, not "
                     f"{workload.get('framework')}")
         return _no_image_op(workload)
@@ -202,7 +202,8 @@ class TorchBackend:
 
     def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
         picked = {t.category for t in targets if t.picked}
-        if workload.get("framework") == "diffusers":
+        fw = described(workload.get("framework"))
+        if fw is not None and fw.image:
             return self._image(picked, workload)
         out: list[KernelCandidate] = []
         if "normalization" in picked and workload.get("stack", {}).get("rmsnorm_impl", "eager") == "eager":

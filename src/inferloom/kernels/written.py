@@ -1,6 +1,10 @@
 """Kernels an LLM wrote (:mod:`inferloom.agents.llm_kernel`), switched on in
 the transformers engine (and, for ``add_rmsnorm``, the diffusers engine's
-denoiser: :data:`ENGINES`) by the KERNEL-phase knob ``llm_kernel``.
+denoiser: :data:`ENGINES`) by the KERNEL-phase knob ``llm_kernel``. This module is
+the library's part (the registry, a kernel's identity, what it replaces and
+needs, the shapes its author is shown); the knob and the rewrite of a model's
+modules, the delivery into the engines, are
+:mod:`inferloom.workloads.engine_written`'s.
 
 The knob exists only in a session whose ``agents.llm.roles`` names
 ``kernel_author`` (every other session's knob space, stock configuration and
@@ -74,19 +78,19 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from inferloom.errors import InferloomError
+from inferloom.frameworks import FRAMEWORKS
 from inferloom.kernels.base import model_config
 from inferloom.kernels.catalog_backend import DECODE_ATTENTION_COVERS, decode_attention_shape
-from inferloom.workloads.engine_attention import register as register_attention
-from inferloom.workloads.base import Knob
-from inferloom.workloads.engine_gate_up import fuse_gate_up, gate_up_mlps
 
-__all__ = ["WRITABLE", "KNOB", "register", "restore", "restore_checked", "WrittenKernelError", "registered", "knob",
-           "import_kernel", "apply_written_kernel", "kernel_name", "shown_shapes", "source_sha256", "ENGINES", "writable", "apply_written_norms",
+__all__ = ["WRITABLE", "KNOB", "register", "restore", "restore_checked", "WrittenKernelError", "registered", "lookup",
+           "import_kernel", "kernel_name", "shown_shapes", "source_sha256", "ENGINES", "writable",
            "REPLACES", "NEEDS", "COVERS", "entry_of", "conflict", "stack_refusal", "contained_source"]
 
 WRITABLE: dict[str, str] = {"gemm": "gate_up_silu", "elementwise": "silu_mul", "normalization": "add_rmsnorm",
                             "attention": "decode_attention"}
-ENGINES: dict[str, dict[str, str]] = {"transformers": WRITABLE, "diffusers": {"normalization": "add_rmsnorm"}}
+# framework -> what a written kernel can replace in its engine: the in-process engines (an image engine: its RMSNorms)
+ENGINES: dict[str, dict[str, str]] = {f.name: {"normalization": "add_rmsnorm"} if f.image else WRITABLE
+                                      for f in FRAMEWORKS.values() if f.kernel_engine}
 # entry -> (the KERNEL-phase knob whose modules it rewrites, that knob's untouched value, what it rewrites): the
 # candidate sets the knob back to that value, and a configuration with another value is refused (:func:`conflict`)
 REPLACES: dict[str, tuple[str, str, str]] = {
@@ -244,13 +248,13 @@ def registered() -> tuple[str, ...]:
     return tuple(sorted([*_REGISTRY, *(v for v, ms in COMBINED.items() if all(m in _REGISTRY for m in ms))]))
 
 
-def knob() -> Knob:
-    """The ``llm_kernel`` knob with the kernels registered now."""
-    return Knob(KNOB, "choice", "none",
-                "a kernel the LLM kernel author wrote that passed the guards and the kernel gates (KERNEL phase): "
-                "none, <catalog entry>-<source sha256>, or several of them that rewrite different modules joined "
-                "by +; see kernels/written.py and kernels/written_set.py",
-                choices=("none", *registered()), changes_numerics=True, phase="KERNEL")
+def lookup(value: str) -> tuple[str, Path]:
+    """``(catalog entry, source path)`` of the written kernel ``value`` registered in this process; ``ValueError``
+    naming the ones there are otherwise."""
+    if value not in _REGISTRY:
+        raise ValueError(f"{KNOB}={value!r}: no such written kernel in this session (have: "
+                         f"{', '.join(registered()) or 'none'})")
+    return _REGISTRY[value]
 
 
 def shown_shapes(entry: str, workload: Mapping[str, Any]) -> list[dict[str, int]]:
@@ -271,103 +275,3 @@ def shown_shapes(entry: str, workload: Mapping[str, Any]) -> list[dict[str, int]
     inter = int(cfg["intermediate_size"])
     base = {"intermediate": inter} if entry == "silu_mul" else {"hidden": int(cfg["hidden_size"]), "intermediate": inter}
     return [{"tokens": batch, **base}, {"tokens": prefill, **base}]
-
-
-def _forward(mod: Any, inter: int, entry: str, fn: Callable[..., Any]) -> Callable[[Any], Any]:
-    import torch
-    import torch.nn.functional as F
-
-    def forward(x: Any) -> Any:
-        x2 = x.reshape(-1, x.shape[-1])
-        out = torch.empty((x2.shape[0], inter), dtype=x.dtype, device=x.device)
-        if entry == "gate_up_silu":
-            fn(x2, mod.gate_up_proj.weight, out=out)
-        else:
-            fn(F.linear(x2, mod.gate_up_proj.weight).contiguous(), out=out)
-        return mod.down_proj(out.reshape(*x.shape[:-1], inter))
-
-    return forward
-
-
-def apply_written_kernel(model: Any, value: str) -> str:
-    """Rewrite ``model``'s MLPs to call the written kernel ``value``; a note. ``ValueError`` for
-    a value not registered in this process or a model without Llama-style MLPs."""
-    if value not in _REGISTRY:
-        raise ValueError(f"{KNOB}={value!r}: no such written kernel in this session (have: "
-                         f"{', '.join(registered()) or 'none'})")
-    entry, path = _REGISTRY[value]
-    fn = import_kernel(path)
-    if entry == "add_rmsnorm":
-        return _apply_norm(model, value)
-    if entry == "decode_attention":
-        return _apply_attention(model, value, fn)
-    mods = gate_up_mlps(model)  # every module checked before any is changed
-    for _, mod in mods:
-        inter = fuse_gate_up(mod)
-        mod.forward = _forward(mod, inter, entry, fn)
-    return f"{value}: {len(mods)} MLP modules call the written {entry} kernel ({path.name})"
-
-
-def _norm_forward(mod: Any, fn: Callable[..., Any], eps: float) -> Callable[[Any], Any]:
-    import torch
-
-    def forward(hidden_states: Any) -> Any:
-        x2 = hidden_states.reshape(-1, hidden_states.shape[-1]).contiguous()
-        out = (torch.empty_like(x2), torch.empty_like(x2))
-        fn(x2, None, mod.weight, eps, out=out)
-        return out[0].reshape(hidden_states.shape)
-
-    return forward
-
-
-def apply_written_norms(mods: list[Any], value: str, eps_attr: str) -> str:
-    """Make every RMSNorm module of ``mods`` (its epsilon in ``eps_attr``) call the written ``add_rmsnorm``
-    kernel ``value`` on its rows; a note. ``ValueError`` for a value not registered here, another entry's
-    kernel, or no module."""
-    if value not in _REGISTRY:
-        raise ValueError(f"{KNOB}={value!r}: no such written kernel in this session (have: "
-                         f"{', '.join(registered()) or 'none'})")
-    entry, path = _REGISTRY[value]
-    if entry != "add_rmsnorm":
-        raise ValueError(f"{KNOB}={value}: a written {entry} kernel; only add_rmsnorm rewrites RMSNorm modules")
-    if not mods:
-        raise ValueError(f"{KNOB}={value}: the model has no RMSNorm module to replace")
-    fn = import_kernel(path)
-    for m in mods:
-        m.forward = _norm_forward(m, fn, float(getattr(m, eps_attr)))
-    return f"{value}: {len(mods)} RMSNorm modules call the written add_rmsnorm kernel ({path.name})"
-
-
-def _apply_norm(model: Any, value: str) -> str:
-    mods = [m for m in model.modules()
-            if type(m).__name__.endswith("RMSNorm") and hasattr(m, "weight") and hasattr(m, "variance_epsilon")]
-    return apply_written_norms(mods, value, "variance_epsilon")
-
-
-def _decode(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The engine's decode function (:data:`inferloom.workloads.engine_attention.DECODE_IMPLS`' signature) over a
-    written ``decode_attention`` kernel: int32 ``seq_lens``/``starts`` as the gates checked it, the default scale."""
-    import torch
-
-    def decode(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float) -> Any:
-        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
-        fn(query, key, value, end.to(torch.int32), start.to(torch.int32), None, out=out)
-        return out
-
-    return decode
-
-
-def _apply_attention(model: Any, value: str, fn: Callable[..., Any]) -> str:
-    """Register the written decode attention kernel on the attention path as ``attention_kernel`` registers the
-    catalog's (:func:`inferloom.workloads.engine_attention.register`) and set it as the model's implementation."""
-    mods = [m for m in model.modules() if hasattr(m, "scaling") and hasattr(m, "head_dim")]
-    if not mods:
-        raise ValueError(f"{KNOB}={value}: the model has no attention module (with scaling and head_dim) to switch")
-    odd = [m for m in mods if abs(float(m.scaling) - float(m.head_dim) ** -0.5) > 1e-6 * float(m.head_dim) ** -0.5]
-    if odd:  # the gates call the kernel with scale=None (1/sqrt(head_dim)); nothing checked another scale
-        raise ValueError(f"{KNOB}={value}: the model's attention scales by {float(odd[0].scaling):.6g}, not "
-                         f"1/sqrt(head_dim); the written kernel was checked at the default scale only")
-    name = register_attention(value, _decode(fn))
-    model.set_attn_implementation(name)
-    return f"{value}: decode steps of {len(mods)} attention modules call the written decode_attention kernel " \
-           f"({_REGISTRY[value][1].name}) through {name}, prefill through sdpa"

@@ -16,8 +16,9 @@ combination (:func:`register_combined`, recorded in
 ``<session>/llm/kernels/combined.json``), so the knob's domain holds ``none``,
 each registered kernel and the combinations registered. Every consumer reads a
 value through :func:`members`: the transformers engine applies each member
-(:func:`apply`), the diffusers engine only ``add_rmsnorm`` members
-(:func:`apply_norms`; anything else is refused by ``diffusers_ops.written_rule``),
+(:func:`inferloom.workloads.engine_written.apply`), the diffusers engine only ``add_rmsnorm`` members
+(:func:`inferloom.workloads.engine_written.apply_norms`; anything else is refused by
+``diffusers_ops.written_rule``),
 :func:`conflict` checks each member's REPLACES and NEEDS, :func:`restore` (a
 resumed session) and :func:`restore_checked` (``verify --remeasure``: each
 member's source checked, a missing or changed one refused naming it) register
@@ -34,7 +35,7 @@ from inferloom.kernels import written
 from inferloom.kernels.written import KNOB, REPLACES, WrittenKernelError, entry_of
 
 __all__ = ["SEP", "COMBINED", "members", "overlap", "compose", "combine", "conflict", "register_combined", "restore",
-           "restore_checked", "apply", "apply_norms"]
+           "restore_checked"]
 
 SEP = "+"
 COMBINED = "combined.json"
@@ -151,21 +152,3 @@ def restore_checked(session_dir: str | Path, values: list[str] | tuple[str, ...]
         written.restore_checked(session_dir, list(ms))
         if len(ms) > 1:
             written.COMBINED[value] = ms
-
-
-def apply(model: Any, value: str) -> str:
-    """Rewrite ``model`` with every written kernel ``value`` names (the transformers engine); the notes, one per
-    member. ``ValueError`` as :func:`inferloom.kernels.written.apply_written_kernel`, or members that overlap."""
-    why = overlap(value) if len(members(value)) > 1 else None
-    if why:
-        raise ValueError(f"{KNOB}={value}: {why}")
-    return "; ".join(written.apply_written_kernel(model, m) for m in members(value))
-
-
-def apply_norms(mods: list[Any], value: str, eps_attr: str) -> str:
-    """:func:`inferloom.kernels.written.apply_written_norms` for every member of ``value`` (the diffusers engine:
-    only ``add_rmsnorm`` members, and no two of them)."""
-    why = overlap(value) if len(members(value)) > 1 else None
-    if why:
-        raise ValueError(f"{KNOB}={value}: {why}")
-    return "; ".join(written.apply_written_norms(mods, m, eps_attr) for m in members(value))

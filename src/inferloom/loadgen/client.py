@@ -9,8 +9,9 @@ in the records or the duration.
 
 Each request asks for exactly ``output_len`` tokens (``ignore_eos``), greedy,
 and for the usage block at the end of the stream (the server's own token
-count). A transport error, an HTTP error, or a short response is recorded on
-that request (``success=False``, ``error`` set); it never raises.
+count, and its count of the prompt's tokens: ``server_prompt_tokens``). A
+transport error, an HTTP error, or a short response is recorded on that
+request (``success=False``, ``error`` set); it never raises.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ async def _one(session: Any, url: str, body: dict[str, Any], timeout_s: float) -
                             raise RuntimeError(f"server error in stream: {msg['error']}")
                         if msg.get("usage"):
                             usage_tokens = int(msg["usage"].get("completion_tokens") or 0)
+                            if msg["usage"].get("prompt_tokens") is not None:
+                                rec.server_prompt_tokens = int(msg["usage"]["prompt_tokens"])
                         choices = msg.get("choices") or []
                         if choices and (choices[0].get("text") or choices[0].get("finish_reason") is None):
                             if rec.ttft is None:

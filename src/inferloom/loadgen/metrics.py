@@ -47,6 +47,7 @@ class RequestRecord:
     output_tokens: int = 0
     latency: float | None = None  # end-to-end, seconds
     error: str | None = None
+    server_prompt_tokens: int | None = None  # the server's own count of the prompt (usage.prompt_tokens)
 
     @property
     def itl(self) -> list[float]:
@@ -148,6 +149,9 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, slo: SLO | No
     _stats("itl", [g for r in ok for g in r.itl], out)
     _stats("e2el", [r.latency for r in ok if r.latency is not None], out)
     out["input_lens"] = [r.prompt_len for r in records]
+    counted = [r for r in ok if r.server_prompt_tokens is not None]
+    # completed requests whose prompt the server counted differently from what was sent (None: it counted none)
+    out["server_input_mismatches"] = sum(r.server_prompt_tokens != r.prompt_len for r in counted) if counted else None
     out["output_lens"] = [r.output_tokens if r.success else 0 for r in records]
     out["ttfts"] = [r.ttft if r.ttft is not None else 0.0 for r in records]
     out["itls"] = [r.itl for r in records]

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from inferloom.measure import image_quality as IQ
 from inferloom.measure import quality as Q
 from inferloom.measure.quality_floor import HARD_LIMITS
-from inferloom.workloads.quality_hooks import BatchedProbes
+from inferloom.workloads.base import BatchedProbes
 
 __all__ = ["LIMITS", "batched_guard"]
 

@@ -1,8 +1,9 @@
 """One paired comparison: base vs candidate configuration, through the
 measurement protocol, with the quality contract against stock's reference
 outputs. Used by `inferloom bench` and by every measuring step of a session.
-Returns a JSON-able record; never decides keep / revert itself (the
-protocol's verdict is in the record).
+Returns a :class:`~inferloom.measure.records.Comparison` (its ``as_dict()``
+is the ledger's form); never decides keep / revert itself (the protocol's
+verdict is in the record).
 
 Order of work: prepare both configurations -> warm up each (compilation and
 warm-up time recorded, never inside a timed run) -> interleaved timed pairs
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from inferloom.frameworks import framework
 from inferloom.measure import protocol as proto
 from inferloom.measure.batched_quality import batched_guard
 from inferloom.measure import quality as Q
@@ -23,6 +25,7 @@ from inferloom.measure import quality_floor as QF
 from inferloom.measure import task_gate as TG
 from inferloom.measure.tolerance import tolerance_for
 from inferloom.measure.metrics import get_metric, output_tokens_per_s
+from inferloom.measure.records import Comparison
 from inferloom.measure.reference_store import load_references, save_references
 from inferloom.platform_audit import EnergyMeter, RaplMeter
 from inferloom.spec import objective_label
@@ -98,7 +101,7 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
 
 def _probe(spec: Any) -> str:
     """How the references were probed (a server's: its prompts one request each, this many in flight)."""
-    return f"quality.concurrency={spec.quality.concurrency}" if spec.framework == "vllm" else ""
+    return f"quality.concurrency={spec.quality.concurrency}" if framework(spec.framework).server else ""
 
 
 def warmup(adapter: Any, handle: Any, n: int, seed0: int, label: str, progress: Progress) -> list[dict[str, Any]]:
@@ -193,7 +196,7 @@ def compare(
     on_pair: Callable[[Any, Any], None] | None = None,
     stock_is_base: bool = False,
     quality_floor: Mapping[str, Mapping[str, float]] | None = None,
-) -> dict[str, Any]:
+) -> Comparison:
     """Measure ``cand_cfg`` against ``base_cfg``. Failures are data: a
     preparation or warm-up failure gives ``verdict='failed'`` with the error.
     With ``stop_early=False`` (A/A) every planned pair runs and ``noise`` is
@@ -204,87 +207,106 @@ def compare(
     the candidate (``quality.numerics`` when it changes a numerics knob from
     stock: ``measure.tolerance``)."""
     t0 = time.perf_counter()
-    out: dict[str, Any] = {"base_config": dict(base_cfg), "candidate_config": dict(cand_cfg), "seed_base": seed_base}
     handles: list[Any] = []
     if isinstance(adapter, ServerReuse):  # the servers kept alive: these two are the ones to keep
         adapter.expect_servers([dict(base_cfg), dict(cand_cfg)])
     try:
-        timings: dict[str, Any] = {}
-        try:
-            for label, cfg in zip(labels, (base_cfg, cand_cfg)):
-                progress(f"preparing {label}")
-                t1 = time.perf_counter()
-                handles.append(adapter.prepare(dict(cfg)))
-                timings[f"prepare_{label}_s"] = time.perf_counter() - t1
-            for key, h, label in (("warmup_base", handles[0], labels[0]), ("warmup_candidate", handles[1], labels[1])):
-                if _warmed(adapter, h, settings.warmup_runs):  # a reused server, warmed in an earlier comparison
-                    progress(f"warm-up {label}: skipped (its server was warmed up and measured before)")
-                    timings[key], timings[f"{key}_skipped"] = [], "reused server, warmed up in an earlier comparison"
-                    continue
-                timings[key] = warmup(adapter, h, settings.warmup_runs, seed_base - 1, label, progress)
-                _mark_warmed(adapter, h, settings.warmup_runs)
-        except AdapterError as exc:
-            out.update(verdict="failed", error=str(exc), error_kind=exc.kind, quality={"evaluated": False},
-                       timings=timings)
-            return out
-        pres = timed_pairs(adapter, handles, settings, seed_base, labels, progress, on_pair, stop_early,
-                           metric=get_metric(getattr(spec, "objective", "output_tokens_per_s")),
-                           unit=objective_label(spec) if spec is not None else "output tok/s")
-        out["protocol"] = pres.to_dict()
-        out["verdict"] = pres.verdict
-        out["error"] = pres.error
-        if not stop_early and pres.verdict != "failed":
-            out["noise"] = proto.noise_floor(pres)
-        walls_a = [p.a.wall_s for p in pres.pairs if p.a.success]
-        walls_b = [p.b.wall_s for p in pres.pairs if p.b.success]
-        timings["compile_overhead_base_s"] = compile_overhead(timings["warmup_base"], walls_a)
-        timings["compile_overhead_candidate_s"] = compile_overhead(timings["warmup_candidate"], walls_b)
-        timings["timed_runs_s"] = sum(walls_a) + sum(walls_b)
-        timings["warmup_s"] = sum(w["wall_s"] for w in timings["warmup_base"] + timings["warmup_candidate"])
-        out["timings"] = timings
-        q: dict[str, Any] = {"evaluated": False}
-        if isinstance(adapter, OwnQualityGate) and quality_sets and pres.verdict != "failed":
-            # a custom workload's own quality gate, fail-closed, over the candidate's timed runs
-            q = adapter.gate_quality([p.b for p in pres.pairs])
-            if not q["passed"]:
-                progress(f"quality gate: {labels[1]} rejected: {'; '.join(q['failed'])}")
-        elif quality_sets and refs is not None and pres.verdict != "failed":
-            tq = time.perf_counter()
-            if stock_is_base:
-                stock_references(adapter, spec, base_cfg, quality_sets, refs, progress, handle=handles[0])
-            th, tolerance = tolerance_for(spec.quality, _stock_config(adapter, spec), cand_cfg)
-            verdicts = []
-            try:
-                for name in quality_sets:
-                    progress(f"quality contract: {labels[1]} against stock's reference on the {name} set "
-                             f"({tolerance['name']} tolerance)")
-                    th_set, floor_info = QF.apply_floor(th, (quality_floor or {}).get(name))  # the A/A floor
-                    v = Q.evaluate(adapter, handles[1], refs.sets[name], th_set)
-                    v = batched_guard(adapter, handles[1], refs.sets[name], v,  # a server's batched paths
-                                      lambda r=refs.sets[name], t=th_set: Q.effective_tie_margin(r, t))
-                    v.details["tolerance"] = tolerance
-                    v.details["thresholds"] = {**floor_info, "tolerance": tolerance["name"]}
-                    if name in refs.tasks:
-                        v = TG.merge_task(v, TG.evaluate_task(adapter, handles[1], refs.tasks[name], spec.quality.task))
-                    verdicts.append(v)
-            except Exception as exc:  # noqa: BLE001 - a probe that crashes is a failed contract, never a crash
-                # e.g. on CUDA a forced SDPA kernel that runs the timed (unpadded) batches but has
-                # no kernel for the padded quality prompts' attention mask.
-                msg = f"{QUALITY_PROBE_FAILED}: the quality probe raised {type(exc).__name__}: " + \
-                    (str(exc).strip().splitlines() or [""])[0][:500]
-                progress(msg)
-                q = {"evaluated": True, "passed": False, "rule": QUALITY_PROBE_FAILED, "error": msg,
-                     "sets": [v.to_dict() for v in verdicts], "failed": [msg], "seconds": time.perf_counter() - tq}
-            else:
-                q = {"evaluated": True, "passed": all(v.passed for v in verdicts), "tolerance": tolerance,
-                     "sets": [v.to_dict() for v in verdicts],
-                     "failed": [v.message for v in verdicts if not v.passed], "seconds": time.perf_counter() - tq}
-        out["quality"] = q
-        return out
+        fields = _measure(adapter, spec, base_cfg, cand_cfg, handles, settings=settings, seed_base=seed_base,
+                          refs=refs, quality_sets=quality_sets, progress=progress, stop_early=stop_early,
+                          labels=labels, on_pair=on_pair, stock_is_base=stock_is_base, quality_floor=quality_floor)
     finally:
         for h in handles:
             try:
                 adapter.release(h)
             except Exception:  # noqa: BLE001 - release must not hide the real error
                 pass
-        out["wall_s"] = time.perf_counter() - t0
+    return Comparison(base_config=dict(base_cfg), candidate_config=dict(cand_cfg), seed_base=seed_base, **fields,
+                      wall_s=time.perf_counter() - t0)
+
+
+def _measure(adapter: Any, spec: Any, base_cfg: Mapping[str, Any], cand_cfg: Mapping[str, Any], handles: list[Any],
+             *, settings: proto.ProtocolSettings, seed_base: int, refs: References | None,
+             quality_sets: Sequence[str], progress: Progress, stop_early: bool, labels: tuple[str, str],
+             on_pair: Callable[[Any, Any], None] | None, stock_is_base: bool,
+             quality_floor: Mapping[str, Mapping[str, float]] | None) -> dict[str, Any]:
+    """compare()'s work, the handles it prepares appended to ``handles`` (compare() releases them):
+    the :class:`Comparison`'s fields but the configurations, the seed and the wall time."""
+    timings: dict[str, Any] = {}
+    try:
+        for label, cfg in zip(labels, (base_cfg, cand_cfg)):
+            progress(f"preparing {label}")
+            t1 = time.perf_counter()
+            handles.append(adapter.prepare(dict(cfg)))
+            timings[f"prepare_{label}_s"] = time.perf_counter() - t1
+        for key, h, label in (("warmup_base", handles[0], labels[0]), ("warmup_candidate", handles[1], labels[1])):
+            if _warmed(adapter, h, settings.warmup_runs):  # a reused server, warmed in an earlier comparison
+                progress(f"warm-up {label}: skipped (its server was warmed up and measured before)")
+                timings[key], timings[f"{key}_skipped"] = [], "reused server, warmed up in an earlier comparison"
+                continue
+            timings[key] = warmup(adapter, h, settings.warmup_runs, seed_base - 1, label, progress)
+            _mark_warmed(adapter, h, settings.warmup_runs)
+    except AdapterError as exc:
+        return {"verdict": "failed", "error": str(exc), "error_kind": exc.kind, "quality": {"evaluated": False},
+                "timings": timings}
+    pres = timed_pairs(adapter, handles, settings, seed_base, labels, progress, on_pair, stop_early,
+                       metric=get_metric(getattr(spec, "objective", "output_tokens_per_s")),
+                       unit=objective_label(spec) if spec is not None else "output tok/s")
+    out: dict[str, Any] = {"protocol": pres.to_dict(), "verdict": pres.verdict, "error": pres.error}
+    if not stop_early and pres.verdict != "failed":
+        out["noise"] = proto.noise_floor(pres)
+    walls_a = [p.a.wall_s for p in pres.pairs if p.a.success]
+    walls_b = [p.b.wall_s for p in pres.pairs if p.b.success]
+    timings["compile_overhead_base_s"] = compile_overhead(timings["warmup_base"], walls_a)
+    timings["compile_overhead_candidate_s"] = compile_overhead(timings["warmup_candidate"], walls_b)
+    timings["timed_runs_s"] = sum(walls_a) + sum(walls_b)
+    timings["warmup_s"] = sum(w["wall_s"] for w in timings["warmup_base"] + timings["warmup_candidate"])
+    out["timings"] = timings
+    out["quality"] = _quality(adapter, spec, base_cfg, cand_cfg, handles, pres, refs=refs, quality_sets=quality_sets,
+                              progress=progress, labels=labels, stock_is_base=stock_is_base,
+                              quality_floor=quality_floor)
+    return out
+
+
+def _quality(adapter: Any, spec: Any, base_cfg: Mapping[str, Any], cand_cfg: Mapping[str, Any], handles: list[Any],
+             pres: Any, *, refs: References | None, quality_sets: Sequence[str], progress: Progress,
+             labels: tuple[str, str], stock_is_base: bool,
+             quality_floor: Mapping[str, Mapping[str, float]] | None) -> dict[str, Any]:
+    """The quality contract's result for the candidate (``handles[1]``), after its timed pairs."""
+    q: dict[str, Any] = {"evaluated": False}
+    if isinstance(adapter, OwnQualityGate) and quality_sets and pres.verdict != "failed":
+        # a custom workload's own quality gate, fail-closed, over the candidate's timed runs
+        q = adapter.gate_quality([p.b for p in pres.pairs])
+        if not q["passed"]:
+            progress(f"quality gate: {labels[1]} rejected: {'; '.join(q['failed'])}")
+    elif quality_sets and refs is not None and pres.verdict != "failed":
+        tq = time.perf_counter()
+        if stock_is_base:
+            stock_references(adapter, spec, base_cfg, quality_sets, refs, progress, handle=handles[0])
+        th, tolerance = tolerance_for(spec.quality, _stock_config(adapter, spec), cand_cfg)
+        verdicts = []
+        try:
+            for name in quality_sets:
+                progress(f"quality contract: {labels[1]} against stock's reference on the {name} set "
+                         f"({tolerance['name']} tolerance)")
+                th_set, floor_info = QF.apply_floor(th, (quality_floor or {}).get(name))  # the A/A floor
+                v = Q.evaluate(adapter, handles[1], refs.sets[name], th_set)
+                v = batched_guard(adapter, handles[1], refs.sets[name], v,  # a server's batched paths
+                                  lambda r=refs.sets[name], t=th_set: Q.effective_tie_margin(r, t))
+                v.details["tolerance"] = tolerance
+                v.details["thresholds"] = {**floor_info, "tolerance": tolerance["name"]}
+                if name in refs.tasks:
+                    v = TG.merge_task(v, TG.evaluate_task(adapter, handles[1], refs.tasks[name], spec.quality.task))
+                verdicts.append(v)
+        except Exception as exc:  # noqa: BLE001 - a probe that crashes is a failed contract, never a crash
+            # e.g. on CUDA a forced SDPA kernel that runs the timed (unpadded) batches but has
+            # no kernel for the padded quality prompts' attention mask.
+            msg = f"{QUALITY_PROBE_FAILED}: the quality probe raised {type(exc).__name__}: " + \
+                (str(exc).strip().splitlines() or [""])[0][:500]
+            progress(msg)
+            q = {"evaluated": True, "passed": False, "rule": QUALITY_PROBE_FAILED, "error": msg,
+                 "sets": [v.to_dict() for v in verdicts], "failed": [msg], "seconds": time.perf_counter() - tq}
+        else:
+            q = {"evaluated": True, "passed": all(v.passed for v in verdicts), "tolerance": tolerance,
+                 "sets": [v.to_dict() for v in verdicts],
+                 "failed": [v.message for v in verdicts if not v.passed], "seconds": time.perf_counter() - tq}
+    return q

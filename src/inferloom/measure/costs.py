@@ -2,8 +2,8 @@
 
 :func:`step_costs` counts bytes moved and FLOPs for one decode step and for
 one prefill, from the model's shape (:func:`model_shape`; no weights
-needed); :func:`mean_decode_context` is the mean context of a
-``generate()``'s decode steps. The roofline (:mod:`inferloom.measure.roofline`)
+needed); :func:`mean_decode_context` (from :mod:`inferloom.models.decode_shapes`)
+is the mean context of a ``generate()``'s decode steps. The roofline (:mod:`inferloom.measure.roofline`)
 turns these counts into time floors.
 
 Cost model (dense decoder, Llama / Mistral / Qwen shape: GQA attention, gated
@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from inferloom.models.decode_shapes import mean_decode_context  # re-exported; the kernel backends use it too
 from inferloom.models.presets import PRESETS
 
 __all__ = [
@@ -184,12 +185,6 @@ def _phase(bytes_: dict[str, float], flops_: dict[str, float], tokens: int) -> d
         "flops_breakdown": {k: float(x) for k, x in flops_.items()},
         "arithmetic_intensity": tf / tb if tb > 0 else None,
     }
-
-
-def mean_decode_context(input_len: int, output_len: int) -> float:
-    """Mean KV length over the ``output_len - 1`` decode steps of one
-    ``generate()`` (contexts ``L+1 .. L+n-1``): ``L + n/2``."""
-    return float(input_len) + float(output_len) / 2.0
 
 
 def step_costs(

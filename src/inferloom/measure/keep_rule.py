@@ -23,14 +23,22 @@ deviation from noise (``|m|`` under 3/4 of its half width, about 1.8 standard
 errors) sets no floor, so that noise alone does not cost the power a real gain
 needs. Chosen by simulation against the plain ``|m|``, ``|m| + h`` and other
 gates: docs/protocol.md. Pure; no I/O.
+
+:func:`decide` is a trial's whole verdict as a function (the coordinator's
+``execute_trial`` asks it): the evidence, the Critic's ruling and a last
+guard's finding in, kept / outcome / lesson and the refusal to record out.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["FLOOR_GATE", "FLOOR_MARGIN", "aa_floor", "keep_threshold", "clears_floor", "session_keep"]
+from inferloom.measure.records import Evidence
+
+__all__ = ["FLOOR_GATE", "FLOOR_MARGIN", "aa_floor", "keep_threshold", "clears_floor", "session_keep",
+           "MALFORMED_RULING", "KEEP_WITHOUT_EVIDENCE", "KeepVerdict", "decide"]
 
 #: the A/A sets a floor only when ``|log ratio_AA|`` exceeds this fraction of its interval's half width
 FLOOR_GATE = 0.75
@@ -76,3 +84,66 @@ def session_keep(*, protocol_verdict: Any, quality_passed: Any, ci_low: Any, min
     not scored: ``None``), and :func:`clears_floor`."""
     quality_ok = quality_passed is True or (allow_unscored and quality_passed is None)
     return protocol_verdict == "keep" and quality_ok and clears_floor(ci_low, min_gain=min_gain, floor=floor)
+
+
+#: the refusals :func:`decide` names, and why (the ledger's REFUSAL ``why``)
+MALFORMED_RULING = ("malformed_output", "critic must return decision keep|revert and a lesson")
+KEEP_WITHOUT_EVIDENCE = ("critic_keep_without_evidence",
+                         "the protocol, quality or noise floor did not support a keep")
+
+
+@dataclass(frozen=True)
+class KeepVerdict:
+    """A trial's verdict: ``kept``; ``outcome`` (``keep``, ``revert``, ``inconclusive``, ``failed``,
+    ``reject-quality``, ``below-noise-floor``, ``drift``, or the guard's rule); the ``lesson``; the
+    Critic's refusal to record (``(rule, why)``: a malformed ruling, or a keep the evidence does not
+    support), and the guard's ``(rule, why)`` that turned a keep into a revert."""
+
+    kept: bool
+    outcome: str
+    lesson: str
+    refusal: tuple[str, str] | None = None
+    guarded: tuple[str, str] | None = None
+
+
+def decide(evidence: Evidence, ruling: Any, *, min_ratio: float | None = None,
+           guarded: tuple[str, str] | None = None) -> KeepVerdict:
+    """The trial's verdict from ``evidence`` and the Critic's ``ruling`` (``{"decision": "keep" | "revert",
+    "lesson": str}``; anything else is malformed: reverted, refused). A keep needs the Critic's keep and
+    :func:`session_keep` (quality scored and passed), and, with ``min_ratio`` (a warm replay), the measured
+    ratio reaching it (a protocol keep below it is ``drift``). ``guarded``: a last check's ``(rule, why)``
+    on a keep (e.g. a gain larger than Amdahl's law allows): the keep becomes outcome ``rule``; the caller
+    runs its check only on a keep of this function's, then asks again with its finding. Pure."""
+    ok_shape = isinstance(ruling, Mapping) and ruling.get("decision") in ("keep", "revert")
+    allowed = (session_keep(protocol_verdict=evidence.protocol_verdict, quality_passed=evidence.quality_passed,
+                            ci_low=evidence.ci_low, min_gain=evidence.min_gain or 0.0, floor=evidence.noise_floor or 0.0)
+               and (min_ratio is None or (evidence.ratio or 0.0) >= min_ratio))
+    critic_keep = ok_shape and ruling["decision"] == "keep"
+    refusal = None if ok_shape else MALFORMED_RULING
+    if critic_keep and not allowed:
+        refusal = KEEP_WITHOUT_EVIDENCE
+    keep = bool(critic_keep and allowed)
+    guarded = guarded if keep else None
+    if guarded:
+        keep = False
+    outcome = guarded[0] if guarded else _outcome(evidence, keep)
+    below = min_ratio is not None and (evidence.ratio or 0.0) < min_ratio
+    if not keep and below and evidence.protocol_verdict == "keep":
+        outcome = "drift"
+    lesson = ruling.get("lesson") if ok_shape and isinstance(ruling.get("lesson"), str) else \
+        f"{evidence.changes}: {outcome}"
+    if guarded:
+        lesson = f"{evidence.changes}: {guarded[1]}"
+    return KeepVerdict(kept=keep, outcome=outcome, lesson=lesson, refusal=refusal, guarded=guarded)
+
+
+def _outcome(ev: Evidence, keep: bool) -> str:
+    if keep:
+        return "keep"
+    if ev.protocol_verdict == "failed":
+        return "failed"
+    if ev.protocol_verdict == "keep" and ev.quality_passed is False:
+        return "reject-quality"
+    if ev.protocol_verdict == "keep":
+        return "below-noise-floor"
+    return str(ev.protocol_verdict)

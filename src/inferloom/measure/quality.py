@@ -29,8 +29,7 @@ from typing import Any, Sequence
 from inferloom.measure import image_quality as IQ
 from inferloom.spec import QualitySpec, check_bounds, field_default
 from inferloom.workloads import prompts as P
-from inferloom.workloads.base import ApproximateScores, GreedyLogprobs
-from inferloom.workloads.image_hooks import ImageOutputs
+from inferloom.workloads.base import ApproximateScores, GreedyLogprobs, ImageOutputs
 
 __all__ = [
     "QualityThresholds",
@@ -140,11 +139,16 @@ def quality_prompt_sets(spec: Any, adapter: Any) -> dict[str, list[list[int]]]:
         return IQ.image_sets(adapter, spec.seed, {"eval": (q.eval_prompts, EVAL_SEED_OFFSET),
                                                   "heldout": (q.heldout_prompts, HELDOUT_SEED_OFFSET)})
     out: dict[str, list[list[int]]] = {}
-    texts = None
+    texts, tok = None, None
     if q.prompts_file:
         texts = P.load_jsonl_texts(q.prompts_file)
         if len(texts) < 2:
-            raise ValueError(f"quality.prompts_file '{q.prompts_file}': needs at least 2 texts (half eval, half held out)")
+            raise P.PromptError(f"quality.prompts_file '{q.prompts_file}': needs at least 2 texts (half eval, half "
+                                "held out)")
+        tok = getattr(adapter, "tokenizer", None)  # a server's: its model directory's own (vllm_texts)
+        if tok is None:
+            raise P.PromptError(f"quality.prompts_file '{q.prompts_file}': the {getattr(adapter, 'name', 'workload')} "
+                                "adapter has no tokenizer to encode texts with; leave quality.prompts_file out")
     for name, n, offset in (
         ("eval", q.eval_prompts, EVAL_SEED_OFFSET),
         ("heldout", q.heldout_prompts, HELDOUT_SEED_OFFSET),
@@ -153,7 +157,7 @@ def quality_prompt_sets(spec: Any, adapter: Any) -> dict[str, list[list[int]]]:
         if texts is not None:
             half = len(texts) // 2
             pool = texts[:half] if name == "eval" else texts[half:]
-            out[name] = P.text_prompts(pool, adapter.tokenizer, q.prompt_len, seed, n)
+            out[name] = P.text_prompts(pool, tok, q.prompt_len, seed, n)
         else:
             out[name] = adapter.prompts(seed, n, q.prompt_len)
     return out

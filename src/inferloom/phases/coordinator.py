@@ -10,6 +10,12 @@ hot enough) -> SWEEP (final stack vs stock over a concurrency x input-length
 grid; skipped with its reason when nothing was kept this cycle) -> another
 cycle at FRAMEWORK, or CLOSE.
 
+The budget is the coordinator's, and so is its split between phases: the
+run loop ends the search once the session's budget is used, and
+FRAMEWORK's configuration search leaves KERNEL its share
+(:mod:`inferloom.phases.budget`, wired into every workload's FRAMEWORK by
+:mod:`inferloom.phases.strategy`). Phases are peers: none imports another.
+
 Every tick re-reads ``state.json`` (the source of truth), does one step
 (:data:`STEPS`, one per phase, each given the :class:`SessionContext`), and
 writes it back atomically before the next. A step that measures first records

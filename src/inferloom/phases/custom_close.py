@@ -18,7 +18,7 @@ from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
 from inferloom.measure.compare import compare
 from inferloom.phases.context import SessionContext
-from inferloom.phases.custom import source_state, workspace
+from inferloom.phases.custom_stack import source_state, workspace
 from inferloom.phases.trial import noise_floor_gain
 from inferloom.session import ledger as L
 from inferloom.session.state import SessionState
@@ -46,7 +46,7 @@ def custom_close(ctx: SessionContext, st: SessionState) -> None:
             ctx.adapter, ctx.spec, {**st.stock_config, TREE_KEY: str(stock_tree)}, {**st.stack, TREE_KEY: str(stack_tree)},
             settings=with_prior(ctx.settings, st.noise_floor), seed_base=_seed_base(ctx.spec.seed, 90_000),
             refs=ctx.refs, quality_sets=("heldout",),
-            progress=ctx.progress, labels=("stock", "final"))})
+            progress=ctx.progress, labels=("stock", "final")).as_dict()})
     if src.kept and st.extra.rollback_drill is None:
         _rollback_drill(ctx, st, ws, stock_tree)
     for name in ("candidate", "rollback"):
@@ -74,7 +74,7 @@ def _rollback_drill(ctx: SessionContext, st: SessionState, ws: Workspace, stock_
                 ctx.adapter, ctx.spec, {**st.stock_config, TREE_KEY: str(stock_tree)},
                 {**st.stock_config, TREE_KEY: str(rb_tree)}, settings=with_prior(ctx.settings, st.noise_floor),
                 seed_base=_seed_base(ctx.spec.seed, 95_000), refs=ctx.refs, quality_sets=("heldout",),
-                progress=ctx.progress, labels=("stock", "rolled-back"))})
+                progress=ctx.progress, labels=("stock", "rolled-back")).as_dict()})
     d = (res.get("protocol") or {}).get("decision") or {}
     # "within the noise floor": the rolled-back vs stock interval must meet the band stock measured
     # against itself (the A/A interval), widened to at least the keep threshold (min_gain and the floor

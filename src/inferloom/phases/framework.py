@@ -1,8 +1,8 @@
 """FRAMEWORK phase (configuration search): one tick = one robustness check,
 one orchestrator proposal (validated against the allowlist and the knob
 space), and at most one measured trial (:mod:`inferloom.phases.trial`).
-When a kernel backend applies, FRAMEWORK ends once its part of the budget is
-used, leaving ``spec.kernels.budget_share`` to the KERNEL phase.
+How much of the session's budget it may use is the coordinator's split
+(:mod:`inferloom.phases.budget`), asked before each tick.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any, Mapping
 from inferloom.phases.allowlist import MAX_CONSECUTIVE_REFUSALS, validate_proposal
 from inferloom.phases.common import agent_view, jsonable, step_key
 from inferloom.phases.context import SessionContext
-from inferloom.phases.kernel import kernel_reserve
 from inferloom.phases.trial import execute_trial, run_trial
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState
@@ -36,10 +35,6 @@ def framework_step(ctx: SessionContext, st: SessionState) -> None:
     """One FRAMEWORK tick of the configuration search."""
     if st.pending_action is not None and st.pending_action.action == "try_config":
         execute_trial(ctx, st, dict(st.pending_action.params), st.pending_action.key)
-        return
-    reserved = kernel_reserve(ctx, st)
-    if reserved:
-        _end(ctx, st, reserved)
         return
     view = agent_view(st)
     robustness, orchestrator = ctx.agents.robustness, ctx.agents.orchestrator

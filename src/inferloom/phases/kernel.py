@@ -25,7 +25,6 @@ One tick does one thing, so a kill at any point resumes cleanly:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from inferloom.kernels.base import KernelCandidate, Target, workload_of
@@ -50,7 +49,7 @@ from inferloom.session.state import Phase, SessionState
 from inferloom.session.state_models import KernelProgress
 from inferloom.workloads.base import DeclaredProfile, config_key
 
-__all__ = ["kernel_step", "kernel_reserve", "KERNEL_TARGETS", "KERNEL_CLAIM", "KERNEL_GATE", "AMDAHL_TOLERANCE"]
+__all__ = ["kernel_step", "kernel_backend", "KERNEL_TARGETS", "KERNEL_CLAIM", "KERNEL_GATE", "AMDAHL_TOLERANCE"]
 
 KERNEL_TARGETS = "kernel_targets"
 
@@ -63,7 +62,10 @@ def _to_sweep(ctx: SessionContext, st: SessionState, why: str, skipped: bool) ->
     ctx.enter_phase(st, Phase.SWEEP, ("KERNEL skipped: " if skipped else "KERNEL done: ") + why)
 
 
-def _backend(ctx: SessionContext, st: SessionState) -> tuple[Any, str]:
+def kernel_backend(ctx: SessionContext, st: SessionState) -> tuple[Any, str]:
+    """The backend this session's KERNEL phase runs and why, or (None, why it is skipped): the one given to
+    the coordinator, else ``spec.kernels.backend`` resolved for the workload (the coordinator's budget split,
+    phases/budget.py, asks it too: no backend, no share kept for KERNEL)."""
     given = ctx.options.kernel_backend
     if given is not None:
         return given, f"backend {given.name} (given to the coordinator)"
@@ -94,7 +96,7 @@ def _stack_categories(ctx: SessionContext, st: SessionState) -> tuple[dict[str, 
 
 
 def _begin(ctx: SessionContext, st: SessionState) -> KernelProgress | None:
-    backend, why = _backend(ctx, st)
+    backend, why = kernel_backend(ctx, st)
     if backend is None:
         _to_sweep(ctx, st, why, skipped=True)
         return None
@@ -118,7 +120,7 @@ def _begin(ctx: SessionContext, st: SessionState) -> KernelProgress | None:
 
 
 def _candidates(ctx: SessionContext, st: SessionState, ks: KernelProgress) -> list[KernelCandidate]:
-    backend, _ = _backend(ctx, st)
+    backend, _ = kernel_backend(ctx, st)
     targets = [Target(**t.model_dump()) for t in ks.targets]
     work = workload_of(ctx.spec, st.device, ks.stack_at_start or st.stack)
     return list(backend.propose(targets, work)) if backend is not None else []
@@ -127,28 +129,6 @@ def _candidates(ctx: SessionContext, st: SessionState, ks: KernelProgress) -> li
 def _refuse(ctx: SessionContext, st: SessionState, cand_id: str, rule: str, why: str, agent: str) -> None:
     ctx.record_refusal(st, rule, why, agent, {"candidate": cand_id},
                      _key("kernel-refusal", st.session_id, st.cycle, cand_id, rule))
-
-
-def kernel_reserve(ctx: SessionContext, st: SessionState) -> str | None:
-    """Why FRAMEWORK should end now to leave ``spec.kernels.budget_share`` of
-    the session's budget to the KERNEL phase; None while it may go on (or when
-    no kernel backend applies, or the share is 0, or the KERNEL phase has
-    already had its turn in an earlier cycle: its candidates are decided once
-    per session, so later cycles' FRAMEWORK may use the rest)."""
-    share = float(ctx.spec.kernels.budget_share)
-    if share <= 0.0 or st.extra.kernel_had_turn is not None:
-        return None
-    if _backend(ctx, st)[0] is None:
-        return None
-    minutes = st.budget.minutes * (1.0 - share)
-    trials = st.budget.trials - math.ceil(st.budget.trials * share)
-    if st.used.elapsed_s >= minutes * 60:
-        return (f"budget: {minutes:.1f} of {st.budget.minutes:g} minutes used; the rest "
-                f"({share * 100:.0f}%, spec.kernels.budget_share) is the KERNEL phase's")
-    if st.used.trials >= trials:
-        return (f"budget: {st.used.trials} of {st.budget.trials} trials used; the rest "
-                f"({share * 100:.0f}%, spec.kernels.budget_share) is the KERNEL phase's")
-    return None
 
 
 def kernel_step(ctx: SessionContext, st: SessionState) -> None:

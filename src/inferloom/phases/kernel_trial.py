@@ -8,9 +8,10 @@ keep it)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from inferloom.kernels.base import KernelCandidate
+from inferloom.measure.records import Evidence
 from inferloom.phases.common import jsonable as _jsonable
 from inferloom.phases.context import SessionContext
 from inferloom.phases.trial import Guard, begin, execute_trial, run_trial
@@ -43,8 +44,8 @@ def share(targets: list[KernelTarget], cand: KernelCandidate) -> tuple[float | N
 
 
 def _guard(bound: float | None) -> Guard:
-    def check(ev: Mapping[str, Any]) -> tuple[str, str] | None:
-        r = ev.get("ratio")
+    def check(ev: Evidence) -> tuple[str, str] | None:
+        r = ev.ratio
         if bound is None or r is None or r <= bound * (1 + AMDAHL_TOLERANCE):
             return None
         return ("amdahl_suspect", f"measured x{r:.3f} end to end, more than the x{bound:.3f} Amdahl's law allows "

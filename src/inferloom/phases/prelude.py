@@ -17,6 +17,7 @@ import datetime as _dt
 import math
 from typing import Any
 
+from inferloom.frameworks import SERVER_PROFILE_SKIPPED, framework
 from inferloom.measure.slo_bound import slo_binding
 from inferloom.kb import KBError, RecipeStore, WorkloadKey
 from inferloom.measure.profile import profile_config
@@ -48,9 +49,6 @@ from inferloom.workloads.base import AAQuality, ConfigError, ServerReuse, config
 __all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP", "SERVER_PROFILE_SKIPPED"]
 
 KB_LOOKUP = "kb_lookup"
-#: why a server session records no kernel profile of its own (the roofline is still placed)
-SERVER_PROFILE_SKIPPED = ("the server runs out of process; a session spends no server start on a profile: "
-                          "benchmarks/vllm_profile_stock.py takes a kernel-level one through vLLM's own profiler")
 
 
 def prelude_step(ctx: SessionContext, st: SessionState) -> None:
@@ -189,14 +187,9 @@ def _finish_replay(ctx: SessionContext, st: SessionState, proposal: dict[str, An
 
 def profile_step(ctx: SessionContext, st: SessionState) -> None:
     """A profile of one untimed stock run, the device's ceilings, and where stock sits under them."""
-    if ctx.spec.framework == "synthetic":
-        st.extra.profile = ProfileSummary(skipped="the synthetic adapter runs no operators")
-        return
-    if ctx.spec.framework == "custom":
-        st.extra.profile = ProfileSummary(skipped="a custom workload is the user's own process: no operator profile")
-        return
-    if ctx.spec.framework == "vllm":  # the roofline still places stock; the kernel profile is a script's
-        st.extra.profile = ProfileSummary(skipped=SERVER_PROFILE_SKIPPED)
+    fw = framework(ctx.spec.framework)
+    if fw.profile_skip is not None:  # a server's kernel profile is a script's (its roofline still places stock)
+        st.extra.profile = ProfileSummary(skipped=fw.profile_skip)
     else:
         ctx.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
         prof: dict[str, Any]
@@ -207,6 +200,8 @@ def profile_step(ctx: SessionContext, st: SessionState) -> None:
         pseq = ctx.ledger.append(PROFILE, {"profile": _jsonable(prof)}, key=_key("profile", st.session_id))
         st.extra.profile = ProfileSummary(ledger_seq=pseq, categories=_jsonable((prof or {}).get("categories")),
                                           error=prof.get("error"))
+    if not fw.roofline:  # no operators (synthetic), or the user's own process (custom): no ceilings
+        return
     ceil = _ceilings(ctx, st)
     so = st.extra.stock_objective
     if so is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping
 
+from inferloom.frameworks import framework
 from inferloom.measure.costs import mean_decode_context, step_costs
 from inferloom.measure.diffusion_costs import diffusion_costs, image_roofline
 from inferloom.measure.roofline import roofline
@@ -15,7 +16,7 @@ from inferloom.models.diffusion_presets import preset_family, uses_cfg_batch
 from inferloom.phases.context import SessionContext
 from inferloom.session.state import SessionState
 from inferloom.session.state_models import Trial, TrialRoofline
-from inferloom.workloads.vllm_knobs import stack_precision
+from inferloom.workloads.registry import stack_precision
 
 __all__ = ["PROFILE", "ROOFLINE", "roofline_for", "kept_roofline"]
 
@@ -26,12 +27,12 @@ ROOFLINE = "roofline"  # ledger kind: ceilings and where a stack sits under them
 def roofline_for(ctx: SessionContext, st: SessionState, tok_per_s: float, cfg: dict[str, Any]) -> dict[str, Any] | None:
     """The roofline of ``tok_per_s`` for configuration ``cfg`` (its dtype), or None without ceilings."""
     ceil = st.extra.ceilings
-    if ceil is None or ctx.spec.framework == "synthetic":
+    fw = framework(ctx.spec.framework)
+    if ceil is None or not fw.runs_operators:
         return None
     t = ctx.spec.traffic
-    prec = None
-    if ctx.spec.framework == "vllm":  # fp8 weights / KV cache: the ceiling at the stack's own precision
-        prec = stack_precision(cfg, ctx.spec.dtype)
+    prec = stack_precision(fw, cfg, ctx.spec.dtype)  # e.g. fp8 weights / KV cache: the stack's own precision
+    if prec is not None:
         nbytes, kv_bytes = prec["weight_bytes"], prec["kv_bytes"]
     else:
         dtype = cfg.get("dtype", ctx.spec.dtype)

@@ -129,9 +129,9 @@ def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials
         raise InvalidBudget(f"--max-trials: got {max_trials}, expected an integer >= 1")
     if adapter is None:
         check_runnable(spec)
-    d.mkdir(parents=True, exist_ok=True)
     own = adapter is None
-    adapter = adapter if adapter is not None else make_adapter(spec)
+    adapter = adapter if adapter is not None else make_adapter(spec)  # its own checks (texts, tokenizer) first:
+    d.mkdir(parents=True, exist_ok=True)  # a spec the adapter refuses leaves no directory behind
     try:
         knobs = adapter.knob_space()
         stock = resolve_config(knobs, {}, spec.pinned)

@@ -11,20 +11,33 @@
 * :class:`ImageStrategy`: an image workload (``framework: diffusers``): a
   configuration like the first, whose shape (resolution, steps, batch) its
   spec fixes, so there is no traffic grid to sweep either.
+
+This module is the coordinator's wiring, not a phase: it composes the phase
+steps each workload runs (a custom workload's patch step hands over to the
+configuration search it is given here; the configuration search runs behind
+the coordinator's budget split, :mod:`inferloom.phases.budget`), so no phase
+module imports another (``tests/test_phase_peers.py``). The coordinator picks
+the strategy; phases reach it only as ``ctx.strategy``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from inferloom.frameworks import framework
+from inferloom.phases.budget import leave_kernel_share
 from inferloom.phases.close import final_compare
-from inferloom.phases.context import SessionContext, WorkloadStrategy
-from inferloom.phases.custom import bind_session, patch_framework_step
+from inferloom.phases.context import SessionContext, Step, WorkloadStrategy
+from inferloom.phases.custom import patch_framework_step
 from inferloom.phases.custom_close import custom_close
+from inferloom.phases.custom_workspace import bind_session
 from inferloom.phases.framework import framework_step
 from inferloom.session.state import SessionState
 
-__all__ = ["ConfigStrategy", "CustomStrategy", "ImageStrategy", "strategy_for"]
+__all__ = ["ConfigStrategy", "CustomStrategy", "ImageStrategy", "strategy_for", "config_search"]
+
+#: FRAMEWORK's configuration search, behind the coordinator's budget split (KERNEL's share kept for it)
+config_search: Step = leave_kernel_share(framework_step)
 
 
 class ConfigStrategy:
@@ -37,7 +50,7 @@ class ConfigStrategy:
         return None
 
     def framework_step(self, ctx: SessionContext, st: SessionState) -> None:
-        framework_step(ctx, st)
+        config_search(ctx, st)
 
     def close_measure(self, ctx: SessionContext, st: SessionState) -> None:
         final_compare(ctx, st)
@@ -53,7 +66,7 @@ class CustomStrategy:
         bind_session(ctx)  # the workspace and the stock / stack source trees (issue 6)
 
     def framework_step(self, ctx: SessionContext, st: SessionState) -> None:
-        patch_framework_step(ctx, st)  # source patches first, then the configuration search
+        patch_framework_step(ctx, st, config_search)  # source patches first, then the configuration search
 
     def close_measure(self, ctx: SessionContext, st: SessionState) -> None:
         custom_close(ctx, st)  # final comparison in the stock and stack trees, then the rollback drill
@@ -69,6 +82,5 @@ class ImageStrategy(ConfigStrategy):
 
 def strategy_for(spec: Any) -> WorkloadStrategy:
     """The strategy for ``spec``'s workload."""
-    if spec.framework == "custom":
-        return CustomStrategy()
-    return ImageStrategy() if spec.framework == "diffusers" else ConfigStrategy()
+    kind = framework(spec.framework).strategy
+    return CustomStrategy() if kind == "custom" else ImageStrategy() if kind == "image" else ConfigStrategy()

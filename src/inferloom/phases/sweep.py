@@ -11,6 +11,7 @@ from typing import Any
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
 from inferloom.measure.compare import compare
+from inferloom.measure.records import Comparison
 from inferloom.phases.context import SessionContext
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState
@@ -77,14 +78,15 @@ def sweep_step(ctx: SessionContext, st: SessionState) -> None:
             "action": "sweep", "cycle": st.cycle, "point": [conc, inl], **compare(
                 adapter, spec2, stock2, stack2, settings=settings,
                 seed_base=_seed_base(ctx.spec.seed, 50_000 + 100 * st.cycle + len(done)), refs=None,
-                progress=ctx.progress, stop_early=False, labels=("stock", "stack"))})
+                progress=ctx.progress, stop_early=False, labels=("stock", "stack")).as_dict()})
     finally:
         if adapter is not ctx.adapter:
             adapter.close()
             ctx.record_server_starts(adapter)
-    d = (res.get("protocol") or {}).get("decision") or {}
-    done.append(SweepPoint(point=[conc, inl], ratio=d.get("ratio"), ci_low=d.get("ci_low"), ci_high=d.get("ci_high"),
-                           verdict=res.get("verdict"), ledger_seq=seq))
+    m = Comparison.from_dict(res)  # this measurement's ledger entry, or a resumed session's
+    d = m.decision
+    done.append(SweepPoint(point=[conc, inl], ratio=d.ratio, ci_low=d.ci_low, ci_high=d.ci_high,
+                           verdict=m.verdict, ledger_seq=seq))
 
 
 # Another cycle is worth running only while the stack is further than this

@@ -8,7 +8,10 @@ and source patches (a custom workload's FRAMEWORK). The coordinator, not an
 agent, keeps or reverts: a change is kept only when the protocol keeps it,
 the quality contract passes, the gain clears the minimum gain and the A/A
 noise floor together (:func:`inferloom.measure.keep_rule.session_keep`), and
-the Critic agrees. :func:`trial_record` builds the trial record that
+the Critic agrees: :func:`inferloom.measure.keep_rule.decide` says so from the
+typed :class:`~inferloom.measure.records.Evidence` of the measurement's
+:class:`~inferloom.measure.records.Comparison`, both serialized only into the
+ledger. :func:`trial_record` builds the trial record that
 ``state.json`` keeps; the ledger's verdict entry and a patch's outcome are
 views of it.
 """
@@ -18,10 +21,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
-from inferloom.measure.keep_rule import aa_floor, session_keep
+from inferloom.measure.keep_rule import aa_floor, decide
 from inferloom.measure.protocol import with_prior
 from inferloom.phases.common import jsonable, seed_base
 from inferloom.measure.compare import compare, reference_sets, stock_references
+from inferloom.measure.records import Comparison, Evidence, PairedDecision
 from inferloom.phases.context import SessionContext
 from inferloom.phases.roofline import kept_roofline
 from inferloom.session import ledger as L
@@ -32,8 +36,8 @@ from inferloom.workloads.base import config_key
 __all__ = ["Guard", "noise_floor_gain", "propose", "begin", "run_trial", "execute_trial", "trial_record",
            "verdict_entry"]
 
-# A last check before a keep: (rule, why) turns the keep into outcome ``rule``.
-Guard = Callable[[Mapping[str, Any]], "tuple[str, str] | None"]
+# A last check before a keep: (rule, why) turns the keep into outcome ``rule`` (keep_rule.decide's ``guarded``).
+Guard = Callable[[Evidence], "tuple[str, str] | None"]
 
 
 def noise_floor_gain(st: SessionState) -> float:
@@ -88,77 +92,61 @@ def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, 
                  f"(best so far x{_best(st):.3f} vs stock; {max(0.0, left) / 60:.1f} min left)")
     refs = stock_references(ctx.adapter, ctx.spec, st.stock_config, reference_sets(ctx.adapter, ("eval",)), ctx.refs,
                             ctx.progress)
-    res, mseq = ctx.measured(key + ":measurement", L.MEASUREMENT, lambda: {
+    entry, mseq = ctx.measured(key + ":measurement", L.MEASUREMENT, lambda: {
         "action": "try_config", "trial": n, "cycle": st.cycle, "changes": changes, **compare(
             ctx.adapter, ctx.spec, base, cand, settings=with_prior(ctx.settings, st.noise_floor),
             seed_base=seed_base(ctx.spec.seed, n), refs=refs,
             quality_sets=("eval",), progress=ctx.progress, labels=("stack", "candidate"),
-            quality_floor=(st.noise_floor or {}).get("quality"))})
-    d = (res.get("protocol") or {}).get("decision") or {}
-    q = res.get("quality") or {}
-    evidence = {"changes": changes, "protocol_verdict": res.get("verdict"), "ratio": d.get("ratio"),
-                "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"), "n_pairs": d.get("n_pairs"),
-                "quality_passed": q.get("passed") if q.get("evaluated") else None,
-                "quality_failed": q.get("failed", []), "noise_floor": noise_floor_gain(st),
-                "min_gain": ctx.settings.min_gain, "error": res.get("error"), "protocol_reason": d.get("reason")}
+            quality_floor=(st.noise_floor or {}).get("quality")).as_dict()})
+    res = Comparison.from_dict(entry)  # the ledger's entry: this measurement's, or a resumed session's
+    evidence = Evidence.of(res, changes=changes, noise_floor=noise_floor_gain(st), min_gain=ctx.settings.min_gain)
     critic = ctx.agents.critic_factory()  # fresh for every decision: no memory of earlier turns
     try:
         ruling = critic.judge(evidence)
     except Exception as exc:  # noqa: BLE001
         ruling = {"error": f"{type(exc).__name__}: {exc}"}
-    ctx.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "critic", "input": evidence, "output": jsonable(ruling)},
-                      key=key + ":critic")
+    ctx.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "critic", "input": evidence.as_dict(),
+                                   "output": jsonable(ruling)}, key=key + ":critic")
     failed = ruling.get("llm_refusal") if isinstance(ruling, Mapping) else None
     if isinstance(failed, Mapping):  # the LLM critic failed: the decision stands as the rules made it
         ctx.record_refusal(st, str(failed.get("rule")), f"{failed.get('why')}; the decision stands as the protocol "
                            f"and the rule critic made it ({ruling.get('decision')})", critic.name,
                            {"changes": changes, "decision": ruling.get("decision")}, key + ":critic-llm")
-    ok_shape = isinstance(ruling, Mapping) and ruling.get("decision") in ("keep", "revert")
-    if not ok_shape:
-        ctx.refuse(st, "malformed_output", "critic must return decision keep|revert and a lesson", ruling, critic.name)
-    allowed = (session_keep(protocol_verdict=res.get("verdict"), quality_passed=evidence["quality_passed"],
-                            ci_low=d.get("ci_low"), min_gain=ctx.settings.min_gain, floor=evidence["noise_floor"])
-               and (min_ratio is None or (d.get("ratio") or 0.0) >= min_ratio))
-    keep = bool(ok_shape and ruling["decision"] == "keep" and allowed)
-    if ok_shape and ruling["decision"] == "keep" and not allowed:
-        ctx.refuse(st, "critic_keep_without_evidence", "the protocol, quality or noise floor did not support a keep",
-                   ruling, critic.name)
-    guarded = guard(evidence) if keep and guard is not None else None
+    verdict = decide(evidence, ruling, min_ratio=min_ratio)
+    if verdict.refusal is not None:
+        ctx.refuse(st, verdict.refusal[0], verdict.refusal[1], ruling, critic.name)
+    guarded = guard(evidence) if verdict.kept and guard is not None else None
     if guarded:
-        keep = False
-        ctx.record_refusal(st, guarded[0], guarded[1], "coordinator", {"changes": changes, "ratio": d.get("ratio")},
+        verdict = decide(evidence, ruling, min_ratio=min_ratio, guarded=guarded)
+        ctx.record_refusal(st, guarded[0], guarded[1], "coordinator", {"changes": changes, "ratio": evidence.ratio},
                            key + ":guard")
-    outcome = guarded[0] if guarded else _outcome(res, evidence, keep)
-    if not keep and min_ratio is not None and res.get("verdict") == "keep" and (d.get("ratio") or 0.0) < min_ratio:
-        outcome = "drift"
-    lesson = ruling.get("lesson") if ok_shape and isinstance(ruling.get("lesson"), str) else f"{changes}: {outcome}"
-    if guarded:
-        lesson = f"{changes}: {guarded[1]}"
-    record = trial_record(n=n, cycle=st.cycle, changes=changes, config=cand, outcome=outcome, kept=keep, decision=d,
-                          quality_passed=evidence["quality_passed"], proposal=proposal, agent=agent, lesson=lesson,
-                          measurement_seq=mseq)
-    record.verdict_seq = ctx.ledger.append(L.VERDICT, verdict_entry(record, res.get("verdict")), key=key + ":verdict")
+    keep, outcome, lesson = verdict.kept, verdict.outcome, verdict.lesson
+    record = trial_record(n=n, cycle=st.cycle, changes=changes, config=cand, outcome=outcome, kept=keep,
+                          decision=res.decision, quality_passed=evidence.quality_passed, proposal=proposal,
+                          agent=agent, lesson=lesson, measurement_seq=mseq)
+    record.verdict_seq = ctx.ledger.append(L.VERDICT, verdict_entry(record, res.verdict), key=key + ":verdict")
     record.finished_at = time.time()
     st.trials.append(record)
     st.measured_config_keys.append(config_key(cand))
     st.used.trials += 1
     if keep:
         st.stack = cand
-        st.extra.stack_ratio = _best(st) * float(d["ratio"])
-        kept_roofline(ctx, st, res, key, record)
+        st.extra.stack_ratio = _best(st) * float(evidence.ratio)
+        kept_roofline(ctx, st, entry, key, record)
     st.pending_action = None
     ctx.progress(f"  -> {outcome}: {lesson}")
     return record
 
 
 def trial_record(*, n: int, cycle: int, changes: dict[str, Any], config: dict[str, Any], outcome: str,
-                 kept: bool, decision: Mapping[str, Any], quality_passed: bool | None, proposal: Mapping[str, Any],
-                 agent: str, lesson: str, measurement_seq: int) -> Trial:
+                 kept: bool, decision: PairedDecision | Mapping[str, Any], quality_passed: bool | None,
+                 proposal: Mapping[str, Any], agent: str, lesson: str, measurement_seq: int) -> Trial:
     """The trial as ``state.json`` keeps it (the one place a :class:`Trial` is
-    built; ``verdict_seq`` and ``finished_at`` are set once the verdict is written)."""
+    built; ``verdict_seq`` and ``finished_at`` are set once the verdict is written).
+    ``decision``: the protocol's last look (a mapping: its ledger form)."""
+    d = decision if isinstance(decision, PairedDecision) else PairedDecision.from_dict(decision)
     return Trial(trial=n, cycle=cycle, changes=changes, config=config, verdict=outcome, kept=kept,
-                 ratio=decision.get("ratio"), ci_low=decision.get("ci_low"), ci_high=decision.get("ci_high"),
-                 n_pairs=decision.get("n_pairs"), quality_passed=quality_passed,
+                 ratio=d.ratio, ci_low=d.ci_low, ci_high=d.ci_high, n_pairs=d.n_pairs, quality_passed=quality_passed,
                  predicted_gain=proposal.get("predicted_gain"), source=proposal.get("source"), agent=agent,
                  lesson=lesson, measurement_seq=measurement_seq, verdict_seq=None, finished_at=None)
 
@@ -170,18 +158,6 @@ def verdict_entry(record: Trial, protocol_verdict: Any) -> dict[str, Any]:
             "protocol_verdict": protocol_verdict, "ratio": record.ratio, "ci_low": record.ci_low,
             "ci_high": record.ci_high, "quality_passed": record.quality_passed,
             "predicted_gain": record.predicted_gain, "measurement_seq": record.measurement_seq}
-
-
-def _outcome(res: Mapping[str, Any], ev: Mapping[str, Any], keep: bool) -> str:
-    if keep:
-        return "keep"
-    if res.get("verdict") == "failed":
-        return "failed"
-    if res.get("verdict") == "keep" and ev.get("quality_passed") is False:
-        return "reject-quality"
-    if res.get("verdict") == "keep":
-        return "below-noise-floor"
-    return str(res.get("verdict"))
 
 
 def _best(st: SessionState) -> float:

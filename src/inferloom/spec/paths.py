@@ -12,7 +12,9 @@ manifest records.
 
 The fields (:data:`SPEC_DIR_PATHS`):
 
-* ``model`` (unless it names a preset), ``traffic.prompts`` (unless
+* ``model`` (unless it names a preset or a real model: ``spec/model.py``; a
+  ``.gguf`` file is resolved here like any path, and converted by the spec's
+  validation), ``traffic.prompts`` (unless
   ``random``), ``quality.prompts_file``, ``custom.repo``,
   ``custom.patches.dir``: files and directories;
 * ``serving.python`` and the program of ``custom.patches.command`` (its first
@@ -36,9 +38,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from inferloom.models.diffusion_presets import DIFFUSION_PRESETS
-from inferloom.models.presets import PRESETS
 from inferloom.models.trained import TRAINED_PRESETS
+from inferloom.spec.model import MODEL_NAMES
 
 __all__ = ["SPEC_DIR_PATHS", "resolve_spec_paths", "resolve_path_value", "resolve_override", "absolute"]
 
@@ -58,7 +59,7 @@ SPEC_DIR_PATHS: Mapping[str, str] = {
 }
 
 # values that are names, not paths
-_NOT_PATHS: Mapping[str, frozenset[str]] = {"model": frozenset(PRESETS) | frozenset(TRAINED_PRESETS) | frozenset(DIFFUSION_PRESETS),
+_NOT_PATHS: Mapping[str, frozenset[str]] = {"model": MODEL_NAMES,
                                              "traffic.prompts": frozenset({"random"}),
                                              "quality.task.file": frozenset(TRAINED_PRESETS)}
 

@@ -13,18 +13,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from inferloom.errors import InferloomError
 from inferloom.inputs import InputError, load_yaml
 from inferloom.models.diffusion_presets import DIFFUSION_PRESETS
-from inferloom.models.presets import PRESETS
-from inferloom.models.trained import TRAINED_PRESETS, trained_preset_dir
 from inferloom.spec.custom import CustomKnob, CustomSpec, PatchPolicySpec
 from inferloom.spec.quality import NumericsToleranceSpec, TaskGateSpec
 from inferloom.spec.diffusion import DiffusionSpec
 from inferloom.spec.fields import _n, _Strict, check_bounds, field_default
 from inferloom.spec.llm import AgentsSpec, LLMSpec
+from inferloom.spec.model import MODEL_HELP, resolve_model
 from inferloom.spec.paths import resolve_override, resolve_spec_paths
 from inferloom.spec.serving import check_extra_args, check_serving_env
 
@@ -177,8 +176,7 @@ class ServingSpec(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    model: str = Field("llama-tiny", description="synthetic preset name, trained preset (llama-tiny-trained), diffusion "
-                       "preset or local model directory")
+    model: str = Field("llama-tiny", description=MODEL_HELP)
     framework: Literal["transformers", "synthetic", "custom", "vllm", "diffusers"] = "transformers"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -242,20 +240,8 @@ class WorkloadSpec(_Strict):
 
     @field_validator("model")
     @classmethod
-    def _model(cls, v: str) -> str:
-        if v in PRESETS or v in DIFFUSION_PRESETS:
-            return v
-        if v in TRAINED_PRESETS:  # shipped with the package: its directory
-            return str(trained_preset_dir(v))
-        p = Path(v).expanduser()
-        if not p.is_dir():
-            raise ValueError(
-                "expected a preset (" + ", ".join(sorted([*PRESETS, *TRAINED_PRESETS])) + "), a diffusion preset ("
-                + ", ".join(sorted(DIFFUSION_PRESETS)) + ") or a local model directory"
-            )
-        if not (p / "config.json").is_file() and not (p / "model_index.json").is_file():
-            raise ValueError(f"directory {v} has no config.json; expected a Hugging Face model directory")
-        return str(p.resolve())
+    def _model(cls, v: str, info: ValidationInfo) -> str:
+        return resolve_model(v, convert=bool((info.context or {}).get("convert_models", True)))
 
     @property
     def requests_per_run(self) -> int:
@@ -307,8 +293,10 @@ def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
     cur[parts[-1]] = value
 
 
-def load_spec(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> WorkloadSpec:
-    """Read a YAML spec (optional), apply dotted-key overrides (from CLI flags), validate (paths: spec_paths)."""
+def load_spec(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *,
+              convert_models: bool = True) -> WorkloadSpec:
+    """Read a YAML spec (optional), apply dotted-key overrides (from CLI flags), validate (paths: spec_paths).
+    ``convert_models=False`` (``inferloom validate``): a ``.gguf`` model is checked, not converted (spec.model)."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -329,7 +317,7 @@ def load_spec(path: str | Path | None = None, overrides: Mapping[str, Any] | Non
         if value is not None:
             _set_dotted(data, key, resolve_override(key, value, Path.cwd()))
     try:
-        return WorkloadSpec.model_validate(data)
+        return WorkloadSpec.model_validate(data, context={"convert_models": convert_models})
     except ValidationError as err:
         raise SpecError(_one_line(err)) from None
 

@@ -51,7 +51,7 @@ import numpy as np
 
 from inferloom import __version__
 from inferloom.process_group import run_in_group
-from inferloom.sandbox import Sandbox, resolve, start_failure
+from inferloom.sandbox import Sandbox, required, resolve, start_failure
 from inferloom.session.state_models import ProtectedFiles
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
 from inferloom.workloads.protected import PROTECTED_CHANGED, verify_protected
@@ -117,7 +117,9 @@ class CustomAdapter:
 
     name = "custom"
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: Any, *, handed_over: bool = False) -> None:
+        """``handed_over``: the session is someone else's (``verify --remeasure``): every run is sandboxed,
+        whatever the spec's ``custom.sandbox`` says, or :class:`~inferloom.sandbox.SandboxUnavailable`."""
         if spec.custom is None:
             raise ValueError("CustomAdapter needs a spec with a 'custom' section")
         self.spec = spec
@@ -133,8 +135,13 @@ class CustomAdapter:
         self._ids = 0
         self._handles: dict[int, CustomHandle] = {}
         self.sandbox: Sandbox | None
-        self.sandbox, self.sandbox_record = resolve(self.custom.sandbox, patches=has_patches(self.custom),
-                                                    network=self.custom.patches.command_network)
+        if handed_over:  # someone else's entrypoint and patches: always sandboxed, whatever their spec says
+            self.sandbox = required("re-measuring a handed-over custom session runs its author's entrypoint "
+                                    "and patches")
+            self.sandbox_record = {**self.sandbox.record(), "handed_over": True}
+        else:
+            self.sandbox, self.sandbox_record = resolve(self.custom.sandbox, patches=has_patches(self.custom),
+                                                        network=self.custom.patches.command_network)
 
     # -- description --------------------------------------------------------
     def describe(self) -> dict[str, Any]:

@@ -47,8 +47,8 @@ from inferloom.spec import WorkloadSpec
 from inferloom.workloads.base import AdapterError, ConfigError, Knob, RunRecord, config_key, resolve_config
 from inferloom.workloads.diffusers_attention import attention_head_dims, cuda_capability
 from inferloom.workloads.diffusers_knobs import apply_knobs, call_state, check_applicable, denoiser_of, diffusers_knobs
-from inferloom.kernels.written import knob as written_knob
 from inferloom.workloads.diffusers_ops import rmsnorm_rule, written_rule
+from inferloom.workloads.engine_written import knob as written_knob
 from inferloom.workloads.prompts import load_jsonl_texts
 from inferloom.workloads.transformers_generation import error_kind, sync
 

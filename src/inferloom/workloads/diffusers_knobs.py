@@ -24,11 +24,11 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from inferloom.kernels.written_set import apply_norms as apply_written_norms
 from inferloom.models.diffusion_shapes import eager_rmsnorms
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.diffusers_attention import attention_refusal
 from inferloom.workloads.diffusers_ops import RMSNORM_IMPLS, apply_rmsnorm_impl
+from inferloom.workloads.engine_written import apply_norms as apply_written_norms
 
 __all__ = ["diffusers_knobs", "check_applicable", "apply_knobs", "call_state", "denoiser_of"]
 

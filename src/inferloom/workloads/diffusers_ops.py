@@ -13,7 +13,7 @@ cast, weight: five or more kernels) on the instance:
 
 ``llm_kernel`` (only in a session with the LLM kernel author): a written
 ``add_rmsnorm`` kernel whose gates passed, in the same modules, in place of
-``rmsnorm_impl`` (:func:`inferloom.kernels.written.apply_written_norms`); a
+``rmsnorm_impl`` (:func:`inferloom.workloads.engine_written.apply_written_norms`); a
 combination of written kernels (:mod:`inferloom.kernels.written_set`) is
 refused unless every member is an ``add_rmsnorm`` one (and two never are: they
 rewrite the same modules).
@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from inferloom.kernels.torch_ops import fused_rmsnorm
 from inferloom.kernels.written import entry_of
 from inferloom.kernels.written_set import members, overlap
 from inferloom.models.diffusion_shapes import eager_rmsnorm_count, eager_rmsnorms
-from inferloom.workloads.engine_kernels import fused_rmsnorm
 
 __all__ = ["apply_rmsnorm_impl", "rmsnorm_rule", "written_rule", "RMSNORM_IMPLS"]
 

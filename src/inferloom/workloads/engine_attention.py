@@ -14,7 +14,7 @@ Implementations (engine knob ``attention_kernel``):
 * ``sdpa``: untouched (transformers' SDPA over the whole padded cache).
 * ``torch_sliced``: SDPA over the cache sliced to the batch's longest valid
   end (``max(end)``), with the mask sliced alike: the padded tail past every
-  row's end is never read. The slice length is data-dependent, so it suits
+  row's end is never read (:func:`inferloom.kernels.torch_ops.sliced_decode`). The slice length is data-dependent, so it suits
   eager and dynamic-shape execution, not CUDA graphs. CPU and CUDA.
 * ``triton_decode``: the kernel catalog's split-KV (flash-decoding) kernel,
   reading only ``[start, end)`` of each row (CUDA; wired in when the catalog
@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["ranges_from_mask", "sliced_decode", "decode_reference", "register", "DECODE_IMPLS", "ATTN_NAME"]
+from inferloom.kernels.torch_ops import sliced_decode
+
+__all__ = ["ranges_from_mask", "register", "DECODE_IMPLS", "ATTN_NAME"]
 
 ATTN_NAME = "inferloom_decode"
 # name -> fn(query [B,Hq,1,D], key [B,Hkv,S,D], value, start [B], end [B], scale) -> [B,Hq,1,D]
@@ -47,39 +49,6 @@ def ranges_from_mask(mask: Any) -> tuple[Any, Any]:
     start = torch.where(valid, idx, s).amin(dim=-1)
     end = torch.where(valid, idx + 1, 0).amax(dim=-1)
     return torch.where(any_, start, 0), torch.where(any_, end, 0)
-
-
-def _gqa(x: Any, rep: int) -> Any:
-    return x if rep == 1 else x.repeat_interleave(rep, dim=1)
-
-
-def decode_reference(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float) -> Any:
-    """Float64 truth: softmax(q k^T * scale) v over [start, end) of each row."""
-    import torch
-
-    b, hq, _, d = query.shape
-    rep = hq // key.shape[1]
-    k, v, q = _gqa(key, rep).double(), _gqa(value, rep).double(), query.double()
-    s = k.shape[2]
-    idx = torch.arange(s, device=query.device)
-    ok = (idx[None, :] >= start[:, None]) & (idx[None, :] < end[:, None])  # [B, S]
-    scores = (q @ k.transpose(-1, -2)) * scale  # [B, Hq, 1, S]
-    scores = scores.masked_fill(~ok[:, None, None, :], float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
-
-
-def sliced_decode(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float) -> Any:
-    """``torch_sliced``: SDPA over ``[0, max(end))`` of the cache only."""
-    import torch
-
-    n = int(end.max()) if end.numel() else 0
-    n = max(n, 1)
-    k, v = key[:, :, :n], value[:, :, :n]
-    idx = torch.arange(n, device=query.device)
-    ok = (idx[None, :] >= start[:, None]) & (idx[None, :] < end[:, None])
-    rep = query.shape[1] // key.shape[1]
-    return torch.nn.functional.scaled_dot_product_attention(
-        query, _gqa(k, rep), _gqa(v, rep), attn_mask=ok[:, None, None, :], scale=scale)
 
 
 DECODE_IMPLS["torch_sliced"] = sliced_decode

@@ -46,18 +46,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from inferloom.kernels.catalog import triton_available
+from inferloom.kernels.torch_ops import gate_up_silu_torch
 
-__all__ = ["MLP_KERNELS", "apply_mlp_kernel", "gate_up_mlps", "fuse_gate_up", "gate_up_silu_torch"]
+__all__ = ["MLP_KERNELS", "apply_mlp_kernel", "gate_up_mlps", "fuse_gate_up"]
 
 MLP_KERNELS = ("eager", "torch_gate_up", "triton_gate_up_silu")
-
-
-def gate_up_silu_torch(x: Any, w_gate_up: Any, inter: int) -> Any:
-    """``silu(x @ Wg^T) * (x @ Wu^T)`` as one GEMM over ``[Wg; Wu]`` and SiLU·mul."""
-    import torch.nn.functional as F
-
-    gu = F.linear(x, w_gate_up)
-    return F.silu(gu[..., :inter]) * gu[..., inter:]
 
 
 def _is_silu(act: Any) -> bool:

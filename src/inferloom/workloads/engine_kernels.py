@@ -9,7 +9,7 @@ its ``forward`` replaced on the instance:
 * ``torch_fused``: :func:`torch.nn.functional.rms_norm` with the same
   epsilon, computed in fp32 and cast back, then the weight, in the module's
   own order (one fused kernel where torch has it; same numerics up to
-  rounding).
+  rounding): :func:`inferloom.kernels.torch_ops.fused_rmsnorm`.
 
 The module's class is never changed, so anything else (hooks, state dicts)
 is unaffected; the replacement is recorded in the handle's notes.
@@ -27,30 +27,22 @@ replaces the module's ``forward`` on the instance: one GEMM + SiLU·mul
 
 ``llm_kernel`` (only in a session with the LLM kernel author): a written
 kernel whose gates passed, or a combination of them (each applied), in the
-modules it rewrites; see :mod:`inferloom.kernels.written` and
-:mod:`inferloom.kernels.written_set`.
+modules it rewrites; see :mod:`inferloom.workloads.engine_written` (the
+kernels: :mod:`inferloom.kernels.written`, :mod:`inferloom.kernels.written_set`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from inferloom.kernels.written_set import apply as apply_written
+from inferloom.kernels.torch_ops import fused_rmsnorm
 from inferloom.workloads.engine_attention import register
 from inferloom.workloads.engine_gate_up import apply_mlp_kernel
+from inferloom.workloads.engine_written import apply as apply_written
 
-__all__ = ["apply_kernels", "fused_rmsnorm", "KERNEL_KNOBS"]
+__all__ = ["apply_kernels", "KERNEL_KNOBS"]
 
 KERNEL_KNOBS = ("rmsnorm_impl", "attention_kernel", "mlp_kernel")
-
-
-def fused_rmsnorm(hidden_states: Any, weight: Any, eps: float) -> Any:
-    """RMSNorm with transformers' Llama numerics through torch's fused op."""
-    import torch
-
-    dt = hidden_states.dtype
-    h = torch.nn.functional.rms_norm(hidden_states.to(torch.float32), (hidden_states.shape[-1],), None, eps)
-    return weight * h.to(dt)
 
 
 def _rmsnorm_modules(model: Any) -> list[Any]:

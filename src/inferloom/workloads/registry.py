@@ -1,31 +1,32 @@
-"""Typed registry of adapters: framework name -> lazy "module:Class" target."""
+"""The adapter for a spec, and the one place that resolves a framework's lazy
+``"module:attr"`` targets (:mod:`inferloom.frameworks` names them; heavy imports
+happen here, when one is first needed)."""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Mapping
 
-__all__ = ["ADAPTERS", "make_adapter"]
+from inferloom.frameworks import FRAMEWORKS, Framework, framework
 
-ADAPTERS: dict[str, str] = {
-    "transformers": "inferloom.workloads.transformers_engine:TransformersEngine",
-    # deterministic fake with known true effects: tests and demos of the coordinator
-    "synthetic": "inferloom.workloads.synthetic:from_spec",
-    # the user's own code and entrypoint, with its own quality gate (docs/custom.md)
-    "custom": "inferloom.workloads.custom:CustomAdapter",
-    # an OpenAI-compatible vLLM server as a subprocess, from its own Python environment
-    "vllm": "inferloom.workloads.vllm_adapter:from_spec",
-    # a diffusers text-to-image pipeline in this process, with the image quality contract (docs/diffusers.md)
-    "diffusers": "inferloom.workloads.diffusers_engine:DiffusersEngine",
-}
+__all__ = ["ADAPTERS", "make_adapter", "resolve", "stack_precision"]
+
+#: framework name -> its adapter's lazy target (the descriptors' ``adapter`` field)
+ADAPTERS: dict[str, str] = {name: f.adapter for name, f in FRAMEWORKS.items()}
+
+
+def resolve(target: str) -> Any:
+    """The object a lazy ``"module:attr"`` target names (imports its module)."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def make_adapter(spec: Any) -> Any:
-    """Instantiate the adapter for ``spec.framework`` (heavy imports happen here)."""
-    target = ADAPTERS.get(spec.framework)
-    if target is None:
-        raise ValueError(
-            f"framework '{spec.framework}': no adapter, expected one of {', '.join(sorted(ADAPTERS))}"
-        )
-    module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)(spec)
+    """Instantiate the adapter for ``spec.framework``; UnknownFramework (a ValueError) for a name with none."""
+    return resolve(framework(spec.framework).adapter)(spec)
+
+
+def stack_precision(fw: Framework, config: Mapping[str, Any], model_dtype: str) -> dict[str, Any] | None:
+    """At which precision ``config`` runs under framework ``fw`` (weight / KV bytes, a label), or None
+    where the framework's knobs don't change it beyond the config's ``dtype``."""
+    return resolve(fw.stack_precision)(config, model_dtype) if fw.stack_precision else None

@@ -33,8 +33,8 @@ from inferloom.provenance import cpu_model
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads import transformers_quality as quality
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
-from inferloom.kernels.written import knob as written_knob
 from inferloom.workloads.engine_kernels import apply_kernels
+from inferloom.workloads.engine_written import knob as written_knob
 from inferloom.workloads.prompts import load_jsonl_texts, random_prompts, text_prompts
 from inferloom.workloads.transformers_generation import (
     TokenCountError,

@@ -18,7 +18,10 @@
 * ``run(handle, seed)`` drives it with the streaming load generator
   (``inferloom.loadgen``) on fresh prompts drawn from ``seed``; the
   RunRecord's ``extra['serving']`` holds the result (vLLM bench field names)
-  (``vllm_run.py``).
+  (``vllm_run.py``). Prompts: random token ids, or ``traffic.prompts`` texts
+  tokenized here with the model directory's own tokenizer (``vllm_texts``:
+  each run its window of the pool, no text repeated across the pairs of a
+  comparison while the pool lasts); warm-ups always random ids.
 * Paired A/B on a small CPU machine: both servers of a comparison stay up and
   only one receives load at a time (the protocol alternates them). Each run
   records the CPU seconds the *other* live servers burnt meanwhile
@@ -62,6 +65,7 @@ from inferloom.workloads.vllm_launch import check_launchable, launch_command, se
 from inferloom.workloads.vllm_servers import MemoryShareOnce, VLLMHandle, start_server
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
 from inferloom.workloads.vllm_run import serving_run
+from inferloom.workloads.vllm_texts import ServerTexts
 
 __all__ = ["VLLMAdapter", "VLLMHandle", "from_spec"]
 
@@ -91,6 +95,8 @@ class VLLMAdapter:
         self._flags: ServerFlags | None = None
         self._dropped: dict[str, str] = {}  # knob -> why the installed server can't take it
         self._notes: dict[str, str] = {}
+        self._texts = ServerTexts(spec, self.model_dir)
+        self._texts.validate()  # a bad text source (no tokenizer, nothing to encode): one line, before anything runs
 
     # ------------------------------------------------------------ plumbing
     def set_log_dir(self, path: str | Path, progress: Callable[[str], None] | None = None) -> None:
@@ -117,6 +123,11 @@ class VLLMAdapter:
         if self._model_dir is None:
             self._model_dir = server_model_dir(self.spec, self.progress)
         return self._model_dir
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model directory's own tokenizer (texts: ``traffic.prompts``, ``quality.prompts_file``)."""
+        return self._texts.tokenizer
 
     def vocab_size(self) -> int:
         if self._vocab is None:
@@ -219,29 +230,38 @@ class VLLMAdapter:
         return h, record
 
     # ----------------------------------------------------------------- run
-    def prompts(self, seed: int, n: int | None = None, length: int | None = None) -> list[list[int]]:
-        t = self.spec.traffic
+    def random_prompts(self, seed: int, n: int | None = None, length: int | None = None) -> list[list[int]]:
+        """Random token ids (``length`` each), whatever ``traffic.prompts`` says: warm-ups, the shared prefix."""
         n = self.spec.requests_per_run if n is None else n
-        length = t.input_len if length is None else length
-        return random_prompts(seed, n, length, self.vocab_size(), {0, 1, 2})
+        return random_prompts(seed, n, self.spec.traffic.input_len if length is None else length,
+                              self.vocab_size(), {0, 1, 2})
+
+    def prompts(self, seed: int, n: int | None = None, length: int | None = None) -> list[list[int]]:
+        """Run ``seed``'s prompts: random ids of ``length`` tokens, or ``traffic.prompts`` texts of at most
+        ``length`` tokens (``vllm_texts``)."""
+        if self._texts.source == "random":
+            return self.random_prompts(seed, n, length)
+        n = self.spec.requests_per_run if n is None else n
+        return self._texts.draw(seed, n, self.spec.traffic.input_len if length is None else length)
 
     def run_prompts(self, seed: int) -> tuple[list[list[int]], dict[str, Any]]:
         """Fresh prompts per run; in ``shared`` mode every prompt starts with the
-        same declared prefix (from the spec's seed), the rest fresh."""
+        same declared prefix (random ids from the spec's seed), the rest fresh (texts: the text's first
+        ``input_len - shared_prefix_len`` tokens)."""
         s, t = self.spec.serving, self.spec.traffic
         ps = self.prompts(seed)
         k = min(s.shared_prefix_len, t.input_len) if s.prefix == "shared" else 0
         if k:
-            prefix = self.prompts(self.spec.seed + 424_242, 1, k)[0]
-            ps = [prefix + p[k:] for p in ps]
+            prefix = self.random_prompts(self.spec.seed + 424_242, 1, k)[0]
+            ps = [prefix + (p[k:] if self._texts.source == "random" else p[:t.input_len - k]) for p in ps]
         return ps, {"prompt_mode": s.prefix, "shared_prefix_len": k, "fresh_prompts_per_run": True,
-                    "seed": seed}
+                    "seed": seed, **self._texts.state(seed, len(ps))}
 
     def _others(self, handle: VLLMHandle) -> list[ServerProcess]:
         return [h.server for h in self._handles.values() if h is not handle]
 
     def run(self, handle: VLLMHandle, seed: int) -> RunRecord:
-        return serving_run(self.spec, handle, seed, draw_prompts=self.prompts, run_prompts=self.run_prompts,
+        return serving_run(self.spec, handle, seed, draw_prompts=self.random_prompts, run_prompts=self.run_prompts,
                            others=lambda: self._others(handle), model_id=self.model_dir)
 
     # ------------------------------------------------------------- quality
@@ -285,7 +305,8 @@ class VLLMAdapter:
         flags = {**self.server_flags().to_dict(), "dropped_knobs": dict(self._dropped), "knob_notes": dict(self._notes)}
         return {"framework": "vllm", "adapter": self.name, "server_python": self.spec.serving.python,
                 "server_module": self.spec.serving.module, **self._info, "model": self.spec.model,
-                "device": self.device, "python_version": platform.python_version(), "cpu_count": os.cpu_count(),
+                "device": self.device, "traffic_prompts": self._texts.source,
+                "python_version": platform.python_version(), "cpu_count": os.cpu_count(),
                 "dtype": self.spec.dtype, "server_flags": flags, "memory_share": self._memory.record()}
 
     def release(self, handle: VLLMHandle) -> None:

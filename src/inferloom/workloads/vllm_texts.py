@@ -1,0 +1,126 @@
+"""Texts as a vLLM server's prompts: token ids from the model directory's own
+tokenizer, computed in inferloom's process (inferloom never imports vLLM).
+
+* The tokenizer (:func:`server_tokenizer`): the files of the directory the
+  server loads, through ``AutoTokenizer`` with local files only
+  (:func:`inferloom.models.tokenizer.load_tokenizer`); a preset's directory
+  holds the locally built BPE. A directory with none of ``tokenizer.json``,
+  ``tokenizer.model``, ``vocab.json`` is a :class:`PromptError` (exit 2) that
+  names the file missing: the engine's fallback (a BPE built here) would not be
+  the tokenizer the server encodes with.
+* ``traffic.prompts`` (:class:`ServerTexts`): the JSONL pool is read and
+  tokenized once; run ``seed`` takes its window of the pool (the rule every
+  engine uses: :func:`inferloom.workloads.prompts.pool_window`), each text's
+  ids truncated to ``input_len``, and the load generator sends them as
+  token-id prompts, exactly as random ids are sent. Input lengths vary; every
+  request's is recorded (the serving result's ``input_lens``).
+* ``quality.prompts_file``: the quality sets tokenize with the same tokenizer
+  (``VLLMAdapter.tokenizer``, read by :func:`inferloom.measure.quality.quality_prompt_sets`).
+* :func:`check_server_texts`: every text source of a spec read and tokenized
+  before a server starts (a missing tokenizer, a file that tokenizes to
+  nothing, a quality file of one text: one line, exit 2). The adapter runs it
+  at its first ``prepare``; a preflight may run it before anything is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from inferloom.models.presets import PRESETS
+from inferloom.models.tokenizer import has_tokenizer_files, load_tokenizer
+from inferloom.workloads.prompts import (PromptError, load_jsonl_texts, pool_state, tokenize_texts,
+                                         window_prompts)
+
+__all__ = ["ServerTexts", "server_tokenizer", "check_server_texts", "TOKENIZER_FILES"]
+
+#: the files one of which makes a directory's own tokenizer (the first is the one asked for)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+def _uses(spec: Any) -> list[str]:
+    """The spec fields whose texts need the model's tokenizer."""
+    sources = (("traffic.prompts", spec.traffic.prompts), ("quality.prompts_file", spec.quality.prompts_file))
+    return [f for f, v in sources if v not in (None, "random")]
+
+
+def server_tokenizer(model: str, why: str = "text prompts") -> Any:
+    """The tokenizer of the server's model: a preset's built BPE, else the directory's own files;
+    :class:`PromptError` naming the missing file when the directory has none."""
+    if model in PRESETS:
+        return load_tokenizer(model)
+    d = Path(model)
+    if not has_tokenizer_files(d):
+        raise PromptError(f"model {model}: no {TOKENIZER_FILES[0]} (nor {', '.join(TOKENIZER_FILES[1:])}) in the "
+                          f"directory; {why} are encoded with the model's own tokenizer: save it there "
+                          "(tokenizer.save_pretrained)")
+    try:
+        return load_tokenizer(str(d))
+    except Exception as exc:  # noqa: BLE001 - a damaged tokenizer file: one line
+        raise PromptError(f"model {model}: its tokenizer can't be loaded ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
+
+
+def _quality_texts(path: str, tokenizer: Any) -> None:
+    texts = load_jsonl_texts(path)
+    if len(texts) < 2:
+        raise PromptError(f"quality.prompts_file '{path}': needs at least 2 texts (half eval, half held out)")
+    tokenize_texts(texts, tokenizer, f"quality.prompts_file '{path}'")
+
+
+class ServerTexts:
+    """The text prompts of one vLLM adapter (``model_dir()``: the directory its servers load)."""
+
+    def __init__(self, spec: Any, model_dir: Callable[[], str]) -> None:
+        self.spec = spec
+        self._model_dir = model_dir
+        self._tokenizer: Any = None
+        self._pool: list[list[int]] | None = None
+        self._checked = False
+
+    @property
+    def source(self) -> str:
+        """``random`` or the traffic prompts file."""
+        return str(self.spec.traffic.prompts)
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            self._tokenizer = server_tokenizer(self._model_dir(), " and ".join(_uses(self.spec)) or "text prompts")
+        return self._tokenizer
+
+    def pool(self) -> list[list[int]]:
+        """The traffic pool's token ids (read and tokenized once)."""
+        if self._pool is None:
+            path = self.source
+            self._pool = tokenize_texts(load_jsonl_texts(path), self.tokenizer, f"traffic.prompts '{path}'")
+        return self._pool
+
+    def draw(self, seed: int, n: int, length: int) -> list[list[int]]:
+        """Run ``seed``'s ``n`` prompts (the pool's window, each at most ``length`` tokens)."""
+        return window_prompts(self.pool(), length, seed, n)
+
+    def state(self, seed: int, n: int) -> dict[str, Any]:
+        """What a run's ``cache_state`` records of its draw: the source and where it stands in the pool."""
+        if self.source == "random":
+            return {"prompts": "random"}
+        return {"prompts": self.source, **pool_state(len(self.pool()), seed, n)}
+
+    def validate(self) -> None:
+        """Every text source read and tokenized, once (a bad one: :class:`PromptError`)."""
+        if self._checked:
+            return
+        if self.source != "random":
+            self.pool()
+        if self.spec.quality.prompts_file:
+            _quality_texts(self.spec.quality.prompts_file, self.tokenizer)
+        self._checked = True
+
+
+def check_server_texts(spec: Any, model_dir: str | None = None) -> None:
+    """Refuse (:class:`PromptError`, exit 2) a spec whose texts can't be used by a server: the model
+    (``model_dir``, default ``spec.model``) has no tokenizer, a file tokenizes to nothing, a quality file
+    has fewer than 2 texts. Nothing is started or written; a spec without texts costs nothing."""
+    if not _uses(spec):
+        return
+    ServerTexts(spec, lambda: model_dir or spec.model).validate()
