@@ -105,7 +105,7 @@ def test_comparison_round_trips_to_the_same_json(d):
     want = {k: v for k, v in d.items() if not (k == "noise" and v is None)}
     c = Comparison.from_dict({"action": "try_config", "seq": 3, **d})  # a ledger entry's other keys are ignored
     assert json.dumps(c.as_dict()) == json.dumps(want)  # key order included
-    assert json.dumps({"x": 1, **c}) == json.dumps({"x": 1, **want})  # {**compare(...)} still works
+    assert json.dumps({"x": 1, **c.as_dict()}) == json.dumps({"x": 1, **want})  # the ledger entry's spread
 
 
 def test_comparison_reads_the_decision_and_quality_as_attributes():
@@ -119,7 +119,7 @@ def test_comparison_reads_the_decision_and_quality_as_attributes():
 def test_evidence_keys_order_and_from_a_dict():
     c = Comparison.from_dict(MEASURED)
     e = Evidence.of(c, changes=CHANGES, noise_floor=0.01, min_gain=0.0)
-    assert list(e.as_dict()) == list(EVIDENCE_KEYS) and dict(e) == e.as_dict()
+    assert list(e.as_dict()) == list(EVIDENCE_KEYS)
     assert e.as_dict() == {"changes": CHANGES, "protocol_verdict": "keep", "ratio": 1.1, "ci_low": 1.05,
                            "ci_high": 1.2, "n_pairs": 6, "quality_passed": False, "quality_failed": ["eval: kl"],
                            "noise_floor": 0.01, "min_gain": 0.0, "error": None, "protocol_reason": "efficacy"}

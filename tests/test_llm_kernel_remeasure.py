@@ -116,7 +116,7 @@ def kept_session(tmp_path_factory):
             spec = load_spec(None, {
                 "model": "llama-tiny", "framework": "transformers", "device": "cpu", "traffic.concurrency": 4,
                 "traffic.input_len": 32, "traffic.output_len": 8, "traffic.num_prompts": 4,
-                "protocol.min_pairs": 6, "protocol.max_pairs": 10, "protocol.bootstrap_resamples": 999,
+                "protocol.min_pairs": 6, "protocol.max_pairs": 20, "protocol.bootstrap_resamples": 999,
                 "kernels.min_share": 0.0, "kernels.min_speedup": 0.001, "quality.eval_prompts": 4,
                 "quality.heldout_prompts": 4, "agents.llm.provider": "openai", "agents.llm.model": "scripted",
                 "agents.llm.base_url": f"{s.url}/v1", "agents.llm.api_key_env": "K", "agents.llm.max_retries": 0,

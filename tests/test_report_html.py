@@ -126,8 +126,9 @@ def test_full_page_parses_and_has_every_section_and_chart():
     p = parse(page)
     assert_self_contained(page)
     headings = [t for t, _ in p.tags if t == "h2"]
-    # no source patches (not a custom workload), no LLM agents, no platform audit (so neither Platform nor Energy)
-    absent = ("patches", "llm", "platform", "energy")
+    # no source patches (not a custom workload), no LLM agents, no platform audit (so neither Platform nor Energy),
+    # no Deploy section (the page is rendered from a breakdown alone: the command needs the session's files)
+    absent = ("patches", "llm", "platform", "energy", "deploy")
     assert "platform" not in b and len(headings) == len(SECTIONS) - len(absent)
     for key, title in SECTIONS.items():
         assert (f"<h2>{title}</h2>" in page.replace("&amp;", "&")) == (key not in absent)

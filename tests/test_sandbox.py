@@ -426,3 +426,21 @@ def test_a_program_under_a_hidden_directory_still_starts(tmp_path):
     res = subprocess.run(sb.wrap([str(tool)], cwd=tree, writable=[tree]), capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["started", "read-only"] and not (tool.parent / "written").exists()
+
+
+def test_inferloom_imports_in_the_sandbox_from_a_source_tree_under_tmp(tmp_path, monkeypatch):
+    """An editable install in a clone under /tmp (CI's): the sandboxed re-measure process must still import
+    inferloom, read-only (a clean-clone CI run failed on this); the sandbox binds inferloom's own source back."""
+    import inferloom.sandbox as S
+
+    src = tmp_path / "src"
+    shutil.copytree(Path(S.__file__).resolve().parent, src / "inferloom",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(S, "_OWN_SOURCE", str(src))
+    sb, _ = resolve("bwrap", patches=True)
+    code = "import inferloom.sandbox as s, os; print(s.__file__); print(os.access(s.__file__, os.W_OK))"
+    # -S: no site (no editable finder); it starts in src/, first on sys.path: hidden /tmp unless bound back
+    res = subprocess.run(sb.wrap([sys.executable, "-S", "-c", code], cwd=src), capture_output=True, text=True,
+                         timeout=60, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [str(src / "inferloom" / "sandbox.py"), "False"], res.stdout

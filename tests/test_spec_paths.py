@@ -293,6 +293,8 @@ RENDERED = {
     "h200-vllm-2026-12-01-s25/session": ("f141ce93a4ca8cd2", "92e8f9ccac64cb0b", "76c9c94891dd9af1"),
     # published 2026-12-01 (session 27, docs/benchmarks.md §17: the LLM kernel author on one H200)
     "llm-kernel-h200-2026-12-01/session": ("5b59f34f0ebadf0d", "a0cdf77420e4dfb2", "edfc44f07ada3208"),
+    # published 2026-12-02 (session 36, docs/benchmarks.md §18: the real SmolLM2 on vLLM, real-text traffic)
+    "smollm2-h200-vllm-2026-12-02/s31": ("b84a1eedb3a5ecd2", "5870cd894744a3f7", "e7785b19f14401a4"),
 }
 
 

@@ -213,3 +213,19 @@ def test_bad_text_input_for_a_server_session_leaves_no_session_directory(model_d
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("inferloom optimize: error:"), res.stderr
     assert not d.exists() and "Traceback" not in res.stderr
+
+
+def test_max_num_seqs_below_the_concurrency_is_refused_before_it_costs_a_trial(model_dir):
+    """CrossKnobRules: at a closed-loop throughput objective, max_num_seqs under the concurrency is slower by
+    construction (H200: max_num_seqs=1 at c64 measured -96.6%); the default orchestrator never proposes it."""
+    from inferloom.workloads.base import CrossKnobRules
+    from inferloom.workloads.vllm_adapter import VLLMAdapter
+
+    a = VLLMAdapter(_spec(model_dir, **{"traffic.concurrency": 8}))
+    assert isinstance(a, CrossKnobRules)
+    why = a.config_refusal({"max_num_seqs": 1})
+    assert why is not None and "max_num_seqs=1 is below traffic.concurrency=8" in why
+    assert [a.config_refusal({"max_num_seqs": n}) for n in (0, 8, 16)] == [None, None, None]
+    poisson = VLLMAdapter(_spec(model_dir, **{"traffic.concurrency": 8, "serving.arrival": "poisson",
+                                              "serving.request_rate": 5.0}))
+    assert poisson.config_refusal({"max_num_seqs": 1}) is None  # open-loop arrivals: measured, not presumed

@@ -66,27 +66,31 @@ class Framework:
     builtin: bool = False
     #: the preflight checks that apply (preflight.py): "model_dir", "pipeline_dir", "server_env", "source_repo"
     preflight: tuple[str, ...] = ()
+    #: a lazy ``"module:attr"`` target ``(spec, final config, manifest, ledger entries) -> deploy dict``: the final
+    #: stack as a user deploys it (workloads/deploy.py; the report's Deploy section, ``inferloom export``'s deploy.md)
+    deploy: str | None = None
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("transformers", "inferloom.workloads.transformers_engine:TransformersEngine",
-              kernel_engine=True, model_info="preset", version_module="transformers", preflight=("model_dir",)),
+              kernel_engine=True, model_info="preset", version_module="transformers", preflight=("model_dir",),
+              deploy="inferloom.workloads.deploy:transformers_deploy"),
     # deterministic fake with known true effects: tests and demos of the coordinator
     Framework("synthetic", "inferloom.workloads.synthetic:from_spec",
               runs_operators=False, profile_skip="the synthetic adapter runs no operators", roofline=False,
-              builtin=True, preflight=("model_dir",)),
+              builtin=True, preflight=("model_dir",), deploy="inferloom.workloads.deploy:synthetic_deploy"),
     # the user's own code and entrypoint, with its own quality gate (docs/custom.md)
     Framework("custom", "inferloom.workloads.custom:CustomAdapter", strategy="custom", own_code=True,
               profile_skip="a custom workload is the user's own process: no operator profile", roofline=False,
-              preflight=("source_repo",)),
+              preflight=("source_repo",), deploy="inferloom.workloads.deploy:custom_deploy"),
     # an OpenAI-compatible vLLM server as a subprocess, from its own Python environment
     Framework("vllm", "inferloom.workloads.vllm_adapter:from_spec", server=True,
               profile_skip=SERVER_PROFILE_SKIPPED, stack_precision="inferloom.workloads.vllm_knobs:stack_precision",
-              preflight=("model_dir", "server_env")),
+              preflight=("model_dir", "server_env"), deploy="inferloom.workloads.deploy:vllm_deploy"),
     # a diffusers text-to-image pipeline in this process, with the image quality contract (docs/diffusers.md)
     Framework("diffusers", "inferloom.workloads.diffusers_engine:DiffusersEngine", strategy="image",
               kernel_engine=True, image=True, model_info="pipeline", version_module="diffusers",
-              preflight=("pipeline_dir",)),
+              preflight=("pipeline_dir",), deploy="inferloom.workloads.deploy:diffusers_deploy"),
 )}
 
 

@@ -33,13 +33,13 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from inferloom.frameworks import framework
 from inferloom.models.diffusion_presets import DIFFUSION_PRESETS, is_pipeline_dir
 from inferloom.models.presets import PRESETS
 from inferloom.process_group import run_in_group
-from inferloom.spec import SpecError
+from inferloom.spec import SpecError, WorkloadSpec
 
 __all__ = ["check_runnable", "IMPORT_TIMEOUT_S"]
 
@@ -74,7 +74,7 @@ def _committed(repo: str, rel: str) -> bool:
     return not rel.startswith("..") and _git_ok(repo, "cat-file", "-e", f"HEAD:{rel}")
 
 
-def _check_vllm(spec: Any, imports: bool, timeout_s: float) -> None:
+def _check_vllm(spec: WorkloadSpec, imports: bool, timeout_s: float) -> None:
     s = spec.serving
     python = _program("serving.python", s.python, " (the server environment's Python; `make vllm-env` builds "
                       ".venv-vllm)")
@@ -95,7 +95,7 @@ def _check_vllm(spec: Any, imports: bool, timeout_s: float) -> None:
                                  "install vLLM there or point serving.python at a Python that has it")
 
 
-def _check_custom(spec: Any) -> None:
+def _check_custom(spec: WorkloadSpec) -> None:
     c = spec.custom
     repo = c.repo
     if not (Path(repo) / ".git").exists():
@@ -122,7 +122,7 @@ def _check_custom(spec: Any) -> None:
         _program("custom.patches.command", p.command[0])
 
 
-def _check_files(spec: Any) -> None:
+def _check_files(spec: WorkloadSpec) -> None:
     checks = framework(spec.framework).preflight
     if "pipeline_dir" in checks:
         if spec.model not in DIFFUSION_PRESETS and not is_pipeline_dir(spec.model):
@@ -136,7 +136,7 @@ def _check_files(spec: Any) -> None:
             raise SpecError(f"{field}: {value} does not exist; expected a .jsonl file")
 
 
-def check_runnable(spec: Any, *, imports: bool = True, timeout_s: float = IMPORT_TIMEOUT_S) -> None:
+def check_runnable(spec: WorkloadSpec, *, imports: bool = True, timeout_s: float = IMPORT_TIMEOUT_S) -> None:
     """Refuse (:class:`SpecError`, exit 2) a ``spec`` that can't work
     (see the module docstring); ``imports=False`` skips the server module's
     import (``validate`` and ``knobs``: existence checks only, fast). A spec

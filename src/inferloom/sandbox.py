@@ -110,6 +110,9 @@ class Sandbox:
                 "specialist_network": network}
 
 
+#: the directory holding this inferloom package (a clone's ``src/`` for an editable install)
+_OWN_SOURCE = str(Path(__file__).resolve().parents[1])
+
 #: Host directories the sandbox replaces with empty private ones.
 HIDDEN = ("/tmp", "/var/tmp", "/run")
 
@@ -118,11 +121,13 @@ def _needed_under_hidden(cmd: Sequence[str]) -> list[str]:
     """Host paths the command needs to start that lie under a directory the
     sandbox hides (:data:`HIDDEN`): this Python's prefixes (a virtualenv
     created under /tmp), the program ``cmd[0]`` names (through ``PATH``), the
-    ``PYTHONPATH`` entries and any existing absolute path in ``cmd``. Bound
+    ``PYTHONPATH`` entries, the directory inferloom itself is imported from (an editable install in a
+    clone under /tmp) and any existing absolute path in ``cmd``. Bound
     back read-only: hiding them would only break the command."""
     found: list[str] = []
     prog = shutil.which(cmd[0]) if cmd else None
-    cands = [sys.prefix, sys.base_prefix, sys.exec_prefix, *(os.environ.get("PYTHONPATH") or "").split(os.pathsep)]
+    cands = [sys.prefix, sys.base_prefix, sys.exec_prefix, *(os.environ.get("PYTHONPATH") or "").split(os.pathsep),
+             _OWN_SOURCE]  # inferloom's own source: an editable install's lies outside sys.prefix
     if prog:
         cands += [os.path.dirname(os.path.abspath(prog)), os.path.dirname(os.path.realpath(prog))]
     cands += [a for a in cmd if os.path.isabs(a)]

@@ -28,6 +28,7 @@ from inferloom.agents.llm_client import LLMClient
 from inferloom.agents.llm_record import LLMRefusal
 from inferloom.agents.llm_view import session_view, view_text
 from inferloom.agents.rules import RuleCritic
+from inferloom.measure.records import Evidence
 
 __all__ = ["ConfigProposal", "CriticRuling", "LLMOrchestrator", "LLMCritic", "ORCHESTRATOR_SYSTEM",
            "CRITIC_SYSTEM"]
@@ -91,6 +92,11 @@ class LLMOrchestrator:
         return out
 
 
+def _evidence_dict(evidence: Evidence | Mapping[str, Any]) -> dict[str, Any]:
+    """The evidence's ledger form (a typed record's, or the dict handed over as is)."""
+    return evidence.as_dict() if isinstance(evidence, Evidence) else dict(evidence)
+
+
 class LLMCritic:
     """Rules on one trial's evidence, only ever stricter than :class:`RuleCritic` (see the module docstring).
 
@@ -102,12 +108,12 @@ class LLMCritic:
                  base: Any = None) -> None:
         self.client, self.view, self.base = client, view, base if base is not None else RuleCritic()
 
-    def judge(self, evidence: Mapping[str, Any]) -> dict[str, Any]:
+    def judge(self, evidence: Evidence | Mapping[str, Any]) -> dict[str, Any]:
         ruling = dict(self.base.judge(evidence))
         if ruling.get("decision") != "keep":
             return {**ruling, "llm": "not asked: the rule critic reverted, and an LLM may only make a decision stricter"}
         context = view_text(session_view(self.view())) if self.view is not None else "{}"
-        user = (f"The evidence for this candidate (JSON):\n{json.dumps(dict(evidence), default=str)}\n"
+        user = (f"The evidence for this candidate (JSON):\n{json.dumps(_evidence_dict(evidence), default=str)}\n"
                 f"The rule critic's ruling: {ruling.get('lesson')}\nThe session so far (JSON):\n{context}")
         try:
             answer, calls = self.client.ask("critic", CRITIC_SYSTEM, user, CriticRuling)

@@ -29,6 +29,8 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
     if args.out:  # its own session's directory may hold the export (the default is DIR/export)
         output_dir(args.out, "--out", own_session=Path(args.dir))
     res = export_session(args.dir, args.out)
-    console.print(f"exported to {res['out']}: {len(res['series'])} patch(es), final_config.json, README.md "
+    console.print(f"exported to {res['out']}: {len(res['series'])} patch(es), final_config.json, "
+                  + ("deploy.md, " if res.get("deploy") else "") + ("deploy.sh, " if (res.get("deploy") or {}).get("kind") == "command" else "")
+                  + "README.md "
                   "(for review: inferloom never promotes anything)", highlight=False, markup=False)
     return 0

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from inferloom.bench import overall_verdict, run_seed_base
 from inferloom.measure.clock_check import clock_check
@@ -41,6 +41,9 @@ from inferloom.patches.export import export_session
 from inferloom.measure.compare import References, compare
 from inferloom.workloads.base import AdapterError
 from inferloom.workloads.custom import TREE_KEY, CustomAdapter, git
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["rebuild_trees", "measure"]
 
@@ -83,7 +86,7 @@ def _series(d: Path, out: Path, error: type[Exception]) -> list[Path]:
     return [out / s for s in export_session(d, out)["series"]]
 
 
-def rebuild_trees(d: Path, spec: Any, st: Any, root: Path, error: type[Exception],
+def rebuild_trees(d: Path, spec: WorkloadSpec, st: Any, root: Path, error: type[Exception],
                   progress: Callable[[str], None]) -> dict[str, Any]:
     """Stock's and the final stack's trees under ``root`` (see the module docstring); returns the record
     ``{"checkout", "clone", "stock_commit", "session_final_commit", "final_commit", "series", "applied_with",
@@ -149,7 +152,7 @@ def rebuild_trees(d: Path, spec: Any, st: Any, root: Path, error: type[Exception
     return out
 
 
-def measure(spec: Any, st: Any, trees: dict[str, Any], root: Path, settings: Any,
+def measure(spec: WorkloadSpec, st: Any, trees: dict[str, Any], root: Path, settings: Any,
             progress: Callable[[str], None], noise_pairs: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """Stock's tree against the final tree, paired, with the workload's own quality gate on every final run,
     and the clock check on the pairs (``res["clock"]``; ``noise_pairs``: the session's A/A pairs)."""

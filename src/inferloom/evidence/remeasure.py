@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from inferloom.bench import run_bench
 from inferloom.errors import InferloomError
@@ -42,6 +42,9 @@ from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
 from inferloom.session.manifest import manifest_spec, read_manifest
 from inferloom.session.state import Phase, load_state
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["RemeasureError", "remeasure", "final_stack"]
 
@@ -75,7 +78,7 @@ def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     return spec, changes, final
 
 
-def _custom_child(d: Path, spec: Any) -> dict[str, Any]:
+def _custom_child(d: Path, spec: WorkloadSpec) -> dict[str, Any]:
     st = load_state(d)
 
     def say(m: str) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from inferloom import __version__
 from inferloom.frameworks import described
@@ -36,6 +36,9 @@ from inferloom.frameworks import framework as framework_of
 from inferloom.models.diffusion_presets import pipeline_info
 from inferloom.models.presets import model_info as preset_model_info
 from inferloom.provenance import cpu_model
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["KEY_FIELDS", "UNKNOWN", "WorkloadKey"]
 
@@ -123,7 +126,7 @@ class WorkloadKey:
     @classmethod
     def from_spec(
         cls,
-        spec: Any,
+        spec: WorkloadSpec,
         *,
         hardware: str | None = None,
         framework_version: str | None = None,
@@ -171,7 +174,7 @@ def _framework_version(framework: str, adapter: Mapping[str, Any], versions: Map
     return None
 
 
-def _this_device(spec: Any) -> str:
+def _this_device(spec: WorkloadSpec) -> str:
     if spec.resolved_device() == "cuda":
         import torch
 

@@ -28,11 +28,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable, Sequence
 
 from inferloom.frameworks import described
 from inferloom.models.diffusion_shapes import diffusion_workload
 from inferloom.models.presets import PRESETS
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["KernelCandidate", "KernelBackend", "Target", "model_config", "workload_of", "no_image_op"]
 
@@ -148,7 +151,7 @@ def model_config(model: str) -> dict[str, Any]:
     return json.loads((Path(model) / "config.json").read_text())
 
 
-def workload_of(spec: Any, device: str, stack: Mapping[str, Any]) -> dict[str, Any]:
+def workload_of(spec: WorkloadSpec, device: str, stack: Mapping[str, Any]) -> dict[str, Any]:
     """What a backend sees of the workload: device, dtype, model, traffic, the current stack; for an image
     workload also ``diffusion`` (:func:`~inferloom.models.diffusion_shapes.diffusion_workload`)."""
     t = spec.traffic

@@ -28,7 +28,7 @@ from inferloom.measure.metrics import get_metric, output_tokens_per_s
 from inferloom.measure.records import Comparison
 from inferloom.measure.reference_store import load_references, save_references
 from inferloom.platform_audit import EnergyMeter, RaplMeter
-from inferloom.spec import objective_label
+from inferloom.spec import objective_label, WorkloadSpec
 from inferloom.workloads.base import AdapterError, OwnObjective, OwnQualityGate, RunRecord, ServerReuse, resolve_config
 
 __all__ = ["QUALITY_PROBE_FAILED", "References", "compare", "reference_sets", "stock_references", "warmup",
@@ -61,7 +61,7 @@ def reference_sets(adapter: Any, needed: Sequence[str]) -> tuple[str, ...]:
     return ("eval", "heldout") if isinstance(adapter, ServerReuse) else tuple(needed)
 
 
-def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], names: Sequence[str],
+def stock_references(adapter: Any, spec: WorkloadSpec, stock_cfg: Mapping[str, Any], names: Sequence[str],
                      refs: References, progress: Progress, handle: Any = None) -> References:
     """Capture the missing references with ``handle`` (a prepared stock) or a fresh stock handle."""
     gate = spec.quality.task
@@ -99,7 +99,7 @@ def stock_references(adapter: Any, spec: Any, stock_cfg: Mapping[str, Any], name
     return refs
 
 
-def _probe(spec: Any) -> str:
+def _probe(spec: WorkloadSpec) -> str:
     """How the references were probed (a server's: its prompts one request each, this many in flight)."""
     return f"quality.concurrency={spec.quality.concurrency}" if framework(spec.framework).server else ""
 

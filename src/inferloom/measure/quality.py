@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Sequence
 
 from inferloom.measure import image_quality as IQ
-from inferloom.spec import QualitySpec, check_bounds, field_default
+from inferloom.spec import check_bounds, field_default, QualitySpec, WorkloadSpec
 from inferloom.workloads import prompts as P
 from inferloom.workloads.base import ApproximateScores, GreedyLogprobs, ImageOutputs
 
@@ -127,7 +127,7 @@ class QualityVerdict:
         return asdict(self)
 
 
-def quality_prompt_sets(spec: Any, adapter: Any) -> dict[str, list[list[int]]]:
+def quality_prompt_sets(spec: WorkloadSpec, adapter: Any) -> dict[str, list[list[int]]]:
     """The fixed eval set and the separate held-out set, as token-id prompts.
 
     Seeds derive from the spec's seed with fixed offsets, so every run of the

@@ -10,37 +10,16 @@ ledger written before these records and one written after are the same bytes).
 ``from_dict()`` reads one back (a resumed session's measurement, or an entry
 that carries more keys than the record: those are ignored).
 
-Both also answer ``keys()`` and ``[key]`` with their ledger form, so that
-``{**compare(...)}`` and ``dict(evidence)`` keep working where a caller still
-wants the dict (phases/prelude.py, phases/close.py, the LLM critic's prompt).
+A caller that wants the dict asks ``as_dict()`` (``{**compare(...).as_dict()}``).
 Pure; no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 __all__ = ["PairedDecision", "Comparison", "Evidence", "EVIDENCE_KEYS"]
-
-
-class _LedgerForm:
-    """``keys()`` / ``[key]`` / ``in`` over ``as_dict()`` (compatibility: ``{**record}``, ``dict(record)``)."""
-
-    def as_dict(self) -> dict[str, Any]:  # pragma: no cover - each record defines it
-        raise NotImplementedError
-
-    def keys(self) -> Any:
-        return self.as_dict().keys()
-
-    def __getitem__(self, key: str) -> Any:
-        return self.as_dict()[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.as_dict()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.as_dict())
 
 
 def _m(x: Any) -> Mapping[str, Any]:
@@ -66,7 +45,7 @@ class PairedDecision:
 
 
 @dataclass(frozen=True)
-class Comparison(_LedgerForm):
+class Comparison:
     """One paired comparison (stock or the stack vs a candidate). ``verdict``: the protocol's (``keep``,
     ``revert``, ``inconclusive``, ``failed``); ``protocol``: its result (``ProtocolResult.to_dict()``:
     settings, looks, pairs, decision), None when preparation or warm-up failed (then ``error_kind`` says
@@ -140,7 +119,7 @@ EVIDENCE_KEYS = ("changes", "protocol_verdict", "ratio", "ci_low", "ci_high", "n
 
 
 @dataclass(frozen=True)
-class Evidence(_LedgerForm):
+class Evidence:
     """What the Critic and the keep rule judge for one trial: the changes, the protocol's verdict and last
     look (ratio, interval, pairs, why it stopped), the quality verdict (None: not evaluated) and what
     failed, the session's A/A floor (a gain, :func:`inferloom.measure.keep_rule.aa_floor`), the minimum
@@ -174,7 +153,7 @@ class Evidence(_LedgerForm):
         """Evidence handed over as a mapping (a missing key: None; not a mapping: all None)."""
         if isinstance(d, Evidence):
             return d
-        d = _m(d) if not isinstance(d, _LedgerForm) else d.as_dict()
+        d = d.as_dict() if isinstance(d, Comparison) else _m(d)
         return cls(**{k: d.get(k) for k in EVIDENCE_KEYS})
 
     def as_dict(self) -> dict[str, Any]:

@@ -24,10 +24,13 @@ import json
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Protocol
 
 from inferloom.measure.server_trace import load_events, trace_profile
 from inferloom.workloads.base import WorkloadAdapter
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["profiler_launch", "worker_traces", "profile_server", "ServerFlagsProbe", "AdapterFactory"]
 
@@ -65,7 +68,7 @@ def _post(url: str, timeout_s: float) -> int:
         return int(r.status)
 
 
-def profile_server(spec: Any, cfg: Mapping[str, Any], trace_dir: str | Path, *, make_adapter: AdapterFactory,
+def profile_server(spec: WorkloadSpec, cfg: Mapping[str, Any], trace_dir: str | Path, *, make_adapter: AdapterFactory,
                    seed: int = 8, log_dir: str | Path | None = None, progress: Callable[[str], None] = print,
                    stop_timeout_s: float = 900.0) -> dict[str, Any]:
     """Profile one run of ``cfg`` on a fresh server (see the module docstring), the server adapter made by

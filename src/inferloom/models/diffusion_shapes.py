@@ -7,10 +7,13 @@ KERNEL phase's target, :mod:`inferloom.workloads.diffusers_ops`). :func:`diffusi
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferloom.models.diffusion_presets import (DIFFUSION_PRESETS, build_denoiser, build_vae, preset_family,
                                                uses_cfg_batch)
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["eager_rmsnorms", "eager_rmsnorm_count", "diffusion_workload", "MAX_ROWS_CHECKED"]
 
@@ -31,7 +34,7 @@ def eager_rmsnorm_count(model: str) -> int:
     return len(eager_rmsnorms(build_denoiser(model, "meta")))
 
 
-def diffusion_workload(spec: Any) -> dict[str, Any]:
+def diffusion_workload(spec: WorkloadSpec) -> dict[str, Any]:
     """See :func:`_workload` (cached: the KERNEL phase asks on every tick)."""
     d = spec.diffusion
     return dict(_workload(spec.model, d.height, d.width, d.batch_size, d.guidance_scale))

@@ -9,6 +9,8 @@ Writes into OUT (default ``SESSION_DIR/export``, must be absent or empty):
 * ``final_config.json``: stock and final configuration, the knob changes,
   the pinned settings, the source commits and branch, the headline comparison
   and the rollback drill, each citing its ledger entry;
+* ``deploy.md`` (and, for a server, ``deploy.sh``): the final stack as a user runs it
+  (:mod:`inferloom.report.deploy`; ``deploy.sh`` passes its arguments on: ``--host``, ``--port``);
 * ``README.md``: what it is and how to review it.
 """
 
@@ -20,7 +22,9 @@ from typing import Any
 
 from inferloom.errors import InferloomError
 from inferloom.patches.worktree import Workspace
+from inferloom.redact import redact_text
 from inferloom.report.breakdown import breakdown_from_ledger
+from inferloom.report.deploy import deploy_markdown, session_deploy
 from inferloom.session import ledger as L
 from inferloom.session.state import load_state
 
@@ -84,5 +88,15 @@ def export_session(session_dir: str | Path, out: str | Path | None = None) -> di
         lines += ["", "To review and apply (from the stock commit):", "",
                   "```sh", f"git switch -c review-{st.session_id} {src.stock[:12]}", "git am patches/*.patch", "```"]
     lines += ["", "inferloom never promotes anything: this is a proposal for a person to review."]
+    dep = session_deploy(d)
+    if dep is not None:  # the final stack as a user runs it (report.md's Deploy section)
+        (out_dir / "deploy.md").write_text(redact_text(deploy_markdown(dep, st.session_id)))
+        if dep.get("kind") == "command":
+            sh = out_dir / "deploy.sh"
+            sh.write_text(redact_text(f"#!/bin/sh\n# session {st.session_id}'s final stack (deploy.md); add --host/--port\n"
+                                      f"exec env {dep['code']} \"$@\"\n"))  # env: the VAR=value prefixes, as typed
+            sh.chmod(0o755)
+        lines[-1:-1] = ["", "Deploy: `deploy.md`" + (" and `deploy.sh`" if dep.get("kind") == "command" else "")
+                        + " (the final stack as a user runs it)."]
     (out_dir / "README.md").write_text("\n".join(lines) + "\n")
-    return {"out": str(out_dir), "series": series, "changes": changes}
+    return {"out": str(out_dir), "series": series, "changes": changes, "deploy": dep}

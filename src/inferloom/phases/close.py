@@ -59,7 +59,7 @@ def final_compare(ctx: SessionContext, st: SessionState) -> None:
         "action": "final_compare", **compare(
             ctx.adapter, ctx.spec, st.stock_config, st.stack, settings=with_prior(ctx.settings, st.noise_floor),
             seed_base=_seed_base(ctx.spec.seed, 90_000), refs=refs, quality_sets=("heldout",), progress=ctx.progress,
-            labels=("stock", "final"), quality_floor=(st.noise_floor or {}).get("quality"))})
+            labels=("stock", "final"), quality_floor=(st.noise_floor or {}).get("quality")).as_dict()})
     if st.extra.roofline_final is None:
         _final_roofline(ctx, st)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from inferloom.agents.base import Critic, Orchestrator, Robustness
 from inferloom.kernels.base import KernelBackend
@@ -30,6 +30,9 @@ from inferloom.measure.compare import References
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState, save_state
 from inferloom.workloads.base import Knob, ServerReuse, WorkloadAdapter
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["Agents", "SessionOptions", "SessionContext", "WorkloadStrategy", "Step", "Progress"]
 
@@ -101,7 +104,7 @@ class WorkloadStrategy(Protocol):
 class SessionContext:
     """The typed, public view of a running session that phase steps receive."""
 
-    def __init__(self, directory: Path, spec: Any, adapter: WorkloadAdapter, *, agents: Agents,
+    def __init__(self, directory: Path, spec: WorkloadSpec, adapter: WorkloadAdapter, *, agents: Agents,
                  options: SessionOptions, strategy: WorkloadStrategy, progress: Progress,
                  clock: Callable[[], float], adapter_factory: Callable[[Any], Any]) -> None:
         self.dir = directory

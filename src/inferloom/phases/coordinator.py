@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from inferloom.kb import default_kb_url
 from inferloom.phases.close import close_step
@@ -43,6 +43,9 @@ from inferloom.phases.sweep import sweep_step
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState, load_state
 from inferloom.workloads.base import RejectedFlags, ServerLogs, ServerReuse, WorkloadAdapter
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["Coordinator", "STEPS"]
 
@@ -68,7 +71,7 @@ class Coordinator:
     ``adapter_factory(spec)``: an adapter for another operating point (SWEEP;
     default: this adapter); ``clock``: wall-clock seconds (tests pass their own)."""
 
-    def __init__(self, directory: str | Path, spec: Any, adapter: WorkloadAdapter, *, agents: Agents,
+    def __init__(self, directory: str | Path, spec: WorkloadSpec, adapter: WorkloadAdapter, *, agents: Agents,
                  options: SessionOptions = SessionOptions(), progress: Progress = lambda _m: None,
                  adapter_factory: Callable[[Any], WorkloadAdapter] | None = None,
                  clock: Callable[[], float] = time.time) -> None:

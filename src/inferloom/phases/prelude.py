@@ -83,7 +83,7 @@ def _measure_stock(ctx: SessionContext, st: SessionState) -> None:
             ctx.adapter, ctx.spec, st.stock_config, st.stock_config, settings=ctx.settings,
             seed_base=_seed_base(ctx.spec.seed, 0), refs=ctx.refs if aa_quality else None, progress=ctx.progress,
             stop_early=False, labels=("stock", "stock-2"), quality_sets=aa_sets,
-            stock_is_base=aa_quality)})
+            stock_is_base=aa_quality).as_dict()})
     st.pending_action = None
     if res["verdict"] == "failed":
         st.extra.stock_failure = StockFailure(error=res.get("error"), kind=res.get("error_kind", "error"), seq=seq)

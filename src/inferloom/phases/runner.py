@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from inferloom.agents.llm_setup import llm_agents
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
@@ -39,6 +39,9 @@ from inferloom.session.state import (
 from inferloom.session.state_models import RunOptions
 from inferloom.workloads.base import CrossKnobRules, resolve_config
 from inferloom.workloads.registry import make_adapter
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["SessionExists", "InvalidBudget", "KBPasswordMissing", "ReplayWithoutLLM", "default_agents", "recorded_llm_spec", "start", "resume", "resume_kb_url",
            "PERSISTED_OPTIONS"]
@@ -67,7 +70,7 @@ class ReplayWithoutLLM(InferloomError, ValueError):
 AgentsArg = Agents | Mapping[str, Any] | None
 
 
-def default_agents(spec: Any, directory: Path | None = None, llm_replay: str | None = None,
+def default_agents(spec: WorkloadSpec, directory: Path | None = None, llm_replay: str | None = None,
                    adapter: Any = None) -> Agents:
     """The deterministic agents, with the roles ``spec.agents.llm`` names played by an LLM
     (:func:`inferloom.agents.llm_setup.llm_agents`; ``llm_replay``: a recorded session answers instead).
@@ -91,7 +94,7 @@ def recorded_llm_spec(session_dir: str | None) -> Any:
     return llm
 
 
-def _coordinator(directory: Path, spec: Any, adapter: Any, agents: AgentsArg, progress: Callable[[str], None], *,
+def _coordinator(directory: Path, spec: WorkloadSpec, adapter: Any, agents: AgentsArg, progress: Callable[[str], None], *,
                  adapter_factory: Callable[[Any], Any] = make_adapter, clock: Callable[[], float] = time.time,
                  **options: Any) -> Coordinator:
     """``options``: :class:`SessionOptions` fields."""
@@ -101,7 +104,7 @@ def _coordinator(directory: Path, spec: Any, adapter: Any, agents: AgentsArg, pr
                        clock=clock)
 
 
-def _run(directory: Path, spec: Any, adapter: Any, agents: AgentsArg,
+def _run(directory: Path, spec: WorkloadSpec, adapter: Any, agents: AgentsArg,
          progress: Callable[[str], None], **kw: Any) -> SessionState:
     c = _coordinator(directory, spec, adapter, agents, progress, **kw)
     try:
@@ -110,7 +113,7 @@ def _run(directory: Path, spec: Any, adapter: Any, agents: AgentsArg,
         c.close()
 
 
-def start(directory: str | Path, spec: Any, *, budget_minutes: float, max_trials: int, adapter: Any = None,
+def start(directory: str | Path, spec: WorkloadSpec, *, budget_minutes: float, max_trials: int, adapter: Any = None,
           agents: AgentsArg = None, progress: Callable[[str], None] = lambda _m: None,
           **kw: Any) -> SessionState:
     """Start a session in ``directory`` and run it to the end (``agents``: an

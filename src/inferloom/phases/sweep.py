@@ -6,7 +6,7 @@ Then another cycle starts at FRAMEWORK, or the session closes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
@@ -18,10 +18,13 @@ from inferloom.session.state import Phase, SessionState
 from inferloom.session.state_models import SweepPoint
 from inferloom.workloads.base import ConfigError, ServerLogs, ServerReuse, resolve_config
 
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
+
 __all__ = ["grid", "sweep_step", "HEADROOM_WORTH_A_CYCLE"]
 
 
-def grid(spec: Any) -> list[tuple[int, int]]:
+def grid(spec: WorkloadSpec) -> list[tuple[int, int]]:
     t = spec.traffic
     conc = sorted({max(1, t.concurrency // 2), t.concurrency})
     inl = sorted({max(8, t.input_len // 2), t.input_len})

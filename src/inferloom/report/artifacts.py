@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from inferloom.report.breakdown import breakdown_from_ledger
+from inferloom.report.deploy import session_deploy
 from inferloom.report.html import render_html
 from inferloom.errors import InferloomError
 from inferloom.redact import redact, redact_text
@@ -92,7 +93,7 @@ def write_artifacts(directory: Path | str) -> dict[str, Any]:
     b["objective_label"] = _objective_label(d)
     write_json_atomic(d / "session_breakdown.json", redact(b))
     tmp = d / ".report.md.tmp"
-    tmp.write_text(redact_text(render_report(b)))
+    tmp.write_text(redact_text(render_report(b, deploy=session_deploy(d, entries))))
     tmp.replace(d / "report.md")
     return b
 
@@ -114,6 +115,6 @@ def write_html(directory: Path | str, out: Path | str | None = None, breakdown: 
             manifest = None
     path = Path(out) if out else d / "report.html"
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(redact_text(render_html(breakdown, manifest=manifest)), encoding="utf-8")
+    tmp.write_text(redact_text(render_html(breakdown, manifest=manifest, deploy=session_deploy(d))), encoding="utf-8")
     tmp.replace(path)
     return path

@@ -7,7 +7,8 @@ Self-contained: CSS in one ``<style>`` block, charts as inline SVG drawn here
 in Python; no JavaScript, no external URL, no image file.
 
 Sections (:data:`SECTIONS`): summary, action path (a step chart of the
-cumulative gain), rejected candidates and why, profile breakdown (horizontal
+cumulative gain), rejected candidates and why, source patches, deploy (the final
+stack as a user runs it: :mod:`inferloom.report.deploy`), profile breakdown (horizontal
 bars of category shares), roofline (log-log: attainable FLOP/s against
 arithmetic intensity, the measured memory-bandwidth slope and matmul roof,
 the stock and final decode steps placed on it), sweep (ratio final / stock
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferloom.report.deploy import deploy_html
 from inferloom.report.fmt import esc
 from inferloom.report.html_image import image_roofline_body, is_image_roofline
 from inferloom.report.html_llm import llm_section
@@ -37,6 +39,7 @@ SECTIONS: dict[str, str] = {
     "action-path": "Action path",
     "rejected": "Rejected candidates and why",
     "patches": "Source patches (custom workload)",
+    "deploy": "Deploy",
     "profile": "Profile breakdown",
     "roofline": "Roofline",
     "sweep": "Sweep: final stack vs stock",
@@ -96,9 +99,11 @@ svg.chart .lbl, svg.chart .small { paint-order: stroke; stroke: #ffffff; stroke-
 PAGE_CSS = _CSS  # the one page style: the fleet report (inferloom.fleet.report) uses it too
 
 
-def render_html(b: dict[str, Any], *, manifest: dict[str, Any] | None = None, title: str | None = None) -> str:
+def render_html(b: dict[str, Any], *, manifest: dict[str, Any] | None = None, title: str | None = None,
+                deploy: dict[str, Any] | None = None) -> str:
     """The whole page, from a breakdown dict. ``manifest`` (optional) names
-    the workload in the page header (model, framework, device, traffic)."""
+    the workload in the page header (model, framework, device, traffic); ``deploy`` (optional): the
+    Deploy section (:func:`inferloom.report.deploy.session_deploy`)."""
     spec = (manifest or {}).get("spec") or {}
     head = title or ("inferloom session report: stock never ran" if b.get("stock_never_ran") else "inferloom session report")
     sub = ""
@@ -108,7 +113,7 @@ def render_html(b: dict[str, Any], *, manifest: dict[str, Any] | None = None, ti
                f"traffic {t.get('concurrency')} concurrent, {t.get('input_len')} in / {t.get('output_len')} out "
                f"(spec, manifest.json); session {(manifest or {}).get('seeds', {}).get('session_id', '')}")
     body = {**section_bodies(b), "llm": llm_section(b),
-            "platform": platform_section(b), "energy": energy_section(b)}
+            "platform": platform_section(b), "energy": energy_section(b), "deploy": None if b.get("stock_never_ran") else deploy_html(deploy)}
     if is_image_roofline(b):  # per denoising step, images/s
         body["roofline"] = image_roofline_body(b)
     shown = {k: v for k, v in SECTIONS.items() if body[k] is not None}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferloom.report.breakdown import TIME_CATEGORIES
+from inferloom.report.deploy import deploy_lines
 from inferloom.report.fmt import changes_text, pct, sandbox_text
 from inferloom.report.platform import platform_lines
 from inferloom.report.llm_usage import llm_report_lines
@@ -14,8 +15,9 @@ from inferloom.report.llm_usage import llm_report_lines
 __all__ = ["render_report", "patch_report_lines", "stock_never_ran_title"]
 
 
-def render_report(b: dict[str, Any]) -> str:
-    """``report.md`` from a breakdown (:func:`inferloom.report.breakdown.breakdown_from_ledger`)."""
+def render_report(b: dict[str, Any], deploy: dict[str, Any] | None = None) -> str:
+    """``report.md`` from a breakdown (:func:`inferloom.report.breakdown.breakdown_from_ledger`); ``deploy``:
+    the Deploy section's dict (:func:`inferloom.report.deploy.session_deploy`; None: no section)."""
     never = b.get("stock_never_ran")
     lines = [stock_never_ran_title(never) if never else "# inferloom session report", ""]
     s, f = b.get("stock") or {}, b.get("final") or {}
@@ -95,6 +97,7 @@ def render_report(b: dict[str, Any]) -> str:
         for name, cat in sorted(pr["categories"].items(), key=lambda kv: -kv[1].get("share", 0)):
             lines.append(f"| {cat.get('label', name)} | {cat.get('share', 0) * 100:.1f}% | {cat.get('seconds', 0):.3f} |")
     lines += patch_report_lines(b)
+    lines += deploy_lines(None if never else deploy)  # stock never ran: nothing to deploy
     lines += llm_report_lines(b)
     t = b.get("time_s", {})
     lines += ["", "## Where the time went", ""]

@@ -55,6 +55,14 @@ def _gguf(value: str, convert: bool) -> str:
     return str(p.resolve())
 
 
+def _converted_real_model(p: Path) -> str | None:
+    """The real model whose conversion ``p`` names (``.../models/<its GGUF sha256>``, as a session's manifest
+    records it on the machine that ran it), else None."""
+    if p.parent.name != "models":
+        return None
+    return next((n for n, m in REAL_MODELS.items() if m.gguf_sha256 == p.name), None)
+
+
 def resolve_model(value: str, *, convert: bool = True) -> str:
     """What the spec holds for ``model: value`` (see the module docstring); a
     ValueError (one line) for a value that names nothing usable."""
@@ -67,6 +75,8 @@ def resolve_model(value: str, *, convert: bool = True) -> str:
     if is_gguf_path(value):
         return _gguf(value, convert)
     p = Path(value).expanduser()
+    if not p.is_dir() and (name := _converted_real_model(p)):  # another machine's conversion of a real model:
+        return str(real_model_dir(name))  # the same content (keyed by the GGUF's sha256) in this cache
     if not p.is_dir():
         raise ValueError(
             "expected a preset (" + ", ".join(sorted([*PRESETS, *TRAINED_PRESETS])) + "), a real model ("

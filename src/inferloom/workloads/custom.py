@@ -45,7 +45,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -55,6 +55,9 @@ from inferloom.sandbox import Sandbox, required, resolve, start_failure
 from inferloom.session.state_models import ProtectedFiles
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
 from inferloom.workloads.protected import PROTECTED_CHANGED, verify_protected
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["CustomAdapter", "CustomHandle", "GATE_FAILED", "GATE_MISSING", "GATE_UNPARSEABLE", "TREE_KEY",
            "gate_of", "has_patches", "knobs_from_spec"]
@@ -117,7 +120,7 @@ class CustomAdapter:
 
     name = "custom"
 
-    def __init__(self, spec: Any, *, handed_over: bool = False) -> None:
+    def __init__(self, spec: WorkloadSpec, *, handed_over: bool = False) -> None:
         """``handed_over``: the session is someone else's (``verify --remeasure``): every run is sandboxed,
         whatever the spec's ``custom.sandbox`` says, or :class:`~inferloom.sandbox.SandboxUnavailable`."""
         if spec.custom is None:

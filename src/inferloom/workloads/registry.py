@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from inferloom.frameworks import FRAMEWORKS, Framework, framework
 
-__all__ = ["ADAPTERS", "make_adapter", "resolve", "stack_precision"]
+__all__ = ["ADAPTERS", "make_adapter", "resolve", "stack_precision", "deploy"]
 
 #: framework name -> its adapter's lazy target (the descriptors' ``adapter`` field)
 ADAPTERS: dict[str, str] = {name: f.adapter for name, f in FRAMEWORKS.items()}
@@ -30,3 +30,10 @@ def stack_precision(fw: Framework, config: Mapping[str, Any], model_dtype: str) 
     """At which precision ``config`` runs under framework ``fw`` (weight / KV bytes, a label), or None
     where the framework's knobs don't change it beyond the config's ``dtype``."""
     return resolve(fw.stack_precision)(config, model_dtype) if fw.stack_precision else None
+
+
+def deploy(fw: Framework, spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any],
+           entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The final stack ``final`` as a user deploys it (the descriptor's ``deploy`` target), or None where
+    the framework names none."""
+    return resolve(fw.deploy)(spec, final, manifest, entries) if fw.deploy else None

@@ -38,12 +38,15 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from inferloom import __version__
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = [
     "DEFAULT_EFFECTS",
@@ -351,7 +354,7 @@ class SyntheticAdapter:
             self.release(h)
 
 
-def from_spec(spec: Any) -> SyntheticAdapter:
+def from_spec(spec: WorkloadSpec) -> SyntheticAdapter:
     """The adapter behind ``framework: synthetic`` (tests and demos of the
     coordinator; its numbers are synthetic, and its describe() says so).
     Environment: INFERLOOM_SYNTHETIC_NOISE (per-run sd, default 0.05) and

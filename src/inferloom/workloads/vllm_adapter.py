@@ -53,7 +53,7 @@ import os
 import platform
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
 from inferloom.workloads.handle_pool import HandlePool
@@ -67,6 +67,9 @@ from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continua
 from inferloom.workloads.vllm_run import serving_run
 from inferloom.workloads.vllm_texts import ServerTexts
 
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
+
 __all__ = ["VLLMAdapter", "VLLMHandle", "from_spec"]
 
 
@@ -74,7 +77,7 @@ class VLLMAdapter:
     name = "vllm"
     aa_quality_sets = ("eval", "heldout")  # AAQuality: outputs vary between identical servers (batch-dependent kernels)
 
-    def __init__(self, spec: Any, log_dir: str | Path | None = None,
+    def __init__(self, spec: WorkloadSpec, log_dir: str | Path | None = None,
                  progress: Callable[[str], None] | None = None) -> None:
         self.spec = spec
         self.device = spec.resolved_device() if spec.device != "auto" else "cpu"
@@ -167,6 +170,17 @@ class VLLMAdapter:
 
     def knob_space(self) -> list[Knob]:
         return list(self._knobs)
+
+    def config_refusal(self, config: Mapping[str, Any]) -> str | None:
+        """CrossKnobRules: a configuration that is slower by construction for this traffic, never measured:
+        ``max_num_seqs`` below the concurrency of a closed-loop throughput run serializes the requests in
+        flight (an H200 session measured max_num_seqs=1 at c64: -96.6%, docs/benchmarks.md section 18)."""
+        seqs, c = int(config.get("max_num_seqs") or 0), int(self.spec.traffic.concurrency)
+        if (0 < seqs < c and self.spec.objective == "output_tokens_per_s"
+                and self.spec.serving.arrival == "concurrency"):
+            return (f"max_num_seqs={seqs} is below traffic.concurrency={c}: at most {seqs} of the {c} requests in "
+                    "flight are scheduled per step, so throughput can only drop; not measured")
+        return None
 
     def _without_dropped(self, values: Mapping[str, Any], what: str) -> dict[str, Any]:
         return without_dropped(values, self._static, self._dropped, what)
@@ -328,5 +342,5 @@ class VLLMAdapter:
             self._stop(h)
 
 
-def from_spec(spec: Any) -> VLLMAdapter:
+def from_spec(spec: WorkloadSpec) -> VLLMAdapter:
     return VLLMAdapter(spec)

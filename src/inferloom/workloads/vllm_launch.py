@@ -28,7 +28,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
 
 from inferloom.models.preset_dir import save_preset
 from inferloom.models.presets import PRESETS
@@ -46,6 +46,9 @@ from inferloom.workloads.memory_share import (
 )
 from inferloom.workloads.server_process import LaunchError
 from inferloom.workloads.vllm_knobs import to_launch
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = [
     "TOP_K",
@@ -67,7 +70,7 @@ TOP_K = 20  # prompt log-probabilities per position (vLLM's default --max-logpro
 SERVED_NAME = "inferloom-model"
 
 
-def server_model_dir(spec: Any, progress: Callable[[str], None]) -> str:
+def server_model_dir(spec: WorkloadSpec, progress: Callable[[str], None]) -> str:
     """The local HF directory the server loads; a preset is written once
     (seeded random weights, built tokenizer) under the inferloom cache."""
     if spec.model not in PRESETS:
@@ -79,7 +82,7 @@ def server_model_dir(spec: Any, progress: Callable[[str], None]) -> str:
     return str(d)
 
 
-def max_model_len(spec: Any) -> int:
+def max_model_len(spec: WorkloadSpec) -> int:
     """``serving.max_model_len``, else the longest traffic or quality sequence
     plus a margin, rounded up to a multiple of 64."""
     if spec.serving.max_model_len:
@@ -89,7 +92,7 @@ def max_model_len(spec: Any) -> int:
     return int(-(-need // 64) * 64)
 
 
-def launch_command(spec: Any, model_dir: str, cfg: Mapping[str, Any], port: int,
+def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], port: int,
                    server_flags: Collection[str] | None = None) -> tuple[list[str], dict[str, str], dict[str, Any]]:
     """``(argv, env, origin)`` of the server for configuration ``cfg`` on
     ``port``; ``server_flags``: the installed server's flags, where known."""
@@ -150,7 +153,7 @@ def server_distribution(python: str) -> str:
 MEMORY_FLAGS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
 
 
-def derive_memory_share(spec: Any, device: str, model_dir: str, servers: int = 2) -> MemoryShare | None:
+def derive_memory_share(spec: WorkloadSpec, device: str, model_dir: str, servers: int = 2) -> MemoryShare | None:
     """Each of ``servers``' share of ``device``'s free memory now (None when the
     spec sets every memory setting itself); MemoryShareError when they don't fit."""
     if device == "cpu":
@@ -172,11 +175,11 @@ def derive_memory_share(spec: Any, device: str, model_dir: str, servers: int = 2
     return gpu_share(free, total, weight_bytes(model_dir), servers, src)
 
 
-def _spec_sets(spec: Any, flag: str) -> bool:
+def _spec_sets(spec: WorkloadSpec, flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in spec.serving.extra_args)
 
 
-def memory_args(spec: Any, cfg: Mapping[str, Any], share: Any, server_flags: Collection[str] | None,
+def memory_args(spec: WorkloadSpec, cfg: Mapping[str, Any], share: Any, server_flags: Collection[str] | None,
                 device: str) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """``(args, env, decided)``: the derived ``share``'s flags / variable for one
     launch; ``decided`` says for each memory setting where its value came from

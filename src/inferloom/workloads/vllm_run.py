@@ -6,7 +6,7 @@ the other live servers burnt meanwhile), a failure as data with its kind."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from inferloom.loadgen.client import run_load
 from inferloom.loadgen.metrics import SLO, summarize
@@ -15,10 +15,13 @@ from inferloom.workloads.server_process import ServerProcess, servers_cpu_second
 from inferloom.workloads.vllm_launch import SERVED_NAME
 from inferloom.workloads.vllm_servers import VLLMHandle
 
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
+
 __all__ = ["serving_run"]
 
 
-def serving_run(spec: Any, handle: VLLMHandle, seed: int, *, draw_prompts: Callable[..., list[list[int]]],
+def serving_run(spec: WorkloadSpec, handle: VLLMHandle, seed: int, *, draw_prompts: Callable[..., list[list[int]]],
                 run_prompts: Callable[[int], tuple[list[list[int]], dict[str, Any]]],
                 others: Callable[[], list[ServerProcess]], model_id: Callable[[], str]) -> RunRecord:
     """The run of ``handle``'s server for ``seed``: ``draw_prompts(seed, n)`` draws the warm-up prompts,

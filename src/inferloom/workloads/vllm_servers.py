@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
 
 from inferloom.workloads.base import AdapterError
 from inferloom.workloads.memory_share import MemoryShare, MemoryShareError
@@ -25,6 +25,9 @@ from inferloom.workloads.vllm_launch import (
     memory_args,
     rejected_flag_info,
 )
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["VLLMHandle", "MemoryShareOnce", "start_server"]
 
@@ -46,7 +49,7 @@ class MemoryShareOnce:
     says why), ``args(cfg, flags)`` what it adds to one launch, ``record()``
     what ``describe`` reports (a spec value that wins is listed there)."""
 
-    def __init__(self, spec: Any, device: str, model_dir: Callable[[], str], progress: Callable[[str], None]) -> None:
+    def __init__(self, spec: WorkloadSpec, device: str, model_dir: Callable[[], str], progress: Callable[[str], None]) -> None:
         self.spec, self.device, self._model_dir, self._progress = spec, device, model_dir, progress
         self._read = False
         self._share: MemoryShare | None = None

@@ -25,12 +25,15 @@ tokenizer, computed in inferloom's process (inferloom never imports vLLM).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from inferloom.models.presets import PRESETS
 from inferloom.models.tokenizer import has_tokenizer_files, load_tokenizer
 from inferloom.workloads.prompts import (PromptError, load_jsonl_texts, pool_state, tokenize_texts,
                                          window_prompts)
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
 
 __all__ = ["ServerTexts", "server_tokenizer", "check_server_texts", "TOKENIZER_FILES"]
 
@@ -38,7 +41,7 @@ __all__ = ["ServerTexts", "server_tokenizer", "check_server_texts", "TOKENIZER_F
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
-def _uses(spec: Any) -> list[str]:
+def _uses(spec: WorkloadSpec) -> list[str]:
     """The spec fields whose texts need the model's tokenizer."""
     sources = (("traffic.prompts", spec.traffic.prompts), ("quality.prompts_file", spec.quality.prompts_file))
     return [f for f, v in sources if v not in (None, "random")]
@@ -71,7 +74,7 @@ def _quality_texts(path: str, tokenizer: Any) -> None:
 class ServerTexts:
     """The text prompts of one vLLM adapter (``model_dir()``: the directory its servers load)."""
 
-    def __init__(self, spec: Any, model_dir: Callable[[], str]) -> None:
+    def __init__(self, spec: WorkloadSpec, model_dir: Callable[[], str]) -> None:
         self.spec = spec
         self._model_dir = model_dir
         self._tokenizer: Any = None
@@ -117,7 +120,7 @@ class ServerTexts:
         self._checked = True
 
 
-def check_server_texts(spec: Any, model_dir: str | None = None) -> None:
+def check_server_texts(spec: WorkloadSpec, model_dir: str | None = None) -> None:
     """Refuse (:class:`PromptError`, exit 2) a spec whose texts can't be used by a server: the model
     (``model_dir``, default ``spec.model``) has no tokenizer, a file tokenizes to nothing, a quality file
     has fewer than 2 texts. Nothing is started or written; a spec without texts costs nothing."""
