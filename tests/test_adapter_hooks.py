@@ -54,7 +54,7 @@ EXPECTED = {
     "transformers": {"GreedyLogprobs", "CrossKnobRules"},
     "custom": {"OwnQualityGate", "OwnObjective", "SourceTrees"},
     "vllm": {"ServerLogs", "RejectedFlags", "RecoveryOptions", "ApproximateScores", "ServerReuse", "BatchedProbes",
-             "AAQuality"},
+             "AAQuality", "CrossKnobRules"},
     "diffusers": {"OwnObjective", "ImageOutputs", "CrossKnobRules"},
 }
 
