@@ -14,6 +14,10 @@
 #     start NAME     the session /tmp/sessions/NAME (optimize, or resume it) as a detached process
 #     follow NAME    print a detached job (start, tfbg) until it ends or this call's time is nearly up;
 #                    packs /tmp/sessions/NAME into $OUT/NAME.tgz and tees $OUT/NAME.log
+#     chain NAME     issue 31 run 2: the jobs of $CHAIN (fp8: bench stock vs --quantization fp8 at c64; c1: an
+#                    optimize at concurrency 1; trace: an optimize replaying TRACE_SPEC's trace; lgbench:
+#                    benchmarks/loadgen_vs_vllm_bench.py with LGBENCH_ARGS) one after another, detached, into
+#                    /tmp/sessions/NAME/<job>; `follow NAME` prints and packs it (no gap at a call's end)
 #     session NAME   run, or resume, the session in the foreground for at most SESSION_TIMEOUT s
 #     goodput NAME   `inferloom bench` of the goodput spec (Poisson arrivals at 45 req/s, ~85% of stock's
 #                    saturation; TTFT 100 ms / TPOT 9 ms SLOs, inside stock's measured distribution): stock against the final stack of the session
@@ -315,6 +319,46 @@ tfbg() {  # tf, detached: it needs no vLLM, so it runs while the next calls carr
   echo $! > "$dir.pid"; echo "tfbg: $name detached (follow it with: follow $name)"
 }
 
+chainrun() {  # (detached by `chain`) the jobs of $CHAIN one after another into /tmp/sessions/NAME/<job>
+  local name=${1:?chainrun NAME}; local root=/tmp/sessions/$name; mkdir -p "$root"
+  export PYTHONPATH=$PWD/src:/tmp/site INFERLOOM_KB=${KB:-/tmp/inferloom-kb.sqlite}
+  export INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
+  local job t0
+  [ -n "${CHAIN:-}" ] || { echo "chain: set CHAIN to the jobs, e.g. CHAIN='fp8 c1 trace lgbench'"; return 1; }
+  for job in $CHAIN; do
+    t0=$SECONDS; echo "chain: $job starts at $(date -u +%H:%M:%S)"
+    case "$job" in
+      fp8)    # the fp8 verdict on the trained model at c64: stock (bf16) against --quantization fp8, with quality
+              python3 -m inferloom.cli bench "${SPEC:-examples/smollm2-h200-vllm.yaml}" --candidate quantization=fp8 \
+                --min-pairs 3 --max-pairs "${FP8_PAIRS:-5}" --out "$root/fp8.json" --force;;
+      c1)     # an unattended session at concurrency 1 (8 requests per run, ~2.6 s at stock's 394 tok/s)
+              python3 -m inferloom.cli optimize "${SPEC:-examples/smollm2-h200-vllm.yaml}" --concurrency 1 \
+                --num-prompts "${C1_PROMPTS:-8}" --budget-minutes "${C1_MIN:-6}" --max-trials 8 --no-sweep \
+                --out "$root/c1";;
+      trace)  # an unattended session replaying the bursty trace (goodput under TTFT/TPOT SLOs)
+              python3 -m inferloom.cli optimize "${TRACE_SPEC:-examples/smollm2-h200-trace.yaml}" \
+                --budget-minutes "${TRACE_MIN:-6}" --max-trials 8 --no-sweep --out "$root/trace";;
+      lgbench) # inferloom's load generator against `vllm bench serve` on one server (issue 31 item 4)
+              python3 benchmarks/loadgen_vs_vllm_bench.py ${LGBENCH_ARGS:-} --out "$root/lgbench.json";;
+      *)      echo "chain: unknown job $job (expected fp8, c1, trace, lgbench)";;
+    esac
+    echo "chain: $job exit $? after $((SECONDS - t0)) s"
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader  # should be empty between jobs
+  done
+  cp "$INFERLOOM_KB" "$root/kb.sqlite" 2>/dev/null; echo "chain: done"
+}
+
+chain() {  # the jobs of $CHAIN, detached, back to back with no gap at a call's end; `follow NAME` prints it
+  local name=${1:?chain NAME}; local dir=/tmp/sessions/$name; mkdir -p /tmp/sessions
+  [ -x "$VPY" ] || { echo "chain: $VPY is missing: run the bundle step first"; return 1; }
+  if [ -f "$dir.pid" ] && kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "chain: $name runs already"; return 0; fi
+  pywheels || return 1
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$OUT/$name.log"
+  echo "chain: $CHAIN (detached; follow it with: follow $name)" | tee -a "$OUT/$name.log"
+  setsid nohup bash "$0" chainrun "$name" > "$dir.out" 2>&1 < /dev/null &
+  echo $! > "$dir.pid"
+}
+
 [ $# -gt 0 ] || { sed -n '2,30p' "$0"; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -328,8 +372,10 @@ while [ $# -gt 0 ]; do
     tf) tf "${2:-}" || exit 1; shift 2;;
     tfbg) tfbg "${2:-}" || exit 1; shift 2;;
     start) start "${2:-}" || exit 1; shift 2;;
+    chain) chain "${2:-}" || exit 1; shift 2;;
+    chainrun) chainrun "${2:-}"; exit $?;;
     follow) follow "${2:-}" || exit 1; shift 2;;
     *) echo "unknown step '$1': expected bundle, wheels, model, smollm2, session NAME, start NAME, follow NAME, profile NAME," \
-            "goodput NAME, tf NAME or tfbg NAME"; exit 2;;
+            "goodput NAME, tf NAME, tfbg NAME or chain NAME"; exit 2;;
   esac
 done
