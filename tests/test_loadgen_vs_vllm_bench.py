@@ -74,3 +74,19 @@ def test_bench_command_matches_the_load_generators_traffic() -> None:
                         "--served-model-name": "inferloom-model"}.items():
         assert argv[argv.index(flag) + 1] == value, flag
     assert "--ignore-eos" in argv and "--save-result" in argv and argv[-2:] == ["--temperature", "0"]
+
+
+def test_server_side_means_from_two_metrics_snapshots() -> None:
+    from loadgen_vs_vllm_bench import parse_prometheus, server_side
+
+    before = parse_prometheus('# HELP x\nvllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 1.5\n'
+                              'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 10.0\n'
+                              'vllm:generation_tokens_total{engine="0"} 100.0\n')
+    after = parse_prometheus('vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 3.5\n'
+                             'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 30.0\n'
+                             'vllm:generation_tokens_total{engine="0"} 740.0\n')
+    s = server_side(before, after)
+    assert s["server_mean_time_to_first_token_ms"] == pytest.approx(100.0)  # 2 s over 20 requests
+    assert s["server_time_to_first_token_count"] == 20
+    assert s["server_generation_tokens_total"] == 640
+    assert s["server_mean_inter_token_latency_ms"] is None  # absent: no mean invented
