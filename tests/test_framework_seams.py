@@ -123,7 +123,7 @@ def test_each_descriptor_names_targets_that_import(name):
     if f.version_module is not None:
         assert importlib.util.find_spec(f.version_module) is not None, f"{name}: no module {f.version_module}"
     assert f.strategy in ("config", "image", "custom")
-    assert set(f.preflight) <= {"model_dir", "pipeline_dir", "server_env", "source_repo"}
+    assert set(f.preflight) <= {"model_dir", "pipeline_dir", "server_env", "source_repo", "chat_prompts"}
 
 
 def test_the_descriptors_are_the_frameworks_the_spec_accepts():

@@ -106,6 +106,23 @@ def test_validate_checks_a_gguf_spec_without_converting(smol, empty_cache, capsy
     assert _nothing_cached(empty_cache)
 
 
+def test_the_conversion_keeps_the_ggufs_chat_template_and_validate_reads_it_from_the_header(smol, empty_cache,
+                                                                                            capsys):
+    from inferloom.models.gguf import inspect_gguf
+    from inferloom.models.tokenizer import has_chat_template
+
+    assert inspect_gguf(smol.gguf)["chat_template"]  # tokenizer.chat_template in its metadata
+    assert has_chat_template(smol.dir) and "<|im_start|>assistant" in (smol.dir / "chat_template.jinja").read_text()
+    chats = smol.gguf.parent / "chats.jsonl"
+    chats.write_text('{"messages": [{"role": "user", "content": "Hi"}]}\n')
+    spec = smol.gguf.parent / "chat-spec.yaml"
+    spec.write_text(yaml.safe_dump({"model": smol.gguf.name, "framework": "transformers", "device": "cpu",
+                                    "traffic": {"prompts": "chats.jsonl", "chat_template": True}}))
+    assert main(["validate", str(spec)]) == 0  # the template checked in the header: nothing converted
+    assert yaml.safe_load(capsys.readouterr().out)["traffic"]["chat_template"] is True
+    assert _nothing_cached(empty_cache)
+
+
 def test_a_real_model_not_fetched_says_how_to_fetch_it(empty_cache, capsys):
     with pytest.raises(SpecError) as exc:
         load_spec(None, {"model": NAME})

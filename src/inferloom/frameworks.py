@@ -64,7 +64,8 @@ class Framework:
     version_module: str | None = None
     #: part of inferloom itself: a session's recorded framework version is inferloom's
     builtin: bool = False
-    #: the preflight checks that apply (preflight.py): "model_dir", "pipeline_dir", "server_env", "source_repo"
+    #: the preflight checks that apply (preflight.py): "model_dir", "pipeline_dir", "server_env", "source_repo",
+    #: "chat_prompts" (the adapter renders traffic / quality chats with the model's chat template)
     preflight: tuple[str, ...] = ()
     #: a lazy ``"module:attr"`` target ``(spec, final config, manifest, ledger entries) -> deploy dict``: the final
     #: stack as a user deploys it (workloads/deploy.py; the report's Deploy section, ``inferloom export``'s deploy.md)
@@ -73,7 +74,8 @@ class Framework:
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("transformers", "inferloom.workloads.transformers_engine:TransformersEngine",
-              kernel_engine=True, model_info="preset", version_module="transformers", preflight=("model_dir",),
+              kernel_engine=True, model_info="preset", version_module="transformers",
+              preflight=("model_dir", "chat_prompts"),
               deploy="inferloom.workloads.deploy:transformers_deploy"),
     # deterministic fake with known true effects: tests and demos of the coordinator
     Framework("synthetic", "inferloom.workloads.synthetic:from_spec",
@@ -86,7 +88,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     # an OpenAI-compatible vLLM server as a subprocess, from its own Python environment
     Framework("vllm", "inferloom.workloads.vllm_adapter:from_spec", server=True,
               profile_skip=SERVER_PROFILE_SKIPPED, stack_precision="inferloom.workloads.vllm_knobs:stack_precision",
-              preflight=("model_dir", "server_env"), deploy="inferloom.workloads.deploy:vllm_deploy"),
+              preflight=("model_dir", "server_env", "chat_prompts"), deploy="inferloom.workloads.deploy:vllm_deploy"),
     # a diffusers text-to-image pipeline in this process, with the image quality contract (docs/diffusers.md)
     Framework("diffusers", "inferloom.workloads.diffusers_engine:DiffusersEngine", strategy="image",
               kernel_engine=True, image=True, model_info="pipeline", version_module="diffusers",

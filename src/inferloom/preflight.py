@@ -19,7 +19,13 @@ descriptor's ``preflight`` names, :mod:`inferloom.frameworks`):
 * ``model_dir`` / ``pipeline_dir`` (every other framework): a model (or
   diffusers pipeline) directory exists; every framework: the prompts files exist (the spec's
   own validation checks them when it is read; a manifest read back by
-  ``resume`` is checked again here, the files may have gone since).
+  ``resume`` is checked again here, the files may have gone since), and each
+  holds the lines its flag says (``traffic.chat_template`` /
+  ``quality.chat_template``: all ``{"messages": [...]}`` chats, else all
+  ``{"text": ...}`` texts; parsed, not tokenized); chats need a framework
+  whose descriptor names the ``chat_prompts`` check (transformers, vllm) and
+  a model whose tokenizer has a chat template (its files, or a GGUF's
+  ``tokenizer.chat_template``: nothing is loaded).
 
 The enablement ladder is for a server or workload that starts and then
 fails, never for a file that isn't there.
@@ -37,9 +43,12 @@ from typing import Mapping
 
 from inferloom.frameworks import framework
 from inferloom.models.diffusion_presets import DIFFUSION_PRESETS, is_pipeline_dir
+from inferloom.models.gguf import inspect_gguf
 from inferloom.models.presets import PRESETS
+from inferloom.models.tokenizer import has_chat_template
 from inferloom.process_group import run_in_group
 from inferloom.spec import SpecError, WorkloadSpec
+from inferloom.workloads.prompts import load_prompt_file
 
 __all__ = ["check_runnable", "IMPORT_TIMEOUT_S"]
 
@@ -134,6 +143,32 @@ def _check_files(spec: WorkloadSpec) -> None:
     for field, value in (("traffic.prompts", spec.traffic.prompts), ("quality.prompts_file", spec.quality.prompts_file)):
         if value not in (None, "random") and not os.path.isfile(value):
             raise SpecError(f"{field}: {value} does not exist; expected a .jsonl file")
+    _check_chats(spec)
+
+
+def _check_chats(spec: WorkloadSpec) -> None:
+    """The prompts files parse as their flags say; chats have a model with a chat template (module docstring)."""
+    files = (("traffic", spec.traffic.prompts, spec.traffic.chat_template),
+             ("quality", spec.quality.prompts_file, spec.quality.chat_template))
+    for section, path, chat in files:
+        if path not in (None, "random"):
+            load_prompt_file(path, chat, f"{section}.chat_template")
+    flags = [f"{section}.chat_template" for section, _, chat in files if chat]
+    if not flags:
+        return
+    if "chat_prompts" not in framework(spec.framework).preflight:
+        raise SpecError(f"{flags[0]}: chats are rendered with the model's chat template by the transformers and "
+                        f"vllm adapters only, got framework {spec.framework}")
+    if spec.model in PRESETS:
+        has = False
+    elif spec.model.endswith(".gguf") and os.path.isfile(spec.model):  # validate: not converted yet
+        has = bool(inspect_gguf(spec.model).get("chat_template"))
+    else:
+        has = has_chat_template(spec.model)
+    if not has:
+        raise SpecError(f"{flags[0]}: model {spec.model} has no chat template (no chat_template in "
+                        "tokenizer_config.json, no chat_template.jinja); use {\"text\": ...} lines with "
+                        f"{flags[0]}: false, or a model with a chat template")
 
 
 def check_runnable(spec: WorkloadSpec, *, imports: bool = True, timeout_s: float = IMPORT_TIMEOUT_S) -> None:

@@ -141,7 +141,7 @@ def quality_prompt_sets(spec: WorkloadSpec, adapter: Any) -> dict[str, list[list
     out: dict[str, list[list[int]]] = {}
     texts, tok = None, None
     if q.prompts_file:
-        texts = P.load_jsonl_texts(q.prompts_file)
+        texts = P.load_prompt_file(q.prompts_file, q.chat_template, "quality.chat_template")
         if len(texts) < 2:
             raise P.PromptError(f"quality.prompts_file '{q.prompts_file}': needs at least 2 texts (half eval, half "
                                 "held out)")
@@ -157,7 +157,13 @@ def quality_prompt_sets(spec: WorkloadSpec, adapter: Any) -> dict[str, list[list
         if texts is not None:
             half = len(texts) // 2
             pool = texts[:half] if name == "eval" else texts[half:]
-            out[name] = P.text_prompts(pool, tok, q.prompt_len, seed, n)
+            if q.chat_template:  # each chat rendered whole, its last prompt_len tokens probed (prompts module)
+                ids = P.render_chats(pool, tok, f"quality.prompts_file '{q.prompts_file}'",
+                                     range(1 + (0 if name == "eval" else half), 1 + len(texts)),
+                                     chat_flag="quality.chat_template")
+                out[name] = P.window_prompts(ids, q.prompt_len, seed, n, keep="tail")
+            else:
+                out[name] = P.text_prompts(pool, tok, q.prompt_len, seed, n)
         else:
             out[name] = adapter.prompts(seed, n, q.prompt_len)
     return out

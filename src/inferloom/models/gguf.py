@@ -114,7 +114,8 @@ class _Header:
 
 
 def inspect_gguf(path: str | Path) -> dict[str, Any]:
-    """The architecture, tensor count and version of a GGUF file from its header alone
+    """The architecture, tensor count, version and whether it carries a chat template
+    (``tokenizer.chat_template``) of a GGUF file from its header alone
     (weights unread); :class:`GGUFError` when it is not GGUF, is truncated (the first
     tensor whose data ends past the file's end is named) or its architecture is one
     transformers can't load."""
@@ -174,7 +175,7 @@ def inspect_gguf(path: str | Path) -> dict[str, Any]:
     if "tokenizer.ggml.model" not in meta:
         raise GGUFError(f"{name}: no tokenizer (tokenizer.ggml.model) in its metadata; the converted model needs one")
     return {"architecture": arch, "tensors": len(tensors), "version": version, "bytes": size,
-            "name": meta.get("general.name")}
+            "name": meta.get("general.name"), "chat_template": bool(meta.get("tokenizer.chat_template"))}
 
 
 def converted_dir(sha256: str) -> Path:

@@ -41,6 +41,7 @@ __all__ = [
     "load_tokenizer",
     "save_tokenizer",
     "has_tokenizer_files",
+    "has_chat_template",
 ]
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|pad|>", "<|bos|>", "<|eos|>"
@@ -162,6 +163,20 @@ def save_tokenizer(tok: Any, out_dir: str | Path) -> None:
 def has_tokenizer_files(model_dir: str | Path) -> bool:
     p = Path(model_dir)
     return any((p / name).is_file() for name in _TOKENIZER_FILES[:3])
+
+
+def has_chat_template(model_dir: str | Path) -> bool:
+    """The directory's tokenizer has its own chat template (files only, nothing loaded): a
+    ``chat_template.jinja`` (or ``chat_template.json``), or ``chat_template`` in ``tokenizer_config.json``.
+    A preset's built BPE has none."""
+    p = Path(model_dir)
+    if (p / "chat_template.jinja").is_file() or (p / "chat_template.json").is_file():
+        return True
+    try:
+        cfg = json.loads((p / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and bool(cfg.get("chat_template"))
 
 
 def load_tokenizer(model: str, model_vocab_size: int | None = None) -> Any:

@@ -61,6 +61,9 @@ class Traffic(_Strict):
         "random",
         description="'random' (token ids drawn from a seed) or a JSONL file of {\"text\": ...}",
     )
+    chat_template: bool = Field(
+        False, description="traffic.prompts holds {\"messages\": [...]} lines, each rendered with the model's own "
+        "chat template (generation prompt added) and sent whole (docs/loadgen.md, 'Chat prompts')")
 
     @field_validator("prompts")
     @classmethod
@@ -69,6 +72,14 @@ class Traffic(_Strict):
             raise ValueError("expected 'random' or a path to a .jsonl file")
         if v != "random" and not Path(v).is_file():
             raise ValueError(f"prompts file {v} not found; expected 'random' or an existing .jsonl file")
+        return v
+
+    @field_validator("chat_template")
+    @classmethod
+    def _chat(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and info.data.get("prompts") == "random":  # absent: prompts itself was refused
+            raise ValueError("true needs traffic.prompts: a .jsonl file of {\"messages\": [...]} lines (random ids "
+                             "are no chat)")
         return v
 
 
@@ -83,6 +94,8 @@ class QualitySpec(_Strict):
                           "prompt each; 1 (the default) computes each prompt alone, so the batches a server forms "
                           "never depend on timing (docs/quality.md, 'Batch composition')")
     prompts_file: str | None = Field(None, description="JSONL texts; default random token ids")
+    chat_template: bool = Field(False, description="quality.prompts_file holds {\"messages\": [...]} lines, rendered "
+                                "with the model's chat template (each probe keeps a chat's last prompt_len tokens)")
     min_top1_agreement: float = Field(0.98, ge=0.0, le=1.0)
     max_mean_kl: float = Field(0.01, ge=0.0)
     min_greedy_agreement: float = Field(0.8, ge=0.0, le=1.0)
@@ -100,6 +113,13 @@ class QualitySpec(_Strict):
     def _pf(cls, v: str | None) -> str | None:
         if v is not None and not Path(v).is_file():
             raise ValueError(f"file {v} not found; expected an existing .jsonl file of texts")
+        return v
+
+    @field_validator("chat_template")
+    @classmethod
+    def _chat(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and "prompts_file" in info.data and info.data["prompts_file"] is None:
+            raise ValueError("true needs quality.prompts_file: a .jsonl file of {\"messages\": [...]} lines")
         return v
 
 

@@ -35,7 +35,7 @@ from inferloom.workloads import transformers_quality as quality
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
 from inferloom.workloads.engine_kernels import apply_kernels
 from inferloom.workloads.engine_written import knob as written_knob
-from inferloom.workloads.prompts import load_jsonl_texts, random_prompts, text_prompts
+from inferloom.workloads.prompts import load_prompt_file, random_prompts, render_chats, text_prompts, window_prompts
 from inferloom.workloads.transformers_generation import (
     TokenCountError,
     TransformersHandle,
@@ -65,7 +65,8 @@ class TransformersEngine:
         self._handles: dict[str, TransformersHandle] = {}
         self._counter = itertools.count(1)
         self._tokenizer: Any = None
-        self._texts: list[str] | None = None
+        self._texts: list[Any] | None = None  # the texts, or the chats (traffic.chat_template)
+        self._chat_pool: list[list[int]] | None = None  # the chats rendered, once
         self._info: dict[str, Any] | None = None
         self._vocab_size: int | None = None
 
@@ -119,14 +120,21 @@ class TransformersEngine:
 
     def prompts(self, seed: int, n: int | None = None, length: int | None = None) -> list[list[int]]:
         """The prompts of run ``seed``: ``n`` (default requests_per_run) prompts
-        of ``length`` (default input_len) tokens, random ids or JSONL texts."""
+        of ``length`` (default input_len) tokens, random ids or JSONL texts; chats (``traffic.chat_template``)
+        rendered once by the chat template, none longer than input_len, and cut to a shorter ``length`` (a
+        quality probe's) by keeping their last tokens (``inferloom.workloads.prompts``)."""
         t = self.spec.traffic
         n = self.spec.requests_per_run if n is None else n
         length = t.input_len if length is None else length
         if t.prompts == "random":
             return random_prompts(seed, n, length, self._random_vocab(), self._special_ids())
         if self._texts is None:
-            self._texts = load_jsonl_texts(t.prompts)
+            self._texts = load_prompt_file(t.prompts, t.chat_template, "traffic.chat_template")
+        if t.chat_template:
+            if self._chat_pool is None:
+                self._chat_pool = render_chats(self._texts, self.tokenizer, f"traffic.prompts '{t.prompts}'",
+                                               max_len=t.input_len)
+            return window_prompts(self._chat_pool, length, seed, n, keep="tail")
         return text_prompts(self._texts, self.tokenizer, length, seed, n)
 
     def config_refusal(self, config: Mapping[str, Any]) -> str | None:
@@ -245,6 +253,7 @@ class TransformersEngine:
         try:
             prompts = self.prompts(seed)
             rec.input_tokens = sum(len(p) for p in prompts)
+            rec.extra["input_lens"] = [len(p) for p in prompts]  # per request: texts and chats vary
             batches = [prompts[i:i + conc] for i in range(0, n, conc)]
             tensors = [
                 [self._batch_tensors(b[j:j + micro]) for j in range(0, len(b), micro)] for b in batches

@@ -14,6 +14,11 @@ tokenizer, computed in inferloom's process (inferloom never imports vLLM).
   ids truncated to ``input_len``, and the load generator sends them as
   token-id prompts, exactly as random ids are sent. Input lengths vary; every
   request's is recorded (the serving result's ``input_lens``).
+* chats (``traffic.chat_template: true``, :func:`inferloom.workloads.prompts.render_chats`, the
+  transformers engine's rendering too): each chat rendered by the model's chat template in inferloom's
+  process and sent as token ids, whole (a chat longer than ``input_len`` is refused before a server
+  starts; ``serving.prefix: shared`` would cut it: refused too). The ids are the ones the server's
+  ``/v1/chat/completions`` builds from the same messages (tests/test_chat_prompts.py measures it).
 * ``quality.prompts_file``: the quality sets tokenize with the same tokenizer
   (``VLLMAdapter.tokenizer``, read by :func:`inferloom.measure.quality.quality_prompt_sets`).
 * :func:`check_server_texts`: every text source of a spec read and tokenized
@@ -29,8 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from inferloom.models.presets import PRESETS
 from inferloom.models.tokenizer import has_tokenizer_files, load_tokenizer
-from inferloom.workloads.prompts import (PromptError, load_jsonl_texts, pool_state, tokenize_texts,
-                                         window_prompts)
+from inferloom.workloads.prompts import PromptError, load_prompt_file, pool_state, tokenize_prompts, window_prompts
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -64,11 +68,11 @@ def server_tokenizer(model: str, why: str = "text prompts") -> Any:
                           f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
 
 
-def _quality_texts(path: str, tokenizer: Any) -> None:
-    texts = load_jsonl_texts(path)
+def _quality_texts(path: str, tokenizer: Any, chat: bool = False) -> None:
+    texts = load_prompt_file(path, chat, "quality.chat_template")
     if len(texts) < 2:
         raise PromptError(f"quality.prompts_file '{path}': needs at least 2 texts (half eval, half held out)")
-    tokenize_texts(texts, tokenizer, f"quality.prompts_file '{path}'")
+    tokenize_prompts(texts, tokenizer, f"quality.prompts_file '{path}'", chat, chat_flag="quality.chat_template")
 
 
 class ServerTexts:
@@ -95,13 +99,16 @@ class ServerTexts:
     def pool(self) -> list[list[int]]:
         """The traffic pool's token ids (read and tokenized once)."""
         if self._pool is None:
-            path = self.source
-            self._pool = tokenize_texts(load_jsonl_texts(path), self.tokenizer, f"traffic.prompts '{path}'")
+            path, t = self.source, self.spec.traffic
+            self._pool = tokenize_prompts(load_prompt_file(path, t.chat_template, "traffic.chat_template"),
+                                          self.tokenizer, f"traffic.prompts '{path}'", t.chat_template,
+                                          max_len=t.input_len)
         return self._pool
 
     def draw(self, seed: int, n: int, length: int) -> list[list[int]]:
-        """Run ``seed``'s ``n`` prompts (the pool's window, each at most ``length`` tokens)."""
-        return window_prompts(self.pool(), length, seed, n)
+        """Run ``seed``'s ``n`` prompts (the pool's window, each at most ``length`` tokens; a chat cut to a
+        shorter ``length``, a quality probe's, keeps its last tokens)."""
+        return window_prompts(self.pool(), length, seed, n, keep="tail" if self.spec.traffic.chat_template else "head")
 
     def state(self, seed: int, n: int) -> dict[str, Any]:
         """What a run's ``cache_state`` records of its draw: the source and where it stands in the pool."""
@@ -113,10 +120,13 @@ class ServerTexts:
         """Every text source read and tokenized, once (a bad one: :class:`PromptError`)."""
         if self._checked:
             return
+        if self.spec.traffic.chat_template and self.spec.serving.prefix == "shared":
+            raise PromptError("traffic.chat_template: a chat is sent whole; serving.prefix: shared would put "
+                              "random ids before it and cut it: use serving.prefix: fresh with chats")
         if self.source != "random":
             self.pool()
         if self.spec.quality.prompts_file:
-            _quality_texts(self.spec.quality.prompts_file, self.tokenizer)
+            _quality_texts(self.spec.quality.prompts_file, self.tokenizer, self.spec.quality.chat_template)
         self._checked = True
 
 
