@@ -201,7 +201,7 @@ class VLLMAdapter:
         """The server's ``(argv, env, origin)`` for ``cfg`` on ``port`` (see ``vllm_launch``) with its
         memory share; ``origin["memory"]`` says where each memory setting came from."""
         flags = self.server_flags().flags
-        argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags)
+        argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags, self._trace.longest())
         args, env_m, decided = self._memory.args(cfg, None if flags is None else flags - set(self.rejected_flags))
         return argv + args, {**env, **env_m}, {**origin, "memory": decided}
 

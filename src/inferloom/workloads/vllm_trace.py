@@ -67,6 +67,10 @@ class ServerTrace:
         n = self.spec.traffic.num_prompts
         return int(n) if n is not None else len(self.trace())
 
+    def longest(self) -> int:
+        """The longest request's input + output tokens (0 without a trace): the server's context holds it."""
+        return max((r.input_len + r.output_len for r in self.trace().requests), default=0) if self.enabled else 0
+
     def validate(self) -> None:
         if self.enabled:
             self.trace()
