@@ -73,7 +73,8 @@ def run_bench(
             raise ConfigError("the candidate equals the stock configuration; give at least one --candidate key=value that differs")
         d = spec.diffusion
         shape = (f"{d.width}x{d.height}, {d.steps} steps, batch {d.batch_size}, {d.images_per_run} images per run"
-                 if d is not None else f"concurrency {spec.traffic.concurrency}, {spec.traffic.input_len} in / "
+                 if d is not None else f"trace {spec.traffic.trace} at x{spec.traffic.trace_speed:g}"
+                 if spec.traffic.trace else f"concurrency {spec.traffic.concurrency}, {spec.traffic.input_len} in / "
                  f"{spec.traffic.output_len} out")
         progress(f"workload: {spec.model}, device {spec.resolved_device()}, dtype {spec.dtype}, {shape}"
                  + (f"; result -> {out_hint}" if out_hint else ""))

@@ -86,46 +86,75 @@ async def _one(session: Any, url: str, body: dict[str, Any], timeout_s: float) -
     return rec
 
 
-async def _run(base_url: str, model: str, prompts: Sequence[Sequence[int]], output_len: int, *, concurrency: int,
-               request_rate: float | None, seed: int, warmup: Sequence[Sequence[int]], timeout_s: float,
-               extra_body: dict[str, Any], progress: Callable[[str], None]) -> tuple[list[RequestRecord], float]:
+async def _run(base_url: str, model: str, prompts: Sequence[Sequence[int]], output_lens: Sequence[int], *,
+               concurrency: int | None, request_rate: float | None, seed: int, warmup: Sequence[Sequence[int]],
+               timeout_s: float, extra_body: dict[str, Any], progress: Callable[[str], None],
+               arrivals: Sequence[float] | None = None) -> tuple[list[RequestRecord], float]:
     import aiohttp
 
     url = base_url.rstrip("/") + "/v1/completions"
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as session:
-        sem = asyncio.Semaphore(concurrency)
+        sem = asyncio.Semaphore(concurrency) if concurrency is not None else None
 
-        async def bounded(p: Sequence[int]) -> RequestRecord:
-            async with sem:
-                return await _one(session, url, completion_body(model, p, output_len, **extra_body), timeout_s)
+        async def bounded(p: Sequence[int], out_len: int, due: float | None = None) -> RequestRecord:
+            if sem is None:
+                rec = await _one(session, url, completion_body(model, p, out_len, **extra_body), timeout_s)
+            else:
+                async with sem:
+                    rec = await _one(session, url, completion_body(model, p, out_len, **extra_body), timeout_s)
+            if due is not None:
+                rec.send_lag = rec.start - due
+            return rec
 
         if warmup:
             progress(f"load: {len(warmup)} warm-up requests (not timed)")
-            await asyncio.gather(*(bounded(p) for p in warmup))
+            await asyncio.gather(*(bounded(p, output_lens[0]) for p in warmup))
         rng = random.Random(seed)
         t0 = time.perf_counter()
         tasks = []
         for i, p in enumerate(prompts):
-            if request_rate is not None and i > 0:
+            due = None
+            if arrivals is not None:
+                due = t0 + arrivals[i]
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+            elif request_rate is not None and i > 0:
                 await asyncio.sleep(rng.expovariate(request_rate))
-            tasks.append(asyncio.ensure_future(bounded(p)))
+            tasks.append(asyncio.ensure_future(bounded(p, output_lens[i], due)))
         records = list(await asyncio.gather(*tasks))
         ends = [r.start + r.latency for r in records if r.latency is not None]
         duration = (max(ends) if ends else time.perf_counter()) - t0
         return records, duration
 
 
-def run_load(base_url: str, model: str, prompts: Sequence[Sequence[int]], output_len: int, *, concurrency: int,
-             request_rate: float | None = None, seed: int = 0, warmup: Sequence[Sequence[int]] = (),
+def run_load(base_url: str, model: str, prompts: Sequence[Sequence[int]], output_len: int | Sequence[int], *,
+             concurrency: int | None, request_rate: float | None = None, seed: int = 0,
+             warmup: Sequence[Sequence[int]] = (),
              timeout_s: float = field_default(ServingSpec, "request_timeout_s"),
              extra_body: dict[str, Any] | None = None,
-             progress: Callable[[str], None] = lambda _m: None) -> tuple[list[RequestRecord], float]:
-    """Blocking wrapper (a fresh event loop per run). Returns (records, duration_s)."""
-    if concurrency < 1:
+             progress: Callable[[str], None] = lambda _m: None,
+             arrivals: Sequence[float] | None = None) -> tuple[list[RequestRecord], float]:
+    """Blocking wrapper (a fresh event loop per run). Returns (records, duration_s). ``output_len``: one
+    length, or one per prompt (warm-ups take the first); ``arrivals``: a trace's send offsets (seconds
+    after the first request, non-decreasing); ``concurrency`` None: no cap (trace replays only)."""
+    if concurrency is None and arrivals is None:
+        raise ValueError("concurrency None (no cap) is for a trace replay (arrivals) only")
+    if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency {concurrency}: expected >= 1")
     if request_rate is not None and not request_rate > 0:
         raise ValueError(f"request_rate {request_rate}: expected a positive rate or None")
-    return asyncio.run(_run(base_url, model, prompts, output_len, concurrency=concurrency, request_rate=request_rate,
+    if request_rate is not None and arrivals is not None:
+        raise ValueError("request_rate and arrivals: a run has Poisson arrivals or a trace's, not both")
+    lens = [int(output_len)] * max(1, len(prompts)) if isinstance(output_len, int) else [int(x) for x in output_len]
+    if not isinstance(output_len, int) and len(lens) != len(prompts):
+        raise ValueError(f"{len(lens)} output lengths for {len(prompts)} prompts")
+    if arrivals is not None and (len(arrivals) != len(prompts)
+                                 or any(b < a for a, b in zip(arrivals, arrivals[1:])) or min(arrivals, default=0) < 0):
+        raise ValueError("arrivals: one non-negative, non-decreasing offset per prompt")
+    if not lens:
+        lens = [1]
+    return asyncio.run(_run(base_url, model, prompts, lens, concurrency=concurrency, request_rate=request_rate,
                             seed=seed, warmup=warmup, timeout_s=timeout_s, extra_body=dict(extra_body or {}),
-                            progress=progress))
+                            progress=progress, arrivals=None if arrivals is None else [float(a) for a in arrivals]))

@@ -48,6 +48,7 @@ class RequestRecord:
     latency: float | None = None  # end-to-end, seconds
     error: str | None = None
     server_prompt_tokens: int | None = None  # the server's own count of the prompt (usage.prompt_tokens)
+    send_lag: float | None = None  # a trace replay: seconds sent after its scheduled arrival
 
     @property
     def itl(self) -> list[float]:

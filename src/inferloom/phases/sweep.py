@@ -1,7 +1,7 @@
 """SWEEP phase: re-measure the final stack against stock over a small grid of
 concurrency x input length (descriptive: a fixed number of pairs per point, no
 early stop). Skipped, with its reason, when nothing was kept this cycle (or
-the workload has no traffic grid: ``WorkloadStrategy.sweep_skip_reason``).
+the workload has no traffic grid: ``WorkloadStrategy.sweep_skip_reason``, or a ``traffic.trace``).
 Then another cycle starts at FRAMEWORK, or the session closes."""
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def sweep_step(ctx: SessionContext, st: SessionState) -> None:
         st.extra.sweep = {}
     done = st.extra.sweep.setdefault(str(st.cycle), [])
     out_of_time = ctx.time_left_s(st) <= 0
-    no_grid = ctx.strategy.sweep_skip_reason
+    no_grid = ctx.strategy.sweep_skip_reason or ("a trace's arrivals and lengths are the load (traffic.trace): no "
+                                                 "concurrency x input-length grid" if ctx.spec.traffic.trace else None)
     if not ctx.options.sweep or not kept_now or out_of_time or no_grid:
         reason = (no_grid or ("sweep disabled" if not ctx.options.sweep else f"nothing was kept in cycle {st.cycle}"
                               if not kept_now else "the wall-clock budget is used up"))

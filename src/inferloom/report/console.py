@@ -41,6 +41,7 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
     changed = {k: v for k, v in res["candidate_config"].items() if res["stock_config"].get(k) != v}
     img, tr = res["spec"].get("diffusion"), res["spec"]["traffic"]
     shape = (f"{img['width']}x{img['height']}, {img['steps']} steps, batch {img['batch_size']}" if img else
+             f"trace {tr['trace']} at x{tr.get('trace_speed', 1.0):g}" if tr.get("trace") else
              f"concurrency {tr['concurrency']}, {tr['input_len']} in / {tr['output_len']} out")
     s.add_row("workload", f"{res['spec']['model']} on {res['adapter'].get('device', '?')}, {res['spec']['dtype']}, {shape}")
     if not aa:

@@ -110,8 +110,9 @@ def render_html(b: dict[str, Any], *, manifest: dict[str, Any] | None = None, ti
     if spec:
         t = spec.get("traffic") or {}
         sub = (f"{spec.get('model')} on {spec.get('framework')} / {spec.get('device')} ({spec.get('dtype')}); "
-               f"traffic {t.get('concurrency')} concurrent, {t.get('input_len')} in / {t.get('output_len')} out "
-               f"(spec, manifest.json); session {(manifest or {}).get('seeds', {}).get('session_id', '')}")
+               + (f"traffic: trace {t['trace']} at x{t.get('trace_speed', 1.0):g} " if t.get("trace") else
+                  f"traffic {t.get('concurrency')} concurrent, {t.get('input_len')} in / {t.get('output_len')} out ")
+               + f"(spec, manifest.json); session {(manifest or {}).get('seeds', {}).get('session_id', '')}")
     body = {**section_bodies(b), "llm": llm_section(b),
             "platform": platform_section(b), "energy": energy_section(b), "deploy": None if b.get("stock_never_ran") else deploy_html(deploy)}
     if is_image_roofline(b):  # per denoising step, images/s

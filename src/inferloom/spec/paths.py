@@ -15,7 +15,7 @@ The fields (:data:`SPEC_DIR_PATHS`):
 * ``model`` (unless it names a preset or a real model: ``spec/model.py``; a
   ``.gguf`` file is resolved here like any path, and converted by the spec's
   validation), ``traffic.prompts`` (unless
-  ``random``), ``quality.prompts_file``, ``custom.repo``,
+  ``random``), ``traffic.trace``, ``quality.prompts_file``, ``custom.repo``,
   ``custom.patches.dir``: files and directories;
 * ``serving.python`` and the program of ``custom.patches.command`` (its first
   element): when they contain a ``/`` (a bare name such as ``python3`` is
@@ -49,6 +49,7 @@ __all__ = ["SPEC_DIR_PATHS", "resolve_spec_paths", "resolve_path_value", "resolv
 SPEC_DIR_PATHS: Mapping[str, str] = {
     "model": "path",
     "traffic.prompts": "path",
+    "traffic.trace": "path",
     "quality.prompts_file": "path",
     "quality.task.file": "path",
     "diffusion.prompts_file": "path",

@@ -82,6 +82,22 @@ class Traffic(_Strict):
                              "are no chat)")
         return v
 
+    trace: str | None = Field(None, description="framework vllm: a trace of requests (JSONL: Mooncake "
+                              "{timestamp ms, input_length, output_length} or {arrival_s, input_len or text, "
+                              "output_len}; or an Azure CSV) replayed at its recorded arrivals (docs/loadgen.md)")
+    trace_speed: float = _n(1.0, 0, 1000.0, "trace replay speed: 2.0 replays the arrivals twice as fast", gt=True)
+    trace_max_in_flight: int | None = _n(None, 1, 100_000, "trace: at most this many requests in flight "
+                                         "(default: no cap, every request sent at its arrival)")
+
+    @field_validator("trace")
+    @classmethod
+    def _trace_file(cls, v: str | None) -> str | None:
+        if v is not None and not (v.endswith(".jsonl") or v.endswith(".csv")):
+            raise ValueError("expected a path to a .jsonl (or Azure .csv) trace file")
+        if v is not None and not Path(v).is_file():
+            raise ValueError(f"trace file {v} not found; expected an existing .jsonl or .csv file")
+        return v
+
 
 class QualitySpec(_Strict):
     """The quality contract. Defaults are justified in docs/quality.md."""
@@ -249,6 +265,22 @@ class WorkloadSpec(_Strict):
             raise ValueError("objective goodput needs a server framework (vllm): only the load generator measures it")
         if s.arrival == "poisson" and s.request_rate is None:
             raise ValueError("serving.arrival poisson needs serving.request_rate")
+        return self
+
+    @model_validator(mode="after")
+    def _trace_only_vllm(self) -> "WorkloadSpec":
+        t = self.traffic
+        if t.trace is None:
+            return self
+        if self.framework != "vllm":
+            raise ValueError(f"traffic.trace needs framework vllm (the load generator replays it), got {self.framework}")
+        if t.prompts != "random":
+            raise ValueError("traffic.trace and traffic.prompts: a trace carries its own lengths (or texts); "
+                             "leave traffic.prompts random")
+        if self.serving.arrival == "poisson":
+            raise ValueError("traffic.trace and serving.arrival poisson: a trace carries its own arrivals")
+        if self.serving.prefix == "shared":
+            raise ValueError("traffic.trace and serving.prefix shared: a trace replay sends fresh prompts")
         return self
 
     @model_validator(mode="after")

@@ -21,7 +21,8 @@
   (``vllm_run.py``). Prompts: random token ids, or ``traffic.prompts`` texts
   tokenized here with the model directory's own tokenizer (``vllm_texts``:
   each run its window of the pool, no text repeated across the pairs of a
-  comparison while the pool lasts); warm-ups always random ids.
+  comparison while the pool lasts); warm-ups always random ids. ``traffic.trace``: each run replays its
+  window of the trace at the recorded arrivals and lengths (``vllm_trace``).
 * Paired A/B on a small CPU machine: both servers of a comparison stay up and
   only one receives load at a time (the protocol alternates them). Each run
   records the CPU seconds the *other* live servers burnt meanwhile
@@ -66,6 +67,7 @@ from inferloom.workloads.vllm_servers import MemoryShareOnce, VLLMHandle, start_
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
 from inferloom.workloads.vllm_run import serving_run
 from inferloom.workloads.vllm_texts import ServerTexts
+from inferloom.workloads.vllm_trace import ServerTrace
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -100,6 +102,8 @@ class VLLMAdapter:
         self._notes: dict[str, str] = {}
         self._texts = ServerTexts(spec, self.model_dir)
         self._texts.validate()  # a bad text source (no tokenizer, nothing to encode): one line, before anything runs
+        self._trace = ServerTrace(spec, self.model_dir, self.vocab_size, lambda: self._texts.tokenizer)
+        self._trace.validate()  # traffic.trace read and checked (vllm_trace): a bad one is one line, exit 2
 
     # ------------------------------------------------------------ plumbing
     def set_log_dir(self, path: str | Path, progress: Callable[[str], None] | None = None) -> None:
@@ -177,7 +181,7 @@ class VLLMAdapter:
         flight (an H200 session measured max_num_seqs=1 at c64: -96.6%, docs/benchmarks.md section 18)."""
         seqs, c = int(config.get("max_num_seqs") or 0), int(self.spec.traffic.concurrency)
         if (0 < seqs < c and self.spec.objective == "output_tokens_per_s"
-                and self.spec.serving.arrival == "concurrency"):
+                and self.spec.serving.arrival == "concurrency" and self.spec.traffic.trace is None):
             return (f"max_num_seqs={seqs} is below traffic.concurrency={c}: at most {seqs} of the {c} requests in "
                     "flight are scheduled per step, so throughput can only drop; not measured")
         return None
@@ -197,7 +201,7 @@ class VLLMAdapter:
         """The server's ``(argv, env, origin)`` for ``cfg`` on ``port`` (see ``vllm_launch``) with its
         memory share; ``origin["memory"]`` says where each memory setting came from."""
         flags = self.server_flags().flags
-        argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags)
+        argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags, self._trace.longest())
         args, env_m, decided = self._memory.args(cfg, None if flags is None else flags - set(self.rejected_flags))
         return argv + args, {**env, **env_m}, {**origin, "memory": decided}
 
@@ -276,7 +280,8 @@ class VLLMAdapter:
 
     def run(self, handle: VLLMHandle, seed: int) -> RunRecord:
         return serving_run(self.spec, handle, seed, draw_prompts=self.random_prompts, run_prompts=self.run_prompts,
-                           others=lambda: self._others(handle), model_id=self.model_dir)
+                           others=lambda: self._others(handle), model_id=self.model_dir,
+                           trace_plan=self._trace.plan if self._trace.enabled else None)
 
     # ------------------------------------------------------------- quality
     def greedy(self, handle: VLLMHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:

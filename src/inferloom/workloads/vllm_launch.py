@@ -82,25 +82,27 @@ def server_model_dir(spec: WorkloadSpec, progress: Callable[[str], None]) -> str
     return str(d)
 
 
-def max_model_len(spec: WorkloadSpec) -> int:
-    """``serving.max_model_len``, else the longest traffic or quality sequence
-    plus a margin, rounded up to a multiple of 64."""
+def max_model_len(spec: WorkloadSpec, longest: int = 0) -> int:
+    """``serving.max_model_len``, else the longest traffic or quality sequence (``longest``: a trace's
+    longest input + output) plus a margin, rounded up to a multiple of 64."""
     if spec.serving.max_model_len:
         return int(spec.serving.max_model_len)
     t, q = spec.traffic, spec.quality
-    need = max(t.input_len + t.output_len, q.prompt_len + q.continuation_len + 1) + 16
+    need = max(t.input_len + t.output_len, q.prompt_len + q.continuation_len + 1, longest) + 16
     return int(-(-need // 64) * 64)
 
 
 def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], port: int,
-                   server_flags: Collection[str] | None = None) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+                   server_flags: Collection[str] | None = None,
+                   longest: int = 0) -> tuple[list[str], dict[str, str], dict[str, Any]]:
     """``(argv, env, origin)`` of the server for configuration ``cfg`` on
-    ``port``; ``server_flags``: the installed server's flags, where known."""
+    ``port``; ``server_flags``: the installed server's flags, where known; ``longest``: a trace's longest
+    request (input + output tokens), which the context must hold."""
     s = spec.serving
     args, env_k, origin = to_launch(cfg, server_flags)
     argv = [s.python, "-m", s.module, "--model", model_dir, "--served-model-name", SERVED_NAME,
             "--host", "127.0.0.1", "--port", str(port), "--seed", str(spec.seed),
-            "--max-model-len", str(max_model_len(spec)), "--max-logprobs", str(TOP_K),
+            "--max-model-len", str(max_model_len(spec, longest)), "--max-logprobs", str(TOP_K),
             *s.extra_args, *args]
     env = dict(os.environ)
     env.update(s.env)
