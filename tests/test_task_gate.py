@@ -112,9 +112,75 @@ def test_char_tokenizer_round_trips_digits_one_token_each():
     assert ids[0] == 1 and len(ids) == 7 and tok.decode(ids, skip_special_tokens=True) == "12+3=\n"
 
 
-def test_spec_refuses_a_task_gate_outside_the_transformers_engine():
-    with pytest.raises(SpecError, match="quality.task .*needs framework transformers, got synthetic"):
-        load_spec(None, {"framework": "synthetic", "quality.task": {"file": "llama-tiny-trained"}})
+def test_spec_refuses_a_task_gate_without_a_tokenizer_and_greedy_path_and_takes_vllm():
+    for fw, model in (("synthetic", "llama-tiny"), ("diffusers", "sd3-tiny")):  # custom: the same rule
+        with pytest.raises(SpecError, match=f"quality.task .*needs framework transformers or vllm, got {fw}"):
+            load_spec(None, {"framework": fw, "model": model, "quality.task": {"file": "llama-tiny-trained"}})
+    spec = load_spec(None, {"framework": "vllm", "quality.task": {"file": "smollm2-135m-instruct"}})
+    assert spec.quality.task.file.endswith("data/tasks/smollm2-135m-instruct.jsonl")
+
+
+def test_the_shipped_smollm2_set_has_both_splits_eight_tasks_and_no_chat_template(tmp_path):
+    from inferloom.models.trained import TASK_SETS, task_eval_file
+    from inferloom.spec.paths import resolve_spec_paths
+
+    items = TG.load_task_items(task_eval_file("smollm2-135m-instruct"))
+    assert [len(items["eval"]), len(items["heldout"])] == [40, 40]
+    for split in items.values():
+        assert {it.task for it in split} == {"add", "capital", "antonym", "plural", "sequence", "upper", "past", "letter"}
+        assert all("<|im_start|>" not in it.prompt and it.prompt.count("\n") == 4 for it in split)
+    assert not {it.prompt for it in items["eval"]} & {it.prompt for it in items["heldout"]}
+    assert resolve_spec_paths({"quality": {"task": {"file": "smollm2-135m-instruct"}}}, tmp_path) == \
+        {"quality": {"task": {"file": "smollm2-135m-instruct"}}}  # a name, not a path next to the spec
+    assert set(TASK_SETS) == {"llama-tiny-trained", "smollm2-135m-instruct"}
+    with pytest.raises(ValueError, match="unknown task set 'nope'"):
+        task_eval_file("nope")
+
+
+def test_the_generator_writes_the_shipped_file_again(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from inferloom.models.trained import task_eval_file
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "smollm2_tasks.py"
+    spec = importlib.util.spec_from_file_location("smollm2_tasks", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.write(tmp_path / "t.jsonl", 0)
+    assert (tmp_path / "t.jsonl").read_text() == task_eval_file("smollm2-135m-instruct").read_text()
+
+
+class _Tok:
+    """Ids are characters; 0 is the end of sequence."""
+    eos_token_id = 0
+
+    def __call__(self, text):
+        return {"input_ids": [ord(ch) for ch in text]}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(i) for i in ids if not (skip_special_tokens and i == 0))
+
+
+class _Adapter:
+    tokenizer = _Tok()
+
+    def __init__(self, conts):
+        self.conts, self.prompts = conts, None
+
+    def greedy(self, handle, prompts, n):
+        self.prompts = prompts
+        return [[ord(ch) if isinstance(ch, str) else ch for ch in c][:n] for c in self.conts]
+
+
+def test_a_continuation_past_its_end_of_sequence_is_not_part_of_the_answer():
+    items = [TG.TaskItem("a=", "7"), TG.TaskItem("b=", "8"), TG.TaskItem("c=", "9")]
+    # " 7" then EOS then more text (ignore_eos / min_tokens go on generating); " 8\n..."; " 9" then EOS then "9"
+    a = _Adapter([[" ", "7", 0, "1", "2"], [" ", "8", "\n", "x", "y"], [" ", "9", 0, "9", "\n"]])
+    assert TG.task_answers(a, None, items, 5) == ["7", "8", "9"]
+    assert TG.score_task(a, None, items, 5) == [1, 1, 1]
+    assert a.prompts == [[97, 61], [98, 61], [99, 61]]  # tok(prompt) as the tokenizer has it
+    assert TG.answer_ids([5, 3, 0, 4], {0}) == [5, 3] and TG.answer_ids([5, 3], set()) == [5, 3]
 
 
 def test_the_report_says_which_tolerance_a_kept_change_passed():

@@ -2,9 +2,12 @@
 
 A declared eval of prompts with exact answers (JSONL, each item in the
 ``eval`` or ``heldout`` split) is answered greedily by stock and by the
-candidate through the adapter's real generation path; an item is correct when
-the generated text up to the first newline equals its answer. The two
-per-item correctness vectors are compared *paired*:
+candidate through the adapter's real generation path (the transformers
+engine's generate(); a server's completions, one request per item at
+``quality.concurrency`` with a fresh ``cache_salt``, as every server probe);
+an item is correct when the generated text up to the first newline (or the
+first end-of-sequence token) equals its answer. The two per-item correctness
+vectors are compared *paired*:
 
 * ``b`` = items stock got right and the candidate wrong, ``c`` = the reverse;
 * the exact McNemar p-value (two-sided binomial test of ``b`` vs ``c``) is
@@ -35,7 +38,9 @@ __all__ = [
     "TaskReference",
     "load_task_items",
     "answer_of",
+    "answer_ids",
     "score_task",
+    "task_answers",
     "paired_drop",
     "capture_task_reference",
     "evaluate_task",
@@ -94,13 +99,44 @@ def answer_of(text: str) -> str:
 
 def score_task(adapter: Any, handle: Any, items: Sequence[TaskItem], max_new_tokens: int) -> list[int]:
     """Per item 1 if the configuration's greedy answer is exact, else 0
-    (through ``adapter.greedy``: its real generation path)."""
+    (through ``adapter.greedy``: its real generation path; a server's is its
+    completions, one request per item at ``quality.concurrency``).
+
+    The prompts are the adapter's tokenizer's ids of the item text, ``tok(text)``
+    as the tokenizer has it (a BOS only where that tokenizer adds one), sent as
+    token ids: every engine that loads the model directory's tokenizer scores
+    the same ids. The greedy paths generate exactly ``max_new_tokens`` (EOS
+    suppressed, ``ignore_eos`` on a server), so the answer is cut at the first
+    end-of-sequence token should one appear (:func:`answer_ids`), then at the
+    first newline (:func:`answer_of`)."""
+    return [int(a == it.answer) for it, a in zip(items, task_answers(adapter, handle, items, max_new_tokens))]
+
+
+def task_answers(adapter: Any, handle: Any, items: Sequence[TaskItem], max_new_tokens: int) -> list[str]:
+    """The configuration's greedy answer to each item (see :func:`score_task`)."""
     tok = getattr(adapter, "tokenizer", None)
     if tok is None:
         raise ValueError(f"task gate: the {type(adapter).__name__} adapter has no tokenizer to encode the task prompts")
     prompts = [list(tok(it.prompt)["input_ids"]) for it in items]
     conts = adapter.greedy(handle, prompts, max_new_tokens)
-    return [int(answer_of(tok.decode(c, skip_special_tokens=True)) == it.answer) for it, c in zip(items, conts)]
+    stop = _stop_ids(tok)
+    return [answer_of(tok.decode(answer_ids(c, stop), skip_special_tokens=True)) for c in conts]
+
+
+def _stop_ids(tok: Any) -> set[int]:
+    eos = getattr(tok, "eos_token_id", None)
+    return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if isinstance(e, int)}
+
+
+def answer_ids(ids: Sequence[int], stop: set[int]) -> list[int]:
+    """``ids`` up to (without) the first id in ``stop``: what a continuation generated past its end of
+    sequence (``ignore_eos``, ``min_tokens``) is not part of the answer."""
+    out: list[int] = []
+    for t in ids:
+        if int(t) in stop:
+            break
+        out.append(int(t))
+    return out
 
 
 def paired_drop(stock: Sequence[int], cand: Sequence[int], confidence: float) -> dict[str, float]:

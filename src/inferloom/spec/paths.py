@@ -38,7 +38,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from inferloom.models.trained import TRAINED_PRESETS
+from inferloom.models.trained import TASK_SETS
 from inferloom.spec.model import MODEL_NAMES
 
 __all__ = ["SPEC_DIR_PATHS", "resolve_spec_paths", "resolve_path_value", "resolve_override", "absolute"]
@@ -62,7 +62,7 @@ SPEC_DIR_PATHS: Mapping[str, str] = {
 # values that are names, not paths
 _NOT_PATHS: Mapping[str, frozenset[str]] = {"model": MODEL_NAMES,
                                              "traffic.prompts": frozenset({"random"}),
-                                             "quality.task.file": frozenset(TRAINED_PRESETS)}
+                                             "quality.task.file": frozenset(TASK_SETS)}
 
 
 def absolute(value: str, base: str | Path) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from inferloom.models.trained import TRAINED_PRESETS, task_eval_file
+from inferloom.models.trained import TASK_SETS, task_eval_file
 from inferloom.spec.fields import _n, _Strict
 
 __all__ = ["TaskGateSpec", "NumericsToleranceSpec"]
@@ -21,8 +21,9 @@ class TaskGateSpec(_Strict):
     ``max_drop`` below stock's (one-sided paired bound at ``confidence``)."""
 
     file: str = Field(..., description="JSONL of {\"prompt\", \"answer\", \"split\": \"eval\" | \"heldout\"}, "
-                      "or a trained preset's name (llama-tiny-trained: its shipped tasks.jsonl); the answer is the greedy "
-                      "text up to the first newline")
+                      "or a shipped set's name (llama-tiny-trained: that preset's tasks.jsonl; smollm2-135m-instruct: "
+                      "few-shot items for that real model); the answer is the greedy text up to the first newline "
+                      "(or the first end-of-sequence token)")
     max_drop: float = Field(0.02, ge=0.0, le=1.0, description="accuracy (a fraction) the candidate may lose "
                             "against stock, at the upper confidence bound")
     confidence: float = Field(0.95, gt=0.5, lt=1.0, description="one-sided confidence of the bound")
@@ -31,7 +32,7 @@ class TaskGateSpec(_Strict):
     @field_validator("file")
     @classmethod
     def _file(cls, v: str) -> str:
-        if v in TRAINED_PRESETS:  # a trained preset's own declared eval
+        if v in TASK_SETS:  # a shipped eval: a trained preset's own, or a real model's
             return str(task_eval_file(v))
         if not Path(v).is_file():
             raise ValueError(f"file {v} not found; expected a JSONL file of prompt/answer items")

@@ -48,6 +48,10 @@ class SpecError(InferloomError, ValueError):
 REQUESTS_PER_CONCURRENCY: Mapping[str, int] = MappingProxyType(
     {"transformers": 4, "synthetic": 4, "custom": 4, "vllm": 5, "diffusers": 1})
 
+#: the frameworks whose adapter answers the task gate's items (``quality.task``): the model's own
+#: tokenizer and a greedy generation path (in process, or through the server's completions)
+_TASK_GATE_FRAMEWORKS = ("transformers", "vllm")
+
 
 class Traffic(_Strict):
     concurrency: int = _n(8, 1, 4096, "requests in flight (one batch)")
@@ -285,9 +289,11 @@ class WorkloadSpec(_Strict):
 
     @model_validator(mode="after")
     def _task_gate_framework(self) -> "WorkloadSpec":
-        if self.quality.task is not None and self.framework != "transformers":
-            raise ValueError(f"quality.task (the task-accuracy gate) needs framework transformers, got {self.framework}: "
-                             "the other adapters have no in-process tokenizer for its prompts yet")
+        if self.quality.task is not None and self.framework not in _TASK_GATE_FRAMEWORKS:
+            raise ValueError(f"quality.task (the task-accuracy gate) needs framework transformers or vllm, got "
+                             f"{self.framework}: its items are text prompts answered greedily, and only those "
+                             "adapters have the model's tokenizer and a greedy generation path (a custom workload "
+                             "judges quality with its own quality_gate)")
         return self
 
     @field_validator("model")
