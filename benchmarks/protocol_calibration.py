@@ -26,9 +26,21 @@ Noise models (per-run log-throughput):
 * ``instance1/3``: 1% / 3% Gaussian plus an instance effect: one arm's
   instance is 3-6% slower (uniform, drawn per session) for its whole life: in
   the A/A a random one of the two stock instances, in the trial the baseline's
-  (the direction that favours the candidate: the worst case).
+  (the direction that favours the candidate: the worst case);
+* ``loaded``: a twice-loaded machine: 20% Gaussian plus 10% of runs stalling
+  to half speed (per-pair sd about 0.41, as a 2x loaded CPU measured);
+* ``loaded_t3``: Student t with 3 d.f., scale 15% (heavy tails on a loaded machine).
+
+The harm stop (``protocol.harm_ratio``; before the first look, every pair grossly slower: revert) is in
+the session's protocol as ``run_paired`` has it (:func:`inferloom.measure.protocol.first_harm_stop` on the
+pairs before the first look, then :func:`sequential_decision`): ``harm stop`` is its rate, ``keep lost``
+the keeps it took away (the session would have kept without it: its whole cost in power), ``pairs, no
+harm`` the mean pairs without it. ``--harm-only`` measures the harm stop alone on many more sessions
+(it needs no look; a session can harm-stop only if its first two pairs are below the harm ratio, so only
+those are asked), with the A/A on ``--aa-pairs`` pairs or none (``--aa-pairs 0``: the fallback sd).
 
     PYTHONPATH=src .venv/bin/python benchmarks/protocol_calibration.py --trials 2000
+    PYTHONPATH=src .venv/bin/python benchmarks/protocol_calibration.py --harm-only --trials 200000 --aa-pairs 7
 """
 
 from __future__ import annotations
@@ -42,17 +54,19 @@ from typing import Any
 import numpy as np
 
 from inferloom.measure.keep_rule import aa_floor, session_keep
-from inferloom.measure.protocol import ProtocolSettings, decide, planned_looks, sequential_decision
+from inferloom.measure.protocol import ProtocolSettings, decide, first_harm_stop, planned_looks, sequential_decision
 
 MODELS: dict[str, dict[str, Any]] = {
     "gauss1": {"noise": 0.01}, "gauss3": {"noise": 0.03}, "gauss5": {"noise": 0.05},
     "t3": {"noise": 0.05, "t3": True}, "drift": {"noise": 0.03, "drift": -0.25},
     "order": {"noise": 0.03, "order": 0.04}, "stalls": {"noise": 0.02, "stall_p": 0.10, "stall": 0.40},
     "instance1": {"noise": 0.01, "instance": (0.03, 0.06)}, "instance3": {"noise": 0.03, "instance": (0.03, 0.06)},
+    "loaded": {"noise": 0.20, "stall_p": 0.10, "stall": 1.0}, "loaded_t3": {"noise": 0.15, "t3": True},
 }
 LABELS = {"gauss1": "1% Gaussian", "gauss3": "3% Gaussian", "gauss5": "5% Gaussian", "t3": "5% scale, t 3 d.f.",
           "drift": "3% + shared drift -25%", "order": "3% + 4% order effect", "stalls": "2% + 10% stalls (40% slower)",
-          "instance1": "1% + instance effect 3-6%", "instance3": "3% + instance effect 3-6%"}
+          "instance1": "1% + instance effect 3-6%", "instance3": "3% + instance effect 3-6%",
+          "loaded": "2x loaded: 20% + 10% half-speed stalls", "loaded_t3": "2x loaded: t 3 d.f., scale 15%"}
 
 
 def simulate(model: dict[str, Any], ratio: float, trials: int, pairs: int, rng: np.random.Generator,
@@ -99,8 +113,9 @@ def run_cell(model: dict[str, Any], ratio: float, trials: int, settings: Protoco
     d = simulate(model, ratio, trials, settings.max_pairs, rng, inst=inst)
     d_aa = simulate(model, 1.0, trials, settings.max_pairs, rng, aa=True, inst=inst)
     looks = planned_looks(settings)
-    counts = {"keep": 0, "revert": 0, "inconclusive": 0, "session_keep": 0, "point_keep": 0, "old_keep": 0}
-    pairs = 0
+    counts = {"keep": 0, "revert": 0, "inconclusive": 0, "session_keep": 0, "point_keep": 0, "old_keep": 0,
+              "harm": 0, "keep_lost": 0}
+    pairs = pairs_no_harm = 0
     for i in range(trials):
         aa = sequential_decision(d_aa[i], settings, every_pair=True)  # the A/A's final look, as a session has it
         noise = {"ratio": math.exp(aa.mean), "ci_low": math.exp(aa.lo), "ci_high": math.exp(aa.hi)}
@@ -120,17 +135,66 @@ def run_cell(model: dict[str, Any], ratio: float, trials: int, settings: Protoco
         st = replace(settings, prior_sd=float(np.std(d_aa[i], ddof=1)), prior_df=settings.max_pairs - 1)
         for key, floor in floors.items():  # the session's protocol: the floor is in its keep threshold
             if key in variants:
-                lk = sequential_decision(d[i], replace(st, floor=floor))
-                counts[key] += session_keep(protocol_verdict=lk.verdict, quality_passed=True, ci_low=math.exp(lk.lo),
-                                            min_gain=settings.min_gain, floor=floor)
+                sf = replace(st, floor=floor)
+                lk = sequential_decision(d[i], sf)
+                kept = session_keep(protocol_verdict=lk.verdict, quality_passed=True, ci_low=math.exp(lk.lo),
+                                    min_gain=settings.min_gain, floor=floor)
+                harm = first_harm_stop(d[i, :settings.min_pairs - 1], sf) if key == "session_keep" else None
+                counts[key] += kept and harm is None
                 if key == "session_keep":  # its keep is session_keep (the same rule); the rest of its verdicts
-                    counts[lk.verdict] += lk.verdict != "keep"
-                    pairs += lk.n_pairs
+                    pairs_no_harm += lk.n_pairs
+                    if harm is not None:  # run_paired ends at the harm stop: a revert
+                        counts["harm"] += 1
+                        counts["keep_lost"] += kept
+                        counts["revert"] += 1
+                        pairs += harm.n_pairs
+                    else:
+                        counts[lk.verdict] += lk.verdict != "keep"
+                        pairs += lk.n_pairs
         if "old_keep" in variants:  # the rule before: the protocol without a floor, then max(min_gain, |r - 1|)
             lk = sequential_decision(d[i], st)
             counts["old_keep"] += lk.verdict == "keep" and math.exp(lk.lo) - 1.0 > abs(math.exp(aa.mean) - 1.0)
             counts["keep"] += lk.verdict == "keep"
-    return {k: v / trials for k, v in counts.items()} | {"pairs": pairs / trials}
+    return {k: v / trials for k, v in counts.items()} | {"pairs": pairs / trials, "pairs_no_harm": pairs_no_harm / trials}
+
+
+def harm_cell(model: dict[str, Any], ratio: float, trials: int, settings: ProtocolSettings, seed: int,
+              aa_pairs: int) -> dict[str, float]:
+    """The harm stop alone (``--harm-only``): its rate and the mean pairs to it, on ``trials`` sessions whose A/A
+    ran ``aa_pairs`` pairs (0: no A/A). A stop needs every pair below the harm ratio, so a session whose first
+    two pairs are not is not asked (exact, and what makes 10^5-10^6 sessions take seconds)."""
+    rng = np.random.default_rng(seed)
+    inst = rng.uniform(*model["instance"], size=trials) if "instance" in model else None
+    k_max = settings.min_pairs - 1
+    d = simulate(model, ratio, trials, k_max, rng, inst=inst)
+    sd = np.std(simulate(model, 1.0, trials, aa_pairs, rng, aa=True, inst=inst), axis=1, ddof=1) if aa_pairs >= 2 \
+        else None
+    maybe = np.flatnonzero(np.all(d[:, :2] < math.log(settings.harm_ratio), axis=1))
+    stops, pairs = 0, 0
+    for i in maybe:
+        st = settings if sd is None else replace(settings, prior_sd=float(sd[i]), prior_df=aa_pairs - 1)
+        h = first_harm_stop(d[i], st)
+        if h is not None:
+            stops += 1
+            pairs += h.n_pairs
+    return {"harm": stops / trials, "stops": stops, "asked": len(maybe),
+            "pairs_to_stop": pairs / stops if stops else float("nan"),
+            "mean_pairs_before_look": (pairs + (trials - stops) * settings.min_pairs) / trials}
+
+
+def harm_main(args: Any, settings: ProtocolSettings) -> None:
+    print(f"harm stop alone: {args.trials} sessions per cell, A/A on {args.aa_pairs or 'no'} pairs, harm_ratio "
+          f"{settings.harm_ratio}, min_pairs {settings.min_pairs}; a zero count's 95% upper bound is 3/{args.trials}\n")
+    print("| noise model | true ratio | harm stop | stops / sessions | mean pairs to a stop | mean pairs to the first look or the stop |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for mi, name in enumerate(args.models.split(",")):
+        ratios = args.ratios if args.ratios != "auto" else "1.00,1.05,0.50,0.30,0.10,0.03"
+        for ri, r in enumerate(float(x) for x in ratios.split(",")):
+            t0 = time.perf_counter()
+            c = harm_cell(MODELS[name], r, args.trials, settings, seed=7_000 + 1_000 * mi + ri, aa_pairs=args.aa_pairs)
+            print(f"| {LABELS[name]} | {r:.3f} | {c['harm']:.4%} | {c['stops']} / {args.trials} | "
+                  f"{c['pairs_to_stop']:.2f} | {c['mean_pairs_before_look']:.2f} |  <!-- {time.perf_counter() - t0:.0f}s -->",
+                  flush=True)
 
 
 def mc_error(p: float, n: int) -> float:
@@ -147,6 +211,10 @@ def main() -> None:
     ap.add_argument("--legacy", action="store_true", help="the legacy design (Bonferroni looks, bootstrap + t)")
     ap.add_argument("--resamples", type=int, default=999, help="bootstrap resamples (legacy only)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a protocol setting")
+    ap.add_argument("--variants", default="session_keep,point_keep,old_keep",
+                    help="the keep rules to run (fewer: faster; `keep`, `before` come with old_keep, `point floor` with point_keep)")
+    ap.add_argument("--harm-only", action="store_true", help="the harm stop alone, on many sessions (no looks)")
+    ap.add_argument("--aa-pairs", type=int, default=30, help="--harm-only: the A/A's pairs (0: no A/A)")
     args = ap.parse_args()
     over: dict[str, Any] = {}
     for kv in args.set:
@@ -158,20 +226,29 @@ def main() -> None:
                 "bootstrap_resamples": args.resamples, **over}
     settings = ProtocolSettings(**over)
     print(f"settings: {settings.to_dict()}")
+    if args.harm_only:
+        harm_main(args, settings)
+        return
     print(f"{args.trials} trials per cell; Monte-Carlo standard error of a rate p: sqrt(p(1-p)/{args.trials}) "
           f"(0.22 points at 1%)\n")
-    print("| noise model | true ratio | keep | session keep | point floor | before | revert | inconclusive | mean pairs |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| noise model | true ratio | keep | session keep | point floor | before | revert | inconclusive | mean pairs "
+          "| harm stop | keep lost | pairs, no harm |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     t_all = time.perf_counter()
     for mi, name in enumerate(args.models.split(",")):
         ratios = args.ratios if args.ratios != "auto" else \
             ("1.00,1.009,1.03,1.05,1.10" if name == "gauss3" else "1.00,1.009,1.05")
         for ri, r in enumerate(float(x) for x in ratios.split(",")):
             t0 = time.perf_counter()
-            c = run_cell(MODELS[name], r, args.trials, settings, seed=1_000 * mi + ri, legacy=args.legacy)
-            print(f"| {LABELS[name]} | {r:.3f} | {c['keep']:.2%} | {c['session_keep']:.2%} | {c['point_keep']:.2%} | "
-                  f"{c['old_keep']:.2%} | {c['revert']:.1%} | "
-                  f"{c['inconclusive']:.1%} | {c['pairs']:.1f} |  <!-- {time.perf_counter() - t0:.0f}s -->",
+            c = run_cell(MODELS[name], r, args.trials, settings, seed=1_000 * mi + ri, legacy=args.legacy,
+                         variants=tuple(args.variants.split(",")))
+            ran = set(args.variants.split(",")) | ({"old_keep", "point_keep"} if args.legacy else set())
+            col = {k: f"{c[k]:.2%}" if (k if k != "keep" else "old_keep") in ran else "-"
+                   for k in ("keep", "session_keep", "point_keep", "old_keep")}
+            print(f"| {LABELS[name]} | {r:.3f} | {col['keep']} | {col['session_keep']} | {col['point_keep']} | "
+                  f"{col['old_keep']} | {c['revert']:.1%} | "
+                  f"{c['inconclusive']:.1%} | {c['pairs']:.1f} | {c['harm']:.2%} | {c['keep_lost']:.2%} | "
+                  f"{c['pairs_no_harm']:.1f} |  <!-- {time.perf_counter() - t0:.0f}s -->",
                   flush=True)
     print(f"\ntotal {time.perf_counter() - t_all:.0f}s")
 

@@ -54,7 +54,8 @@ class RuleCritic:
         quality = f"failed quality ({failed})" if failed else "failed quality"
 
         if verdict == "revert":  # a futility stop is not "slower": say why the protocol stopped
-            why = "a gain worth keeping is out of reach: futility" if "futility" in str(ev.protocol_reason) else "slower"
+            why = ("a gain worth keeping is out of reach: futility" if "futility" in str(ev.protocol_reason) else
+                   "grossly slower: harm stop before the first look" if "(harm)" in str(ev.protocol_reason) else "slower")
             return self._revert(f"{head}: reverted ({why})" + (f"; also {quality}" if passed is False else ""))
         if verdict == "inconclusive":
             return self._revert(f"{what}: {_pct(ratio)} [{_pct(lo)}, {_pct(hi)}], inconclusive after {n} pairs: reverted")

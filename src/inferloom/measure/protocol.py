@@ -31,7 +31,11 @@ floor))``, ``floor`` the session A/A's, :mod:`inferloom.measure.keep_rule`):
 **keep** iff the interval's lower bound is above ``g``; **revert** iff its upper bound is below ``g`` or (sequential)
 the futility test rejects ``target_gain``; otherwise **continue**, or
 **inconclusive** at the final look (sequential: the look that reaches the
-budget). A run that fails (``success=False``, or a record with no valid
+budget). Sequential, before the first look: the **harm stop** (:func:`harm_stop`,
+``settings.harm_ratio``, 0 disables) reverts after pair ``k >= 2`` when every pair
+so far is grossly slower (below the harm ratio and far below 1 for the A/A's
+noise): it only reverts, and at a true ratio of at least 1 it stops with
+probability at most 0.1% (:mod:`inferloom.measure.sequential`). A run that fails (``success=False``, or a record with no valid
 timing) stops the protocol at once with verdict **failed**; failures are data
 and every raw record is kept.
 
@@ -58,11 +62,11 @@ from inferloom.measure.keep_rule import aa_floor
 from inferloom.measure.metrics import Metric, output_tokens_per_s
 from inferloom.measure.protocol_bootstrap import decide
 from inferloom.measure.protocol_types import Decision, ProtocolSettings, Verdict, planned_looks
-from inferloom.measure.sequential import SeqLook, sequential_look
+from inferloom.measure.sequential import HARM_MIN_PAIRS, SeqLook, harm_look, sequential_look
 from inferloom.workloads.base import RunRecord
 
 __all__ = ["Verdict", "ProtocolSettings", "Decision", "Pair", "ProtocolResult", "planned_looks", "decide",
-           "sequential_decision", "decision_at", "run_paired", "with_prior", "noise_floor"]
+           "sequential_decision", "decision_at", "harm_stop", "first_harm_stop", "run_paired", "with_prior", "noise_floor"]
 
 
 def sequential_decision(log_ratios: Sequence[float], settings: ProtocolSettings, *,
@@ -108,6 +112,39 @@ def decision_at(log_ratios: Sequence[float], settings: ProtocolSettings, *, ever
     if settings.design == "bonferroni":
         return decide(d, settings, final=d.size == settings.max_pairs, n_looks=n_looks)
     return _as_decision(sequential_decision(d, settings, every_pair=every_pair), d, settings, n_looks)
+
+
+def harm_stop(log_ratios: Sequence[float], settings: ProtocolSettings) -> Decision | None:
+    """The harm stop's decision on the pairs so far (sequential design, ``HARM_MIN_PAIRS <= len <
+    min_pairs``, ``harm_ratio`` > 0): a ``revert`` :class:`Decision` with ``stop == "harm"`` when every
+    pair is below the harm bound (:func:`inferloom.measure.sequential.harm_look`), else None. Pure.
+    :func:`run_paired` asks it after every pair before the first look; the first one that stops ends the run."""
+    d = np.asarray(list(log_ratios), dtype=float)
+    if (settings.design != "sequential" or not settings.harm_ratio or not HARM_MIN_PAIRS <= d.size < settings.min_pairs
+            or not np.all(np.isfinite(d))):
+        return None
+    hk = harm_look(d, harm_ratio=settings.harm_ratio, prior_sd=settings.prior_sd)
+    if hk is None or not hk.stop:
+        return None
+    return Decision(
+        verdict="revert", n_pairs=hk.n_pairs, mean_log=hk.mean, sd_log=float(d.std(ddof=1)), ratio=math.exp(hk.mean),
+        ci_low=math.exp(float(d.min())), ci_high=math.exp(hk.worst), confidence=settings.confidence,
+        confidence_per_look=1.0 - hk.error, n_looks=len(planned_looks(settings)), final=False, method="harm",
+        bootstrap_seed=None, resamples=None, min_gain=settings.min_gain, boot_ci_low=None, boot_ci_high=None,
+        t_ci_low=None, t_ci_high=None, design="sequential", stop="harm", reason=hk.reason,
+        target_gain=settings.target_gain, floor=settings.floor, harm_bound=math.exp(hk.bound), harm_sd=hk.sd)
+
+
+def first_harm_stop(log_ratios: Sequence[float], settings: ProtocolSettings) -> Decision | None:
+    """The harm stop :func:`run_paired` would make on these pairs: the first pair count ``k`` (from
+    ``HARM_MIN_PAIRS``, before the first look, at most ``len(log_ratios)``) at which :func:`harm_stop`
+    reverts, else None. Pure."""
+    d = list(log_ratios)
+    for k in range(HARM_MIN_PAIRS, min(len(d), settings.min_pairs - 1) + 1):
+        dec = harm_stop(d[:k], settings)
+        if dec is not None:
+            return dec
+    return None
 
 
 @dataclass
@@ -192,6 +229,8 @@ def run_paired(
     decision when a look happened at that pair, else ``None``.
     ``stop_early=False`` (for A/A noise-floor runs) records every look but
     always runs ``max_pairs`` pairs; the verdict is then the last look's.
+    Before the first look (sequential design) every pair from the second asks
+    :func:`harm_stop`; a harm stop is recorded as the only look.
     """
     looks_at = planned_looks(settings)
     pairs: list[Pair] = []
@@ -224,6 +263,10 @@ def run_paired(
         if len(pairs) in looks_at:
             decision = decision_at([p.log_ratio for p in pairs], settings, every_pair=not stop_early)
             looks.append(decision)
+        elif stop_early and len(pairs) < looks_at[0]:  # before the first look: only the harm stop may end it
+            decision = harm_stop([p.log_ratio for p in pairs], settings)
+            if decision is not None:
+                looks.append(decision)
         if on_pair is not None:
             on_pair(pair, decision)
         if decision is not None and decision.verdict != "continue":

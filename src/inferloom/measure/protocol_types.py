@@ -44,6 +44,7 @@ class ProtocolSettings:
     power: float = _spec("power")
     futility_error: float = _spec("futility_error")
     trim: float = _spec("trim")
+    harm_ratio: float = _spec("harm_ratio")
     spending_power: float = _spec("spending_power")
     warmup_runs: int = _spec("warmup_runs")
     bootstrap_resamples: int = _spec("bootstrap_resamples")
@@ -96,10 +97,13 @@ class Decision:
     Sequential design (``design == "sequential"``): ``mean_log`` is the trimmed
     mean, the interval ``mean_log +- crit_keep * se_log``, ``method``
     ``"trimmed-t"``; ``stop`` says why the run stopped (``efficacy``,
-    ``futility``, ``below_min_gain``, ``budget``; None while it continues) and
+    ``futility``, ``below_min_gain``, ``budget``, ``harm``; None while it continues) and
     ``reason`` says it in words; the bootstrap fields are None; ``floor`` is
     the session A/A's floor the keep cleared on top of ``min_gain`` (0.0 when
-    none, and in results written before it)."""
+    none, and in results written before it). A harm stop (``stop == "harm"``, ``method`` ``"harm"``, before
+    the first planned look: :func:`inferloom.measure.sequential.harm_look`) has ``ci_low`` / ``ci_high`` the
+    smallest and largest pair ratio (no interval), ``harm_bound`` the ratio every pair was below and
+    ``harm_sd`` the per-pair sd the bound used; both None for every other look."""
 
     verdict: Verdict
     n_pairs: int
@@ -137,6 +141,8 @@ class Decision:
     futility_gain: float | None = None
     target_gain: float | None = None
     floor: float = 0.0
+    harm_bound: float | None = None
+    harm_sd: float | None = None
 
     @property
     def gain_pct(self) -> float:

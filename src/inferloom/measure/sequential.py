@@ -43,6 +43,16 @@ degrees of freedom (a futility stop never keeps, so it may lean on the A/A's
 sd, pooled into ``sigma``): a gain worth keeping is out of reach.
 Also revert iff the whole interval lies below the minimum gain. Otherwise
 continue, or inconclusive at the final look.
+
+Harm stop (:func:`harm_look`; it only reverts, so it never raises the false-keep rate). Before the first
+look, after pair ``k`` (``HARM_MIN_PAIRS = 2 <= k < min_pairs``), revert iff every pair's log-ratio so far
+is below ``L_k = min(log(harm_ratio), -z_k * s_k)``: ``s_k`` the per-pair sd, the larger of the session
+A/A's (``prior_sd``; :data:`HARM_FALLBACK_SD` without an A/A) and the sd of the ``k`` pairs themselves;
+``z_k = sqrt((1 - q_k) / q_k)`` with ``q_k = (HARM_ERROR * 2^-(k-1))^(1/k)``. By Cantelli's inequality
+(``P(d - mu <= -z s) <= 1 / (1 + z^2)`` for any law with sd at most ``s``), at a true ratio of at least 1
+(``mu >= 0``) with independent pairs, a harm stop at pair ``k`` has probability at most ``q_k^k = HARM_ERROR
+* 2^-(k-1)``, and at any pair at most ``HARM_ERROR`` (0.1%) in all: whatever the tails, for any noise whose
+per-pair sd the A/A (or the fallback) does not underestimate. Chosen and simulated in docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -57,8 +67,9 @@ from scipy import optimize, special, stats
 
 from inferloom.measure.keep_rule import keep_threshold
 
-__all__ = ["BUDGET_INFLATION", "FUTILITY_SPENDING", "GRID", "trimmed_stats", "spent", "keep_boundaries", "budget", "SeqLook",
-           "sequential_look"]
+__all__ = ["BUDGET_INFLATION", "FUTILITY_SPENDING", "GRID", "HARM_ERROR", "HARM_MIN_PAIRS", "HARM_FALLBACK_SD",
+           "trimmed_stats", "spent", "keep_boundaries", "budget", "SeqLook", "sequential_look", "HarmLook",
+           "harm_error_at", "harm_z", "harm_look"]
 
 #: factor on the fixed-n pair count for the sequential looks and the trimming
 BUDGET_INFLATION = 1.1
@@ -66,6 +77,12 @@ BUDGET_INFLATION = 1.1
 FUTILITY_SPENDING = 1.0
 #: grid points of the continuation density (score scale) in :func:`keep_boundaries`
 GRID = 401
+#: the harm stop's error: at most this probability of a harm stop at a true ratio >= 1 (Cantelli's bound)
+HARM_ERROR = 1e-3
+#: a harm stop needs at least this many pairs (one in each order: a one-off slow first run never stops it)
+HARM_MIN_PAIRS = 2
+#: the per-pair sd the harm stop assumes without a session A/A (the largest measured on a 2x loaded machine: 0.41)
+HARM_FALLBACK_SD = 0.5
 
 
 def _pdf(z: np.ndarray) -> np.ndarray:
@@ -235,3 +252,59 @@ def sequential_look(d: Sequence[float], looks: Sequence[int], *, alpha: float, b
             break
         t_prev, n_prev, b_prev = t, n, b_cum
     return out
+
+
+@dataclass(frozen=True)
+class HarmLook:
+    """The harm check after ``n_pairs`` pairs (log scale): ``sd`` the per-pair sd it used (``sd_from``:
+    ``aa``, ``fallback`` or ``pairs``: whichever was the largest), ``z`` its Cantelli multiplier,
+    ``bound`` the log-ratio every pair must be below, ``worst`` the largest pair log-ratio, ``stop``
+    whether it reverts, and ``reason`` in words."""
+
+    n_pairs: int
+    harm_ratio: float
+    error: float          # this pair count's share of HARM_ERROR
+    sd: float
+    sd_from: str
+    z: float
+    bound: float
+    worst: float
+    mean: float
+    stop: bool
+    reason: str
+
+
+def harm_error_at(k: int) -> float:
+    """Pair ``k``'s share of :data:`HARM_ERROR`: ``HARM_ERROR * 2^-(k - HARM_MIN_PAIRS + 1)`` (sums to it)."""
+    return HARM_ERROR * 0.5 ** (k - HARM_MIN_PAIRS + 1)
+
+
+def harm_z(k: int) -> float:
+    """Cantelli's multiplier for ``k`` pairs all below ``-z s``: ``q = error^(1/k)``, ``z = sqrt((1 - q) / q)``."""
+    q = harm_error_at(k) ** (1.0 / k)
+    return math.sqrt((1.0 - q) / q)
+
+
+def harm_look(d: Sequence[float], *, harm_ratio: float, prior_sd: float | None = None) -> HarmLook | None:
+    """The harm check on all of ``d`` (module doc): None when it is off (``harm_ratio`` 0) or ``d`` has fewer
+    than :data:`HARM_MIN_PAIRS` pairs. The caller asks it only before the first look. Pure."""
+    x = np.asarray(d, dtype=float)
+    k = int(x.size)
+    if not harm_ratio or harm_ratio <= 0.0 or k < HARM_MIN_PAIRS:
+        return None
+    cands = [("aa", float(prior_sd)) if prior_sd is not None else ("fallback", HARM_FALLBACK_SD),
+             ("pairs", float(x.std(ddof=1)))]
+    sd_from, sd = max(cands, key=lambda c: c[1])
+    z = harm_z(k)
+    bound = min(math.log(harm_ratio), -z * sd)
+    worst, mean = float(x.max()), float(x.mean())
+    stop = worst < bound
+    src = {"aa": "the A/A's", "fallback": "no A/A: the fallback", "pairs": "the pairs'"}[sd_from]
+    if stop:
+        reason = (f"revert (harm): grossly slower: all {k} pairs are below x{math.exp(bound):.4f} (the lower of the "
+                  f"harm ratio x{harm_ratio:g} and {z:.2f} sd below 1, sd {sd:.4f} {src}); ratio x{math.exp(mean):.4f} "
+                  f"after {k} pairs, before the first look")
+    else:
+        reason = f"continue: not every pair is below the harm bound x{math.exp(bound):.4f} after {k} pairs"
+    return HarmLook(n_pairs=k, harm_ratio=float(harm_ratio), error=harm_error_at(k), sd=sd, sd_from=sd_from, z=z,
+                    bound=bound, worst=worst, mean=mean, stop=stop, reason=reason)

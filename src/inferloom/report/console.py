@@ -55,7 +55,8 @@ def print_bench(res: dict[str, Any], console: Console, out_path: str | None = No
         s.add_row(f"{d.get('confidence', 0.95) * 100:.0f}% interval",
                   f"[{d['ci_low']:.4f}, {d['ci_high']:.4f}]  ({pct_2dp(d['ci_low'])} .. {pct_2dp(d['ci_high'])}); "
                   f"per-look confidence {d.get('confidence_per_look', float('nan')):.4f}, "
-                  + (f"{d.get('method')}, budget {d.get('budget')} pairs" if d.get("design") == "sequential"
+                  + ("harm stop: the range of the pair ratios, no interval" if d.get("stop") == "harm" else
+                     f"{d.get('method')}, budget {d.get('budget')} pairs" if d.get("design") == "sequential"
                      else f"{d.get('method', '?')} bootstrap, seed {d.get('bootstrap_seed')}"))
         if d.get("reason"):
             s.add_row("why it stopped", str(d["reason"]))

@@ -161,6 +161,9 @@ class ProtocolSpec(_Strict):
     futility_error: float = Field(0.05, ge=0.0, lt=0.5, description="sequential: at most this probability of a "
                                   "futility stop at a true gain of target_gain")
     trim: float = Field(0.05, ge=0.0, le=0.25, description="sequential: share trimmed from each end of the log-ratios")
+    harm_ratio: float = Field(0.5, ge=0.0, lt=1.0, description="sequential: revert before min_pairs when every pair "
+                              "so far (2 at least) is below this ratio and far below 1 for the A/A's noise (harm stop; "
+                              "it never keeps; 0 disables)")
     spending_power: float = _n(4.0, 0.5, 10.0, "sequential: error spent by information fraction t is t^this")
     warmup_runs: int = _n(1, 1, 100, "untimed runs per configuration first")
     bootstrap_resamples: int = _n(4999, 199, 100_000, "bootstrap resamples of the interval (bonferroni design)")

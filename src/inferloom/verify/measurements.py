@@ -135,6 +135,14 @@ def _sequential(f: Findings, group: str, seq: int, st: Mapping[str, Any], proto:
     budget ``max_pairs``); the rule on each recorded interval; the stop at the first decisive look."""
     aa = m.get("action") == "measure_stock"
     looks = list(proto.get("looks") or [])
+    harm = None if aa else Q.recompute_harm(d, st)
+    recorded_harm = [lk.get("n_pairs") for lk in looks if lk.get("stop") == "harm"]
+    if float(st.get("harm_ratio") or 0.0) > 0.0 and not aa:
+        f.add("verdict rule", "harm stop before the first look", recorded_harm, [harm.n_pairs] if harm else [], seq,
+              recorded_harm == ([harm.n_pairs] if harm else []), "harm stop rule")
+    if harm is not None:
+        _harm(f, group, seq, proto, m, looks, harm, len(d))
+        return
     want = Q.recompute_looks(d, st, [n for n in looks_at if n <= len(d)], every_pair=aa)
     f.add("verdict rule", "looks at the planned pair counts", [lk.get("n_pairs") for lk in looks],
           [r.n_pairs for r in want][:len(looks)], seq, [lk.get("n_pairs") for lk in looks] == [r.n_pairs for r in want][:len(looks)])
@@ -169,6 +177,24 @@ def _sequential(f: Findings, group: str, seq: int, st: Mapping[str, Any], proto:
               proto.get("verdict") == dec.get("verdict") == m.get("verdict"))
     if aa and isinstance(m.get("noise"), Mapping) and want:
         check_noise(f, m["noise"], dec, d[:want[-1].n_pairs], seq, mean=want[-1].mean)
+
+
+def _harm(f: Findings, group: str, seq: int, proto: Mapping[str, Any], m: Mapping[str, Any],
+          looks: list[Mapping[str, Any]], r: Q.HarmRecomputed, n_pairs: int) -> None:
+    """A harm stop: the only look, on the last pair, a revert; its numbers recomputed."""
+    lk = looks[-1] if looks else {}
+    f.add("verdict rule", "the harm stop is the only look, on the last pair", [x.get("n_pairs") for x in looks],
+          [r.n_pairs], seq, [x.get("n_pairs") for x in looks] == [r.n_pairs] == [n_pairs], "stop rule")
+    name = f"harm stop (n={r.n_pairs})"
+    for key, val in (("mean_log", r.mean), ("sd_log", r.sd_log), ("harm_sd", r.sd)):
+        f.add(group, f"{name} {key}", lk.get(key), val, seq, S.close(lk.get(key), val))
+    f.add(group, f"{name} harm_bound", lk.get("harm_bound"), math.exp(r.bound), seq,
+          S.close(lk.get("harm_bound"), math.exp(r.bound)))
+    for key, val in (("verdict", "revert"), ("stop", "harm")):
+        f.add("verdict rule", f"{name} {key}", lk.get(key), val, seq, lk.get(key) == val, "harm stop rule")
+    if proto.get("verdict") != "failed":
+        f.add("verdict rule", "protocol.verdict", proto.get("verdict"), "revert", seq,
+              proto.get("verdict") == "revert" == m.get("verdict"))
 
 
 def check_noise(f: Findings, noise: Mapping[str, Any], dec: Mapping[str, Any], d: list[float], seq: int,

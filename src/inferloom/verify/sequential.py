@@ -2,7 +2,9 @@
 module docstring of ``inferloom.measure.sequential``), not imported from it: per look the trimmed mean of
 the paired log-ratios with Yuen's standard error, the pair budget, the information fraction, the spent
 errors, the keep threshold (minimum gain and A/A floor), the keep boundary (a group-sequential boundary for Brownian motion, here by Simpson's rule on the
-z scale: another quadrature than the protocol's), the futility bound and the verdict.
+z scale: another quadrature than the protocol's), the futility bound and the verdict; and the harm stop
+before the first look (:func:`recompute_harm`: every pair below ``min(log harm_ratio, -z_k s_k)``, Cantelli's
+multiplier at pair ``k``'s share of the 0.1% harm error).
 
 A boundary recomputed by another quadrature agrees to about 1e-6; the check allows :data:`Z_TOL` on the z
 scale and carries it into the interval's ends."""
@@ -16,13 +18,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import optimize, stats
 
-__all__ = ["Z_TOL", "SeqRecomputed", "trimmed", "boundaries", "keep_log_threshold", "recompute_looks"]
+__all__ = ["Z_TOL", "SeqRecomputed", "trimmed", "boundaries", "keep_log_threshold", "recompute_looks", "HarmRecomputed",
+           "recompute_harm"]
 
 #: tolerance on a recomputed z boundary
 Z_TOL = 1e-4
 _POINTS = 1201
 _BUDGET_INFLATION = 1.1
 _FUTILITY_SPENDING = 1.0
+_HARM_ERROR, _HARM_FIRST, _HARM_NO_AA_SD = 1e-3, 2, 0.5  # docs/protocol.md, "Harm stop"
 
 
 def keep_log_threshold(st: Mapping[str, Any]) -> float:
@@ -150,3 +154,36 @@ def recompute_looks(d: Sequence[float], st: Mapping[str, Any], looks: Sequence[i
             break
         t_prev, n_prev, b_prev = t, n, b_cum
     return out
+
+
+@dataclass(frozen=True)
+class HarmRecomputed:
+    """The harm stop recomputed at pair ``n_pairs`` (log scale)."""
+
+    n_pairs: int
+    sd: float
+    bound: float
+    mean: float
+    sd_log: float
+
+
+def recompute_harm(d: Sequence[float], st: Mapping[str, Any]) -> HarmRecomputed | None:
+    """The first pair count ``k`` (``2 <= k < min_pairs``, ``k <= len(d)``) at which the harm stop reverts under
+    settings ``st`` (the result's own; no ``harm_ratio``, a result written before it, or 0: never), else None.
+    Pair ``k`` spends ``0.1% / 2^(k-1)`` of the harm error; with ``q = that^(1/k)`` every one of the ``k`` pairs must
+    lie ``sqrt(1/q - 1)`` sds below 0 (Cantelli) and below ``log(harm_ratio)``; the sd is the larger of the A/A's
+    (0.5 without one) and the ``k`` pairs' own."""
+    h = float(st.get("harm_ratio") or 0.0)
+    if h <= 0.0 or st.get("design", "bonferroni") != "sequential":
+        return None
+    prior = st.get("prior_sd")
+    for k in range(_HARM_FIRST, min(len(d), int(st["min_pairs"]) - 1) + 1):
+        x = [float(v) for v in d[:k]]
+        m = math.fsum(x) / k
+        own = math.sqrt(math.fsum((v - m) ** 2 for v in x) / (k - 1))
+        sd = max(float(prior) if prior is not None else _HARM_NO_AA_SD, own)
+        q = (_HARM_ERROR / 2.0 ** (k - 1)) ** (1.0 / k)
+        bound = min(math.log(h), -math.sqrt(1.0 / q - 1.0) * sd)
+        if max(x) < bound:
+            return HarmRecomputed(k, sd, bound, m, own)
+    return None
