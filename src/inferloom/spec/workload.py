@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -26,6 +25,7 @@ from inferloom.spec.llm import AgentsSpec, LLMSpec
 from inferloom.spec.model import MODEL_HELP, resolve_model
 from inferloom.spec.paths import resolve_override, resolve_spec_paths
 from inferloom.spec.serving import check_extra_args, check_serving_env
+from inferloom.spec.traffic import REQUESTS_PER_CONCURRENCY, Traffic
 
 __all__ = [
     "SpecError", "objective_label", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec",
@@ -39,68 +39,9 @@ class SpecError(InferloomError, ValueError):
     """A bad spec: the message is one line naming the key and what was expected."""
 
 
-#: Requests per timed run when ``traffic.num_prompts`` is unset, as a multiple of
-#: ``traffic.concurrency``, per framework: ONE rule (:attr:`WorkloadSpec.requests_per_run`),
-#: used by every adapter and by the spec's description. vLLM uses 5: every vLLM
-#: result in docs/benchmarks.md and docs/loadgen.md was measured so; the
-#: in-process adapters use 4 (a custom entrypoint sets its own load; an image
-#: workload's run is ``diffusion.batch_size`` x ``diffusion.batches_per_run`` images).
-REQUESTS_PER_CONCURRENCY: Mapping[str, int] = MappingProxyType(
-    {"transformers": 4, "synthetic": 4, "custom": 4, "vllm": 5, "diffusers": 1})
-
 #: the frameworks whose adapter answers the task gate's items (``quality.task``): the model's own
 #: tokenizer and a greedy generation path (in process, or through the server's completions)
 _TASK_GATE_FRAMEWORKS = ("transformers", "vllm")
-
-
-class Traffic(_Strict):
-    concurrency: int = _n(8, 1, 4096, "requests in flight (one batch)")
-    input_len: int = _n(128, 1, 131072, "prompt tokens per request")
-    output_len: int = _n(64, 1, 32768, "output tokens per request (EOS disabled)")
-    num_prompts: int | None = _n(
-        None, 1, 100_000, "requests per timed run (default, per framework: "
-        + ", ".join(f"{fw} {k} x concurrency" for fw, k in REQUESTS_PER_CONCURRENCY.items()) + ")"
-    )
-    prompts: str = Field(
-        "random",
-        description="'random' (token ids drawn from a seed) or a JSONL file of {\"text\": ...}",
-    )
-    chat_template: bool = Field(
-        False, description="traffic.prompts holds {\"messages\": [...]} lines, each rendered with the model's own "
-        "chat template (generation prompt added) and sent whole (docs/loadgen.md, 'Chat prompts')")
-
-    @field_validator("prompts")
-    @classmethod
-    def _prompts(cls, v: str) -> str:
-        if v != "random" and not v.endswith(".jsonl"):
-            raise ValueError("expected 'random' or a path to a .jsonl file")
-        if v != "random" and not Path(v).is_file():
-            raise ValueError(f"prompts file {v} not found; expected 'random' or an existing .jsonl file")
-        return v
-
-    @field_validator("chat_template")
-    @classmethod
-    def _chat(cls, v: bool, info: ValidationInfo) -> bool:
-        if v and info.data.get("prompts") == "random":  # absent: prompts itself was refused
-            raise ValueError("true needs traffic.prompts: a .jsonl file of {\"messages\": [...]} lines (random ids "
-                             "are no chat)")
-        return v
-
-    trace: str | None = Field(None, description="framework vllm: a trace of requests (JSONL: Mooncake "
-                              "{timestamp ms, input_length, output_length} or {arrival_s, input_len or text, "
-                              "output_len}; or an Azure CSV) replayed at its recorded arrivals (docs/loadgen.md)")
-    trace_speed: float = _n(1.0, 0, 1000.0, "trace replay speed: 2.0 replays the arrivals twice as fast", gt=True)
-    trace_max_in_flight: int | None = _n(None, 1, 100_000, "trace: at most this many requests in flight "
-                                         "(default: no cap, every request sent at its arrival)")
-
-    @field_validator("trace")
-    @classmethod
-    def _trace_file(cls, v: str | None) -> str | None:
-        if v is not None and not (v.endswith(".jsonl") or v.endswith(".csv")):
-            raise ValueError("expected a path to a .jsonl (or Azure .csv) trace file")
-        if v is not None and not Path(v).is_file():
-            raise ValueError(f"trace file {v} not found; expected an existing .jsonl or .csv file")
-        return v
 
 
 class QualitySpec(_Strict):
