@@ -295,6 +295,8 @@ RENDERED = {
     "llm-kernel-h200-2026-12-01/session": ("5b59f34f0ebadf0d", "a0cdf77420e4dfb2", "edfc44f07ada3208"),
     # published 2026-12-02 (session 36, docs/benchmarks.md §18: the real SmolLM2 on vLLM, real-text traffic)
     "smollm2-h200-vllm-2026-12-02/s31": ("b84a1eedb3a5ecd2", "5870cd894744a3f7", "e7785b19f14401a4"),
+    # published 2026-12-02 (session 37, docs/benchmarks.md §20: the c1 session whose budget ended in PRELUDE)
+    "smollm2-h200-vllm-2026-12-02/r2/c1": ("5bb348726f8fa3e4", "e1d3ce4c4271c9a8", "6e055b9b7afcf012"),
 }
 
 
