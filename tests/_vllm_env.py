@@ -5,6 +5,9 @@ fails loudly if it can't). The tests skip, saying why, only when neither exists.
 from __future__ import annotations
 
 import os
+import subprocess  # noqa: F401  (wait_health's annotation)
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -44,3 +47,18 @@ def spec_overrides(py: str, model: str, **more: object) -> dict[str, object]:
             "serving.startup_timeout_s": 300, "traffic.concurrency": 4, "traffic.input_len": 32,
             "traffic.output_len": 16, "quality.eval_prompts": 4, "quality.heldout_prompts": 4,
             "quality.prompt_len": 16, "quality.continuation_len": 8, "pinned": {"enforce_eager": True}, **more}
+
+
+def wait_health(proc: "subprocess.Popen[bytes]", port: int, log: Path, timeout_s: float, step_s: float = 0.5) -> None:
+    """Wait until a server started by a test answers ``/health`` with 200; fail with the log's tail when the
+    process exits first or ``timeout_s`` passes (the one wait loop of the tests that start a server by hand)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None, f"the server exited ({proc.returncode}):\n{log.read_text()[-3000:]}"
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"no /health after {timeout_s:.0f} s:\n{log.read_text()[-3000:]}"
+        time.sleep(step_s)

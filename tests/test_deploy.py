@@ -122,11 +122,10 @@ def test_a_real_vllm_cpu_server_starts_from_the_exported_command(session, tmp_pa
     import os
     import signal
     import subprocess
-    import time
     import urllib.request
     from pathlib import Path
 
-    from _vllm_env import require_vllm, spec_overrides, tiny_model_dir
+    from _vllm_env import require_vllm, spec_overrides, tiny_model_dir, wait_health
 
     from inferloom.workloads.server_process import free_port
 
@@ -151,16 +150,7 @@ def test_a_real_vllm_cpu_server_starts_from_the_exported_command(session, tmp_pa
     proc = subprocess.Popen([str(sh), "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()[-3000:]
-            time.sleep(0.5)
+        wait_health(proc, port, tmp_path / "server.log", 240)
         req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", headers={"Content-Type": "application/json"},
                                      data=json.dumps({"model": "inferloom-model", "prompt": "The capital of",
                                                       "max_tokens": 8, "temperature": 0}).encode())

@@ -355,3 +355,22 @@ def test_a_compiled_graphs_own_time_is_inductors_fused_code_not_other(tiny):
     assert graphs and all(o["category"] == "elementwise" for o in graphs)
     assert prof["categories"]["elementwise"]["share"] >= sum(o["share"] for o in graphs) - 1e-9
     assert prof["categories"]["gemm"]["share"] > 0  # the graph's aten::mm calls, counted on their own
+
+
+def test_the_roofline_places_only_output_tok_s_of_fixed_length_traffic(tmp_path):
+    """A goodput objective (requests/s within SLOs) or a trace (its own lengths and arrivals) is not what the
+    roofline bounds: roofline_skip says why, and roofline_for places nothing (no fraction in other units)."""
+    from types import SimpleNamespace
+
+    from inferloom.phases.roofline import roofline_for, roofline_skip
+    from inferloom.spec import load_spec
+
+    tok = load_spec(None, {"framework": "synthetic", "model": "llama-tiny"})
+    assert roofline_skip(tok) is None
+    good = SimpleNamespace(framework="vllm", diffusion=None, objective="goodput", traffic=SimpleNamespace(trace=None))
+    assert "goodput" in roofline_skip(good) and "output tok/s" in roofline_skip(good)
+    traced = SimpleNamespace(diffusion=None, objective="output_tokens_per_s", traffic=SimpleNamespace(trace="t.jsonl"))
+    assert "trace" in roofline_skip(traced)
+    ceil = SimpleNamespace(model_dump=lambda: {"hbm_bytes_per_s": 1e12, "flops_per_s": 1e14})
+    st = SimpleNamespace(extra=SimpleNamespace(ceilings=ceil))
+    assert roofline_for(SimpleNamespace(spec=good), st, 12.0, {}) is None

@@ -29,7 +29,7 @@ from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
 from inferloom.measure.compare import compare, reference_sets, stock_references
 from inferloom.phases.context import SessionContext
-from inferloom.phases.roofline import PROFILE, ROOFLINE, kept_roofline, roofline_for
+from inferloom.phases.roofline import PROFILE, ROOFLINE, kept_roofline, roofline_for, roofline_skip
 from inferloom.phases.trial import execute_trial, run_trial
 from inferloom.session import ledger as L
 from inferloom.session.state import PendingAction, Phase, SessionState
@@ -209,6 +209,8 @@ def profile_step(ctx: SessionContext, st: SessionState) -> None:
     stock = so.median
     try:
         roof = roofline_for(ctx, st, stock, st.stock_config) if ceil else None
+        if ceil and roofline_skip(ctx.spec):
+            ctx.progress(f"PRELUDE: no roofline: {roofline_skip(ctx.spec)}")
     except (ValueError, OSError) as exc:  # a model directory whose shape the cost model can't read
         ctx.progress(f"PRELUDE: no roofline: {exc}")
         roof = None

@@ -18,17 +18,31 @@ from inferloom.session.state import SessionState
 from inferloom.session.state_models import Trial, TrialRoofline
 from inferloom.workloads.registry import stack_precision
 
-__all__ = ["PROFILE", "ROOFLINE", "roofline_for", "kept_roofline"]
+__all__ = ["PROFILE", "ROOFLINE", "roofline_for", "roofline_skip", "kept_roofline"]
 
 PROFILE = "profile"  # ledger kind: one torch.profiler profile
 ROOFLINE = "roofline"  # ledger kind: ceilings and where a stack sits under them
 
 
+def roofline_skip(spec: Any) -> str | None:
+    """Why no roofline places this workload's objective (None: it does). The roofline bounds output tok/s of
+    ``concurrency`` sequences of ``input_len`` in and ``output_len`` out; a goodput objective (requests/s
+    within SLOs) is not in those units, and a trace's requests have their own lengths and arrivals."""
+    if spec.diffusion is None and spec.objective != "output_tokens_per_s":
+        return (f"the objective is {spec.objective} (requests/s within the SLOs), not output tok/s: "
+                "the roofline bounds output tok/s only")
+    if getattr(spec.traffic, "trace", None):
+        return ("the traffic is a trace (its own arrivals and lengths): the roofline assumes a fixed batch of "
+                "input_len/output_len requests")
+    return None
+
+
 def roofline_for(ctx: SessionContext, st: SessionState, tok_per_s: float, cfg: dict[str, Any]) -> dict[str, Any] | None:
-    """The roofline of ``tok_per_s`` for configuration ``cfg`` (its dtype), or None without ceilings."""
+    """The roofline of ``tok_per_s`` for configuration ``cfg`` (its dtype), or None without ceilings or
+    where :func:`roofline_skip` says the objective is not what the roofline bounds."""
     ceil = st.extra.ceilings
     fw = framework(ctx.spec.framework)
-    if ceil is None or not fw.runs_operators:
+    if ceil is None or not fw.runs_operators or roofline_skip(ctx.spec) is not None:
         return None
     t = ctx.spec.traffic
     prec = stack_precision(fw, cfg, ctx.spec.dtype)  # e.g. fp8 weights / KV cache: the stack's own precision
