@@ -297,6 +297,8 @@ RENDERED = {
     "smollm2-h200-vllm-2026-12-02/s31": ("b84a1eedb3a5ecd2", "5870cd894744a3f7", "e7785b19f14401a4"),
     # published 2026-12-02 (session 37, docs/benchmarks.md §20: the c1 session whose budget ended in PRELUDE)
     "smollm2-h200-vllm-2026-12-02/r2/c1": ("5bb348726f8fa3e4", "e1d3ce4c4271c9a8", "6e055b9b7afcf012"),
+    # published 2026-12-03 (session 39, docs/benchmarks.md §21: the trace session (goodput), its budget ended in PRELUDE)
+    "smollm2-h200-vllm-2026-12-03/r3/trace": ("8de1c3704c97f2f8", "ed4e2e9a9817cebb", "23654c1b657d5cc4"),
 }
 
 
