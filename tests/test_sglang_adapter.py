@@ -240,3 +240,9 @@ def test_a_misaligned_logprob_answer_is_an_error_not_a_shift():
         score_rows(ans, [1, 2, 3], 2, 1)
     with pytest.raises(AdapterError, match="no input_top_logprobs"):
         score_rows({"meta_info": {}}, [1, 2, 3], 2, 1)
+
+
+def test_the_gpu_example_is_a_valid_sglang_spec():
+    spec = load_spec(Path(__file__).parents[1] / "examples" / "sglang-h200" / "llama-3.1-8b-h200-sglang.yaml")
+    assert spec.framework == "sglang" and spec.device == "cuda" and spec.serving.module == "sglang.launch_server"
+    assert spec.requests_per_run == 192 and framework(spec.framework).server
