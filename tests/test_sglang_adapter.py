@@ -246,3 +246,26 @@ def test_the_gpu_example_is_a_valid_sglang_spec():
     spec = load_spec(Path(__file__).parents[1] / "examples" / "sglang-h200" / "llama-3.1-8b-h200-sglang.yaml")
     assert spec.framework == "sglang" and spec.device == "cuda" and spec.serving.module == "sglang.launch_server"
     assert spec.requests_per_run == 192 and framework(spec.framework).server
+
+
+def test_a_flag_the_server_refused_is_never_launched_again(tmp_path):
+    a = SGLangAdapter(_spec(tmp_path, fake_python(tmp_path, HELP), device="cuda"), tmp_path / "logs")
+    a.restore_rejected_flags({"--cuda-graph-max-bs-decode": {"knob": "cuda_graph_max_bs", "value": "512",
+                                                             "error": "invalid int value"}})
+    with pytest.raises(AdapterError) as ei:
+        a.prepare({"cuda_graph_max_bs": "512"})
+    assert ei.value.kind == "unsupported_flag" and "--cuda-graph-max-bs-decode" in str(ei.value)
+    assert a.recovery_options("unsupported_flag", {"cuda_graph_max_bs": "512"}) == [{"cuda_graph_max_bs": "default"}]
+    assert "below traffic.concurrency=8" in a.config_refusal({"max_running_requests": 4})  # serializes: not run
+    assert a.config_refusal({"max_running_requests": 8}) is None
+
+
+def test_the_final_stack_deploys_as_the_sglang_command_inferloom_launched(tmp_path):
+    from inferloom.workloads.registry import deploy
+
+    spec = _spec(tmp_path, "/env/bin/python", device="cuda")
+    manifest = {"adapter": {"server_flags": {"flags": sorted(parse_help(HELP)[0])}}}
+    d = deploy(framework("sglang"), spec, {"cuda_graph_max_bs": "256", "schedule_policy": "fcfs"}, manifest, [])
+    assert d["kind"] == "command" and d["code"].startswith("/env/bin/python -m sglang.launch_server --model-path ")
+    assert "--cuda-graph-max-bs-decode 256" in d["code"] and "--port" not in d["code"] and "--host" not in d["code"]
+    assert "sglang serve --model-path" in d["notes"][0] and "`--schedule-policy` from knob" in d["notes"][1]

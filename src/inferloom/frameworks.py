@@ -93,7 +93,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("sglang", "inferloom.workloads.sglang_adapter:from_spec", server=True,
               profile_skip="the server runs out of process; a session spends no server start on a profile",
               stack_precision="inferloom.workloads.sglang_knobs:stack_precision",
-              preflight=("model_dir", "server_env", "chat_prompts")),
+              preflight=("model_dir", "server_env", "chat_prompts"),
+              deploy="inferloom.workloads.sglang_deploy:sglang_deploy"),
     # a diffusers text-to-image pipeline in this process, with the image quality contract (docs/diffusers.md)
     Framework("diffusers", "inferloom.workloads.diffusers_engine:DiffusersEngine", strategy="image",
               kernel_engine=True, image=True, model_info="pipeline", version_module="diffusers",

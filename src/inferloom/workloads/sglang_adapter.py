@@ -30,6 +30,7 @@ from inferloom.workloads import server_flags as _sf
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.server_adapter import ServerAdapter
 from inferloom.workloads.server_flags import ServerFlags
+from inferloom.workloads.server_launch import check_launchable
 from inferloom.workloads.server_start import MemoryShareOnce, ServerHandle, StartHooks
 from inferloom.workloads.sglang_knobs import ENV_FALLBACK, VERBATIM_CHOICES, recovery_options, sglang_knobs, to_launch
 from inferloom.workloads.sglang_launch import derive_memory_share, launch_command, memory_args, server_distribution
@@ -81,6 +82,12 @@ class SGLangAdapter(ServerAdapter):
         argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags, self._trace.longest())
         args, env_m, decided = self._memory.args(cfg, None if flags is None else flags - set(self.rejected_flags))
         return argv + args, {**env, **env_m}, {**origin, "memory": decided}
+
+    def _check(self, cfg: Mapping[str, Any]) -> None:
+        """The launch checks on the flags this server gets (the decode graph cap's name is the installed
+        server's), so a flag it refused earlier is found under the name it was launched with."""
+        flags = self.server_flags().flags
+        check_launchable(cfg, self._knobs, self.device, self.rejected_flags, lambda c: to_launch(c, flags))
 
     def _start(self, cfg: dict[str, Any], reason: str) -> tuple[ServerHandle, dict[str, Any]]:
         dist = self._distribution()
