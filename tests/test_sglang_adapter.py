@@ -191,11 +191,12 @@ class _FakeSGLang(BaseHTTPRequestHandler):
                 sp = body["sampling_params"]
                 ans = {"text": "", "output_ids": [(ids[-1] + j + 1) % 500 for j in range(sp["max_new_tokens"])],
                        "meta_info": {}}
-                if body.get("return_logprob"):
+                if body.get("return_logprob"):  # SGLang 0.5.17: [None] + logprobs[:-1] from logprob_start_len
                     s = body["logprob_start_len"]
-                    ans["meta_info"]["input_token_logprobs"] = [[-1.0, t, None] for t in ids[s:]]
-                    ans["meta_info"]["input_top_logprobs"] = [[[-0.5, (t + 1) % 500, None], [-1.0, t, None]]
-                                                              for t in ids[s:]]
+                    ans["meta_info"]["input_token_logprobs"] = [[None, ids[s], None]] + [[-1.0, t, None]
+                                                                                        for t in ids[s + 1:]]
+                    ans["meta_info"]["input_top_logprobs"] = [None] + [[[-0.5, (t + 1) % 500, None], [-1.0, t, None]]
+                                                                       for t in ids[s + 1:]]
                 return ans
             ids = body["input_ids"]
             out = [one(x) for x in ids] if ids and isinstance(ids[0], list) else one(ids)
@@ -228,16 +229,22 @@ def test_greedy_and_score_through_the_native_generate_api(fake_server):
     res = score_logprobs(fake_server, "s1", prompts, [[8, 9], [12, 13]], 500, 10.0, 1)
     assert tuple(res.shape) == (2, 2, 500)
     body = _FakeSGLang.bodies[1][1]
-    assert body["return_logprob"] and body["top_logprobs_num"] == 20 and body["logprob_start_len"] == 3
+    assert body["return_logprob"] and body["top_logprobs_num"] == 20 and body["logprob_start_len"] == 2
     assert int(res[0, 0].argmax()) == 9 and abs(float(res[0, 0, 8].exp()) - 0.3679) < 1e-3  # exp(-1)
     batched = score_logprobs(fake_server, "s1", prompts, [[8, 9], [12, 13]], 500, 10.0, None)
     assert (batched == res).all()
 
 
-def test_a_misaligned_logprob_answer_is_an_error_not_a_shift():
-    ans = {"meta_info": {"input_token_logprobs": [[-1.0, 4, None]], "input_top_logprobs": [[[-1.0, 4, None]]]}}
+def test_a_misaligned_or_missing_logprob_answer_is_an_error_not_a_shift():
+    ans = {"meta_info": {"input_token_logprobs": [[None, 2, None], [-1.0, 4, None]],
+                         "input_top_logprobs": [None, [[-1.0, 4, None]]]}}
     with pytest.raises(AdapterError, match="is for token 4"):
         score_rows(ans, [1, 2, 3], 2, 1)
+    assert score_rows(ans, [1, 2, 4], 2, 1) == [{4: -1.0}]
+    none = {"meta_info": {"input_token_logprobs": [[None, 2, None], [None, 3, None]],
+                          "input_top_logprobs": [None, None]}}
+    with pytest.raises(AdapterError, match="no log-probabilities at position 2"):
+        score_rows(none, [1, 2, 3], 2, 1)  # a start one too late would read a None: an error, not a flat row
     with pytest.raises(AdapterError, match="no input_top_logprobs"):
         score_rows({"meta_info": {}}, [1, 2, 3], 2, 1)
 

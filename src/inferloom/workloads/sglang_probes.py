@@ -2,12 +2,15 @@
 
 * :func:`greedy_continuations`: ``{"input_ids": p, "sampling_params": {"max_new_tokens": n,
   "min_new_tokens": n, "ignore_eos": true, "temperature": 0}}``; the server's ``output_ids``.
-* :func:`score_logprobs`: ``return_logprob`` with ``logprob_start_len`` = the prompt's length and
+* :func:`score_logprobs`: ``return_logprob`` with ``logprob_start_len`` = the prompt's length less one and
   ``top_logprobs_num`` = :data:`~inferloom.workloads.sglang_launch.TOP_K`: ``meta_info.input_top_logprobs``
   (per position, ``[logprob, token_id, text]`` of the top k) and ``meta_info.input_token_logprobs`` (the
   scored token's own) rebuilt into full rows (``logprob_rows.topk_row``). Entry ``j`` is the distribution
-  of the token at ``logprob_start_len + j``; each answer's token ids are checked against the sequence sent,
-  so a server that counts positions otherwise is an error, never a silent shift.
+  of the token at ``logprob_start_len + j``, and entry 0 is always None (SGLang 0.5.17,
+  ``logprob_result_processor``: ``[None] + logprobs[:-1]``: the logits before the start are not computed),
+  hence the start one before the first scored token. Each answer's token ids are checked against the
+  sequence sent and a missing entry is an error, so a server that counts positions otherwise is never a
+  silent shift.
 
 How the prompts are issued (``concurrency``, as for vLLM): an int sends one request per prompt with at most
 that many in flight (1: each prompt alone); ``None`` sends all prompts in one request (a batch of
@@ -98,22 +101,26 @@ def greedy_continuations(base_url: str, server_id: str, prompts: list[list[int]]
 
 def score_rows(answer: dict[str, Any], seq: Sequence[int], start: int, T: int) -> list[dict[int, float]]:
     """``T`` ``{token id: logprob}`` entries for positions ``start .. start+T-1`` of ``seq`` from one
-    ``/generate`` answer (see the module docstring); AdapterError when it lacks them or is misaligned."""
-    meta = answer.get("meta_info") or {} if isinstance(answer, dict) else {}
+    ``/generate`` answer asked with ``logprob_start_len = start - 1`` (see the module docstring);
+    AdapterError when it lacks them or is misaligned."""
+    meta = (answer.get("meta_info") or {}) if isinstance(answer, dict) else {}
     top, own = meta.get("input_top_logprobs"), meta.get("input_token_logprobs")
     if top is None or own is None:
         raise AdapterError("server returned no input_top_logprobs / input_token_logprobs", kind="unsupported")
-    if len(own) < T or len(top) < T:
-        raise AdapterError(f"server returned {len(own)} prompt log-probabilities for {T} positions", kind="error")
+    if len(own) < T + 1 or len(top) < T + 1:
+        raise AdapterError(f"server returned {len(own)} prompt log-probabilities for {T} positions (and the "
+                           "one before)", kind="error")
     rows: list[dict[int, float]] = []
-    for j in range(T):
+    for j in range(1, T + 1):
+        pos = start - 1 + j
         lp, tid = own[j][0], int(own[j][1])
-        if tid != int(seq[start + j]):
-            raise AdapterError(f"prompt log-probability {j} is for token {tid}, the sequence has {seq[start + j]} "
-                               f"at position {start + j}", kind="error")
-        entry = {int(t[1]): float(t[0]) for t in (top[j] or []) if t[0] is not None}
-        if lp is not None:
-            entry[tid] = float(lp)
+        if tid != int(seq[pos]):
+            raise AdapterError(f"prompt log-probability {j} is for token {tid}, the sequence has {seq[pos]} "
+                               f"at position {pos}", kind="error")
+        if lp is None or not top[j]:
+            raise AdapterError(f"server returned no log-probabilities at position {pos}", kind="error")
+        entry = {int(t[1]): float(t[0]) for t in top[j] if t[0] is not None}
+        entry[tid] = float(lp)
         rows.append(entry)
     return rows
 
@@ -128,6 +135,8 @@ def score_logprobs(base_url: str, server_id: str, prompts: list[list[int]], cont
     T = len(continuations[0])
     if T == 0 or any(len(c) != T for c in continuations):
         raise ValueError("score: all continuations must have the same non-zero length")
+    if any(not p for p in prompts):
+        raise ValueError("score: every prompt needs at least one token")
     flush_cache(base_url, server_id, timeout_s)
     seqs = [list(p) + list(c) for p, c in zip(prompts, continuations)]
     res = torch.empty(len(seqs), T, vocab_size, dtype=torch.float32)
@@ -138,10 +147,10 @@ def score_logprobs(base_url: str, server_id: str, prompts: list[list[int]], cont
     base = {"sampling_params": {"max_new_tokens": 1, "temperature": 0.0}, "return_logprob": True,
             "top_logprobs_num": TOP_K}
     if concurrency is None and len({len(p) for p in prompts}) == 1:
-        answers = issue({**base, "logprob_start_len": len(prompts[0])}, seqs, None, post)
+        answers = issue({**base, "logprob_start_len": len(prompts[0]) - 1}, seqs, None, post)
     else:  # one request per prompt: each its own logprob_start_len
         def one(i: int) -> dict[str, Any]:
-            return issue({**base, "logprob_start_len": len(prompts[i])}, [seqs[i]], 1, post)[0]
+            return issue({**base, "logprob_start_len": len(prompts[i]) - 1}, [seqs[i]], 1, post)[0]
         n = 1 if concurrency is None else concurrency
         if n <= 1:
             answers = [one(i) for i in range(len(seqs))]
