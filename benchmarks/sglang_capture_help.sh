@@ -52,7 +52,7 @@ PYTHONPATH=$SITE python3 -c "import importlib.metadata as m; m.version('sglang')
 print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no gpu')
 print('transformers', transformers.__version__, 'sglang', m.version('sglang'))"; } > "$OUT/versions.txt" 2>&1
 cat "$OUT/versions.txt"
-(cd / && PYTHONPATH=$SITE timeout 600 python3 -m sglang.launch_server --help) \
+(cd / && PYTHONPATH=$SITE timeout 300 python3 -m sglang.launch_server --help) \
   > "$OUT/sglang-0.5.17-help-h200.txt" 2> "$OUT/sglang-0.5.17-help-h200.err"
 rc=$?
 grep -o "No module named '[^']*'" "$OUT/sglang-0.5.17-help-h200.err" | tail -1 > "$OUT/missing.txt"
