@@ -63,6 +63,7 @@ from inferloom.workloads.server_process import ServerProcess, free_port
 from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_server_flags
 from inferloom.workloads.vllm_knobs import recovery_options, vllm_knobs, without_dropped
 from inferloom.workloads.vllm_launch import check_launchable, launch_command, server_distribution, server_model_dir
+from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_overlays, overlay_key
 from inferloom.workloads.vllm_servers import MemoryShareOnce, VLLMHandle, start_server
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
 from inferloom.workloads.vllm_run import serving_run
@@ -104,6 +105,7 @@ class VLLMAdapter:
         self._texts.validate()  # a bad text source (no tokenizer, nothing to encode): one line, before anything runs
         self._trace = ServerTrace(spec, self.model_dir, self.vocab_size, lambda: self._texts.tokenizer)
         self._trace.validate()  # traffic.trace read and checked (vllm_trace): a bad one is one line, exit 2
+        self.overlays: tuple[OverlayDir, ...] = ()  # engine overlays the next servers start with (set_overlays)
 
     # ------------------------------------------------------------ plumbing
     def set_log_dir(self, path: str | Path, progress: Callable[[str], None] | None = None) -> None:
@@ -197,11 +199,17 @@ class VLLMAdapter:
         once, before this adapter starts a server; None when not derived."""
         return self._memory.get()
 
+    def set_overlays(self, overlays: Sequence[OverlayDir] = ()) -> None:
+        """The engine overlays (``vllm_plugins``: kernel plugins, source patches) of the servers prepared from
+        now on; () for none (rollback). A server's identity includes them: none is reused across overlays."""
+        self.overlays = tuple(overlays)
+
     def launch_argv(self, cfg: Mapping[str, Any], port: int) -> tuple[list[str], dict[str, str], dict[str, Any]]:
         """The server's ``(argv, env, origin)`` for ``cfg`` on ``port`` (see ``vllm_launch``) with its
         memory share; ``origin["memory"]`` says where each memory setting came from."""
         flags = self.server_flags().flags
-        argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags, self._trace.longest())
+        argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags, self._trace.longest(),
+                                           self.overlays)
         args, env_m, decided = self._memory.args(cfg, None if flags is None else flags - set(self.rejected_flags))
         return argv + args, {**env, **env_m}, {**origin, "memory": decided}
 
@@ -217,7 +225,8 @@ class VLLMAdapter:
         for c in configs:
             try:
                 keys.append(config_key(resolve_config(self._knobs, self._without_dropped(c, "candidate"),
-                                                      self._without_dropped(self.spec.pinned, "pinned"))))
+                                                      self._without_dropped(self.spec.pinned, "pinned")))
+                            + overlay_key(self.overlays))
             except (AdapterError, ValueError):
                 continue  # prepare says why
         self._pool.want(keys)
@@ -235,7 +244,7 @@ class VLLMAdapter:
         cfg = resolve_config(knobs, self._without_dropped(config, "candidate"),
                              self._without_dropped(self.spec.pinned, "pinned"))
         self._check(cfg)
-        return self._pool.acquire(config_key(cfg), lambda reason: self._start(cfg, reason))
+        return self._pool.acquire(config_key(cfg) + overlay_key(self.overlays), lambda reason: self._start(cfg, reason))
 
     def _start(self, cfg: dict[str, Any], reason: str) -> tuple[VLLMHandle, dict[str, Any]]:
         cid = config_key(cfg)
@@ -245,6 +254,11 @@ class VLLMAdapter:
                                  self.spec.serving.startup_timeout_s, self.progress, self.rejected_flags, reason,
                                  self._memory.get())
         self._handles[hid] = h
+        try:  # vLLM starts without a plugin it could not load: such a server would measure stock kernels
+            record.update(check_overlays(self.overlays, h.server.log_path))
+        except EngineOverlayError as exc:
+            self._stop(h)
+            raise AdapterError(f"vLLM server {hid}: {exc}", kind="engine_overlay") from None
         return h, record
 
     # ----------------------------------------------------------------- run

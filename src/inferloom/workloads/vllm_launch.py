@@ -28,7 +28,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 from inferloom.models.preset_dir import save_preset
 from inferloom.models.presets import PRESETS
@@ -46,6 +46,7 @@ from inferloom.workloads.memory_share import (
 )
 from inferloom.workloads.server_process import LaunchError
 from inferloom.workloads.vllm_knobs import to_launch
+from inferloom.workloads.vllm_plugins import OverlayDir, overlay_env
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -94,10 +95,13 @@ def max_model_len(spec: WorkloadSpec, longest: int = 0) -> int:
 
 def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], port: int,
                    server_flags: Collection[str] | None = None,
-                   longest: int = 0) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+                   longest: int = 0, overlays: Sequence[OverlayDir] = ()
+                   ) -> tuple[list[str], dict[str, str], dict[str, Any]]:
     """``(argv, env, origin)`` of the server for configuration ``cfg`` on
     ``port``; ``server_flags``: the installed server's flags, where known; ``longest``: a trace's longest
-    request (input + output tokens), which the context must hold."""
+    request (input + output tokens), which the context must hold; ``overlays``: engine overlays (kernel
+    plugins, source patches: ``vllm_plugins``) put on the server's ``PYTHONPATH``, the one way anything
+    reaches it."""
     s = spec.serving
     args, env_k, origin = to_launch(cfg, server_flags)
     argv = [s.python, "-m", s.module, "--model", model_dir, "--served-model-name", SERVED_NAME,
@@ -108,6 +112,9 @@ def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], p
     env.update(s.env)
     env.update(env_k)
     env.pop("PYTHONPATH", None)  # the server's environment is its own
+    env.update(overlay_env(overlays, env))  # ... but for the candidate's engine overlays
+    if overlays:
+        origin["overlays"] = [o.to_dict() for o in overlays]
     return argv, env, origin
 
 
