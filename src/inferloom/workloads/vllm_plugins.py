@@ -49,7 +49,7 @@ from inferloom.errors import InferloomError
 
 __all__ = ["KernelReplacement", "OverlayDir", "EngineOverlayError", "KNOWN_OPS", "PLUGIN_PACKAGE", "ENTRY_POINT",
            "REGISTERED", "TRACE_ENV", "build_plugin_overlay", "verify_overlay", "load_overlay", "overlay_env",
-           "overlay_key", "check_plugin_log", "check_overlays", "read_trace", "tree_files"]
+           "overlay_key", "check_plugin_log", "check_overlays", "materialize", "read_trace", "tree_files"]
 
 PLUGIN_PACKAGE = "inferloom_vllm_plugin"
 ENTRY_POINT = "inferloom_kernels"
@@ -85,7 +85,8 @@ class KernelReplacement:
 
 @dataclass(frozen=True)
 class OverlayDir:
-    """One overlay directory: ``kind`` ``plugin`` or ``source``; ``files``: relative path -> sha256."""
+    """One overlay directory: ``kind`` ``plugin``, ``source`` (both on ``PYTHONPATH``) or ``moe_configs``
+    (``VLLM_TUNED_CONFIG_FOLDER``: ``vllm_moe_configs``); ``files``: relative path -> sha256."""
 
     kind: str
     path: Path
@@ -197,10 +198,10 @@ def build_plugin_overlay(root: str | Path, replacements: Sequence[KernelReplacem
     files = _plugin_files(replacements, tag)
     digest, shas = tree_files(files)
     info = {"ops": sorted(r.op for r in replacements), "replaces": {r.op: KNOWN_OPS[r.op] for r in replacements}}
-    return _materialize(Path(root) / f"plugin-{digest[:16]}", "plugin", files, digest, shas, (ENTRY_POINT,), info)
+    return materialize(Path(root) / f"plugin-{digest[:16]}", "plugin", files, digest, shas, (ENTRY_POINT,), info)
 
 
-def _materialize(path: Path, kind: str, files: Mapping[str, bytes], digest: str, shas: dict[str, str],
+def materialize(path: Path, kind: str, files: Mapping[str, bytes], digest: str, shas: dict[str, str],
                  entry_points: tuple[str, ...], info: dict[str, Any]) -> OverlayDir:
     ov = OverlayDir(kind, path, digest, shas, entry_points, info)
     if path.is_dir():
@@ -252,12 +253,17 @@ def load_overlay(path: str | Path) -> OverlayDir:
 
 def overlay_env(overlays: Sequence[OverlayDir], base: Mapping[str, str]) -> dict[str, str]:
     """What ``overlays`` add to a server's launch environment ``base``: ``PYTHONPATH`` (source overlays
-    first, so their ``vllm`` shadows the installed one) and, when ``base`` sets ``VLLM_PLUGINS``, the
-    overlays' entry points appended to it. Empty for no overlays."""
+    first, so their ``vllm`` shadows the installed one), ``VLLM_TUNED_CONFIG_FOLDER`` for a fused-MoE config
+    folder (it replaces one the spec sets: ``vllm_moe_configs.tuned_folder`` merges that one's files in)
+    and, when ``base`` sets ``VLLM_PLUGINS``, the overlays' entry points appended to it. Empty for no
+    overlays."""
     if not overlays:
         return {}
-    ordered = sorted(overlays, key=lambda o: o.kind != "source")
-    env = {"PYTHONPATH": os.pathsep.join(str(Path(o.path).absolute()) for o in ordered)}
+    ordered = sorted((o for o in overlays if o.kind in ("source", "plugin")), key=lambda o: o.kind != "source")
+    env = {"PYTHONPATH": os.pathsep.join(str(Path(o.path).absolute()) for o in ordered)} if ordered else {}
+    for o in overlays:
+        if o.kind == "moe_configs":
+            env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(o.path).absolute())
     if "VLLM_PLUGINS" in base:
         names = [n for n in base["VLLM_PLUGINS"].split(",") if n]
         env["VLLM_PLUGINS"] = ",".join(names + [e for o in ordered for e in o.entry_points if e not in names])
