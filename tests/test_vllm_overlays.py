@@ -214,3 +214,22 @@ def test_the_installed_package_is_found_without_importing_it(tmp_path):
     with pytest.raises(VP.EngineOverlayError, match="no package 'nosuchpkg'"):
         VS.installed_package(sys.executable, "nosuchpkg")
     assert json.loads(json.dumps(VP.OverlayDir("plugin", tmp_path, "d", {}).to_dict()))["kind"] == "plugin"
+
+
+def test_a_rebuild_from_the_sessions_files_must_give_the_recorded_overlay(tmp_path):
+    ov = VP.build_plugin_overlay(tmp_path / "session", [VP.KernelReplacement("RMSNorm", DOUBLE)])
+    recorded = json.loads(json.dumps(ov.to_dict()))  # as a ledger keeps it
+    again = VP.build_plugin_overlay(tmp_path / "remeasure", [VP.KernelReplacement("RMSNorm", DOUBLE)])
+    VP.check_rebuilt(again, recorded)
+    other = VP.build_plugin_overlay(tmp_path / "remeasure", [VP.KernelReplacement("RMSNorm", DOUBLE + "# x\n")])
+    with pytest.raises(VP.EngineOverlayError, match="k_rmsnorm.py"):
+        VP.check_rebuilt(other, recorded)
+    site = _site(tmp_path)
+    lines = [f"X{i} = {i}\n" for i in range(12)]
+    (site / "vllm/long.py").write_text("".join(lines))
+    patch = _diff(site, "vllm/long.py", "".join(["X0 = 'patched'\n"] + lines[1:]))
+    src = VS.build_source_overlay(tmp_path / "session", site / "vllm", patch)
+    VP.check_rebuilt(VS.build_source_overlay(tmp_path / "remeasure", site / "vllm", patch), src.to_dict())
+    (site / "vllm/long.py").write_text("".join(lines[:-1] + ["X11 = 'v2'\n"]))  # another installation
+    with pytest.raises(VP.EngineOverlayError, match="digest"):
+        VP.check_rebuilt(VS.build_source_overlay(tmp_path / "remeasure", site / "vllm", patch), src.to_dict())

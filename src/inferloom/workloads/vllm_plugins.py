@@ -49,7 +49,7 @@ from inferloom.errors import InferloomError
 
 __all__ = ["KernelReplacement", "OverlayDir", "EngineOverlayError", "KNOWN_OPS", "PLUGIN_PACKAGE", "ENTRY_POINT",
            "REGISTERED", "TRACE_ENV", "build_plugin_overlay", "verify_overlay", "load_overlay", "overlay_env",
-           "overlay_key", "check_plugin_log", "check_overlays", "materialize", "read_trace", "tree_files"]
+           "overlay_key", "check_plugin_log", "check_overlays", "materialize", "check_rebuilt", "read_trace", "tree_files"]
 
 PLUGIN_PACKAGE = "inferloom_vllm_plugin"
 ENTRY_POINT = "inferloom_kernels"
@@ -175,7 +175,7 @@ def _plugin_files(replacements: Sequence[KernelReplacement], tag: str) -> dict[s
                                      "`def forward(self, x, ...)`; write the replacement as that function")
         seen[r.op] = r
     table = {op: (KNOWN_OPS[op], r.module()) for op, r in sorted(seen.items())}
-    pkg, dist = PLUGIN_PACKAGE, f"{PLUGIN_PACKAGE}-0+{tag}.dist-info"
+    pkg, dist = PLUGIN_PACKAGE, f"{PLUGIN_PACKAGE}-0.dist-info"
     files = {f"{pkg}/{r.module()}.py": r.source.encode() for r in seen.values()}
     files[f"{pkg}/__init__.py"] = _REGISTER.format(replacements=repr(table), trace_env=TRACE_ENV,
                                                    registered=REGISTERED, digest=tag).encode()
@@ -197,7 +197,8 @@ def build_plugin_overlay(root: str | Path, replacements: Sequence[KernelReplacem
     tag = _content_tag(replacements)
     files = _plugin_files(replacements, tag)
     digest, shas = tree_files(files)
-    info = {"ops": sorted(r.op for r in replacements), "replaces": {r.op: KNOWN_OPS[r.op] for r in replacements}}
+    info = {"ops": sorted(r.op for r in replacements), "replaces": {r.op: KNOWN_OPS[r.op] for r in replacements},
+            "tag": tag}
     return materialize(Path(root) / f"plugin-{digest[:16]}", "plugin", files, digest, shas, (ENTRY_POINT,), info)
 
 
@@ -236,6 +237,20 @@ def verify_overlay(ov: OverlayDir) -> None:
         if got != sha:
             raise EngineOverlayError(f"engine overlay {ov.path}: {rel} has sha256 {got[:12]}, recorded "
                                      f"{sha[:12]}; it was changed after it was built: rebuild it")
+
+
+def check_rebuilt(rebuilt: OverlayDir, recorded: Mapping[str, Any]) -> None:
+    """``verify --remeasure``: the overlay rebuilt from the session's files must be the one recorded
+    (``recorded``: :meth:`OverlayDir.to_dict` as the session kept it); EngineOverlayError names the files
+    that differ."""
+    if rebuilt.kind == recorded.get("kind") and rebuilt.digest == recorded.get("digest"):
+        return
+    theirs = dict(recorded.get("files") or {})
+    diff = sorted((p for p in set(theirs) | set(rebuilt.files) if theirs.get(p) != rebuilt.files.get(p)),
+                  key=lambda p: ("/k_" not in p, p))  # the kernels first: what the rest was generated from
+    raise EngineOverlayError(f"the rebuilt {rebuilt.kind} overlay has digest {rebuilt.digest[:16]}, the session "
+                             f"recorded {str(recorded.get('digest'))[:16]} ({recorded.get('kind')}); files that "
+                             f"differ: {', '.join(diff[:5]) or 'none (the base it was built on differs)'}")
 
 
 def load_overlay(path: str | Path) -> OverlayDir:
@@ -302,7 +317,7 @@ def check_overlays(overlays: Sequence[OverlayDir], log_path: str | Path) -> dict
 
 
 def _tag(overlay: OverlayDir) -> str:
-    return next((p.split("+", 1)[1].split(".dist-info")[0] for p in overlay.files if ".dist-info/" in p), "")
+    return str(overlay.info.get("tag", ""))
 
 
 def read_trace(path: str | Path) -> list[dict[str, Any]]:
