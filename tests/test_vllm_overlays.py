@@ -96,7 +96,12 @@ def test_launch_env_puts_overlays_on_pythonpath_and_into_a_vllm_plugins_allowlis
     src = VP.OverlayDir("source", tmp_path / "source-x", "ab" * 32, {})
     assert VP.overlay_env([], {"PYTHONPATH": "/x"}) == {}
     env = VP.overlay_env([plug, src], {})
-    assert env == {"PYTHONPATH": f"{src.path}{os.pathsep}{plug.path}"}  # the source overlay shadows vllm first
+    assert env["PYTHONPATH"] == f"{src.path}{os.pathsep}{plug.path}"  # the source overlay shadows vllm first
+    # a compile cache of their own (vLLM's cache key covers neither), the same for the same overlays
+    cache = Path(env["VLLM_CACHE_ROOT"])
+    assert cache.parent == tmp_path and cache.name.startswith("vllm-cache-")
+    assert VP.overlay_env([src, plug], {})["VLLM_CACHE_ROOT"] == str(cache)
+    assert VP.overlay_env([plug], {})["VLLM_CACHE_ROOT"] != str(cache)
     assert VP.overlay_env([plug], {"VLLM_PLUGINS": "theirs"})["VLLM_PLUGINS"] == f"theirs,{VP.ENTRY_POINT}"
     assert VP.overlay_key([]) == "" and VP.overlay_key([plug]) != VP.overlay_key([src])
 
@@ -112,6 +117,7 @@ def test_launch_command_merges_the_overlay_env_after_dropping_the_callers_python
     assert "PYTHONPATH" not in env and "overlays" not in origin
     _, env, origin = launch_command(spec, "/m", {}, 8000, overlays=[plug])
     assert env["PYTHONPATH"] == str(plug.path) and origin["overlays"][0]["digest"] == plug.digest
+    assert env["VLLM_CACHE_ROOT"].startswith(str(tmp_path))
 
 
 def test_the_generated_plugin_registers_a_replacement_that_vllms_registry_builds(tmp_path):

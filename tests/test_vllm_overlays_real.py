@@ -89,13 +89,15 @@ def test_the_plugin_registers_in_the_servers_processes_and_its_forward_runs(serv
     pids = VP.check_plugin_log(log, plugin)
     recs = VP.read_trace(servers["trace"])
     registered = {r["pid"] for r in recs if r["event"] == "registered"}
-    assert registered == set(pids) and registered  # API server process and the engine core
+    # the API server, the engine core (and its worker, when compiled) log it; the trace may hold one more:
+    # vLLM's model inspection subprocess loads plugins too, its output captured, not logged
+    assert pids and set(pids) <= registered
     calls_before = max((r["calls"] for r in recs if r["event"] == "call"), default=0)
     a.greedy(h, a.prompts(5, 2, 16), 8)
     recs = VP.read_trace(servers["trace"])
     callers = {r["pid"] for r in recs if r["event"] == "call"}
     calls = max(r["calls"] for r in recs if r["event"] == "call")
-    assert callers <= registered and calls > calls_before
+    assert callers and callers <= set(pids) and calls > calls_before
     print(f"plugin registered in pids {sorted(registered)}, forward called in {sorted(callers)}: {calls_before} "
           f"calls (power of two) by the end of start-up, {calls} after 2 greedy requests")
     start = next(s for s in servers["starts"] if s.get("overlays"))

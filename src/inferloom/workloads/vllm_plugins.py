@@ -276,7 +276,9 @@ def load_overlay(path: str | Path) -> OverlayDir:
 
 def overlay_env(overlays: Sequence[OverlayDir], base: Mapping[str, str]) -> dict[str, str]:
     """What ``overlays`` add to a server's launch environment ``base``: ``PYTHONPATH`` (source overlays
-    first, so their ``vllm`` shadows the installed one), ``VLLM_TUNED_CONFIG_FOLDER`` for a fused-MoE config
+    first, so their ``vllm`` shadows the installed one) with a ``VLLM_CACHE_ROOT`` of their own (vLLM's
+    torch.compile cache key covers neither a plugin nor a patched file's path: a server with a plugin would
+    load the graph a stock server compiled, and run stock kernels), ``VLLM_TUNED_CONFIG_FOLDER`` for a fused-MoE config
     folder (it replaces one the spec sets: ``vllm_moe_configs.tuned_folder`` merges that one's files in)
     and, when ``base`` sets ``VLLM_PLUGINS``, the overlays' entry points appended to it. Empty for no
     overlays."""
@@ -284,6 +286,9 @@ def overlay_env(overlays: Sequence[OverlayDir], base: Mapping[str, str]) -> dict
         return {}
     ordered = sorted((o for o in overlays if o.kind in ("source", "plugin")), key=lambda o: o.kind != "source")
     env = {"PYTHONPATH": os.pathsep.join(str(Path(o.path).absolute()) for o in ordered)} if ordered else {}
+    if ordered:  # vLLM's compile cache key knows neither: each overlay set gets its own cache
+        key = hashlib.sha256(overlay_key(ordered).encode()).hexdigest()[:16]
+        env["VLLM_CACHE_ROOT"] = str(Path(ordered[0].path).absolute().parent / f"vllm-cache-{key}")
     for o in overlays:
         if o.kind == "moe_configs":
             env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(o.path).absolute())
