@@ -218,8 +218,8 @@ class ServerAdapter:
         keys = []
         for c in configs:
             try:
-                keys.append(config_key(resolve_config(self._knobs, self._without_dropped(c, "candidate"),
-                                                      self._without_dropped(self.spec.pinned, "pinned"))))
+                keys.append(self.pool_key(resolve_config(self._knobs, self._without_dropped(c, "candidate"),
+                                                         self._without_dropped(self.spec.pinned, "pinned"))))
             except (AdapterError, ValueError):
                 continue  # prepare says why
         self._pool.want(keys)
@@ -237,7 +237,7 @@ class ServerAdapter:
         cfg = resolve_config(knobs, self._without_dropped(config, "candidate"),
                              self._without_dropped(self.spec.pinned, "pinned"))
         self._check(cfg)
-        return self._pool.acquire(config_key(cfg), lambda reason: self._start(cfg, reason))
+        return self._pool.acquire(self.pool_key(cfg), lambda reason: self._start(cfg, reason))
 
     def _start(self, cfg: dict[str, Any], reason: str) -> tuple[ServerHandle, dict[str, Any]]:
         cid = config_key(cfg)
@@ -247,7 +247,16 @@ class ServerAdapter:
                                  self.spec.serving.startup_timeout_s, self.progress, self.rejected_flags, reason,
                                  self._memory.get(), hooks=self.start_hooks)
         self._handles[hid] = h
+        self.after_start(h, record)
         return h, record
+
+    def pool_key(self, cfg: Mapping[str, Any]) -> str:
+        """The identity under which a started server is reused: its configuration (an engine adds what else
+        its server starts with, e.g. vLLM's engine overlays)."""
+        return config_key(cfg)
+
+    def after_start(self, handle: ServerHandle, record: dict[str, Any]) -> None:
+        """A healthy server's check before it is lent (stop it and raise AdapterError to refuse it)."""
 
     # ----------------------------------------------------------------- run
     def random_prompts(self, seed: int, n: int | None = None, length: int | None = None) -> list[list[int]]:

@@ -27,14 +27,15 @@ live servers burnt meanwhile (``extra['idle_servers_cpu_s']``, docs/loadgen.md).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from inferloom.workloads.base import Knob
+from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.server_adapter import ServerAdapter
 from inferloom.workloads.server_start import MemoryShareOnce as _MemoryShareOnce
 from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_server_flags
 from inferloom.workloads.vllm_knobs import recovery_options, to_launch, vllm_knobs
 from inferloom.workloads.vllm_launch import launch_command, server_distribution
+from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_overlays, overlay_key
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
 from inferloom.workloads.vllm_servers import VLLM_START, MemoryShareOnce, VLLMHandle
 
@@ -50,6 +51,8 @@ class VLLMAdapter(ServerAdapter):
     seqs_knob = "max_num_seqs"
     to_launch = staticmethod(to_launch)
     start_hooks = VLLM_START
+
+    overlays: tuple[OverlayDir, ...] = ()  # engine overlays the next servers start with (set_overlays)
 
     # ------------------------------------------------------- the engine's
     def static_knobs(self) -> list[Knob]:
@@ -73,9 +76,26 @@ class VLLMAdapter(ServerAdapter):
         """The server's ``(argv, env, origin)`` for ``cfg`` on ``port`` (see ``vllm_launch``) with its
         memory share; ``origin["memory"]`` says where each memory setting came from."""
         flags = self.server_flags().flags
-        argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags, self._trace.longest())
+        argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags, self._trace.longest(),
+                                           self.overlays)
         args, env_m, decided = self._memory.args(cfg, None if flags is None else flags - set(self.rejected_flags))
         return argv + args, {**env, **env_m}, {**origin, "memory": decided}
+
+    # ------------------------------------------------------ engine overlays
+    def set_overlays(self, overlays: Sequence[OverlayDir] = ()) -> None:
+        """The engine overlays (``vllm_plugins``: kernel plugins, source patches) of the servers prepared from
+        now on; () for none (rollback). A server's identity includes them: none is reused across overlays."""
+        self.overlays = tuple(overlays)
+
+    def pool_key(self, cfg: Mapping[str, Any]) -> str:
+        return super().pool_key(cfg) + overlay_key(self.overlays)
+
+    def after_start(self, handle: VLLMHandle, record: dict[str, Any]) -> None:
+        try:  # vLLM starts without a plugin it could not load: such a server would measure stock kernels
+            record.update(check_overlays(self.overlays, handle.server.log_path))
+        except EngineOverlayError as exc:
+            self._stop(handle)
+            raise AdapterError(f"vLLM server {handle.id}: {exc}", kind="engine_overlay") from None
 
     # ------------------------------------------------------------- quality
     def greedy(self, handle: VLLMHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:

@@ -28,7 +28,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 from inferloom.workloads.base import Knob
 from inferloom.workloads.memory_share import (
@@ -50,6 +50,7 @@ from inferloom.workloads.server_launch import (
 )
 from inferloom.workloads.server_launch import check_launchable as _check_launchable
 from inferloom.workloads.vllm_knobs import to_launch
+from inferloom.workloads.vllm_plugins import OverlayDir, overlay_env
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -75,10 +76,13 @@ TOP_K = 20  # prompt log-probabilities per position (vLLM's default --max-logpro
 
 def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], port: int,
                    server_flags: Collection[str] | None = None,
-                   longest: int = 0) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+                   longest: int = 0, overlays: Sequence[OverlayDir] = ()
+                   ) -> tuple[list[str], dict[str, str], dict[str, Any]]:
     """``(argv, env, origin)`` of the server for configuration ``cfg`` on
     ``port``; ``server_flags``: the installed server's flags, where known; ``longest``: a trace's longest
-    request (input + output tokens), which the context must hold."""
+    request (input + output tokens), which the context must hold; ``overlays``: engine overlays (kernel
+    plugins, source patches: ``vllm_plugins``) put on the server's ``PYTHONPATH``, the one way anything
+    reaches it."""
     s = spec.serving
     args, env_k, origin = to_launch(cfg, server_flags)
     argv = [s.python, "-m", s.module, "--model", model_dir, "--served-model-name", SERVED_NAME,
@@ -89,6 +93,9 @@ def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], p
     env.update(s.env)
     env.update(env_k)
     env.pop("PYTHONPATH", None)  # the server's environment is its own
+    env.update(overlay_env(overlays, env))  # ... but for the candidate's engine overlays
+    if overlays:
+        origin["overlays"] = [o.to_dict() for o in overlays]
     return argv, env, origin
 
 
