@@ -88,7 +88,7 @@ def test_the_scan_finds_each_kind_of_name_test():
            "x = 'synthetic' != framework\n"
            "match ctx.spec.framework:\n    case 'custom' | 'other':\n        pass\n"
            "if name == 'vllm' or kind in ('custom',): pass\n"  # not about a framework: left alone
-           "if spec.framework == 'sglang': pass\n")  # not a framework (yet)
+           "if spec.framework == 'tensorrt_llm': pass\n")  # not a framework (yet)
     assert name_tests(src) == [1, 2, 3, 5]
 
 
@@ -133,10 +133,10 @@ def test_the_descriptors_are_the_frameworks_the_spec_accepts():
 
 
 def test_an_unknown_framework_is_a_clear_inferloom_error():
-    with pytest.raises(UnknownFramework, match="framework 'sglang'.*expected one of custom, diffusers"):
-        framework("sglang")
+    with pytest.raises(UnknownFramework, match="framework 'tensorrt_llm'.*expected one of custom, diffusers"):
+        framework("tensorrt_llm")
     assert issubclass(UnknownFramework, InferloomError) and issubclass(UnknownFramework, ValueError)
-    assert described("sglang") is None and described(None) is None
+    assert described("tensorrt_llm") is None and described(None) is None
     assert described("vllm") is framework("vllm")
 
 
@@ -145,7 +145,7 @@ def test_the_roofline_precision_is_the_frameworks_own():
     assert stack_precision(framework("vllm"), cfg, "bfloat16") == vllm_precision(cfg, "bfloat16")
     assert stack_precision(framework("transformers"), cfg, "bfloat16") is None  # the config's dtype sets the bytes
     with pytest.raises(UnknownFramework):
-        make_adapter(type("Spec", (), {"framework": "sglang"})())
+        make_adapter(type("Spec", (), {"framework": "tensorrt_llm"})())
 
 
 def _load_graph_tool():

@@ -50,3 +50,16 @@ def test_the_orchestrator_proposes_fp8_weights_first_for_vllm_on_a_gpu_and_nothi
     assert default_table({"compile_mode"}, H200, {}) is None
     assert default_table({"quantization"}, H200, {"extra": {"roofline_stock": {"fraction": "x"}}})[0].name == \
         "fp8-weights"
+
+
+def test_sglang_gets_the_same_roofline_priors_in_its_own_values():
+    from inferloom.workloads.sglang_knobs import sglang_knobs
+
+    knobs = sglang_knobs(64)
+    by = {k.name: k for k in knobs}
+    table = {p.name: p for p in default_table(by, H200, {})}
+    assert dict(table["fp8-kv-cache"].changes) == {"kv_cache_dtype": "fp8_e4m3"}  # SGLang has no plain fp8
+    vllm = {p.name: p for p in default_table({k.name: k for k in vllm_knobs(64)}, H200, {})}
+    assert dict(vllm["fp8-kv-cache"].changes) == {"kv_cache_dtype": "fp8"}  # vLLM's value, as before
+    p = RuleOrchestrator().propose(_state(knobs, 0.70))
+    assert p["action"] == "try_config" and p["changes"] == {"quantization": "fp8"} and "fp8-weights" in p["rationale"]

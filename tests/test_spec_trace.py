@@ -28,7 +28,7 @@ def test_trace_fields_and_their_refusals(tmp_path):
     spec = load_spec(overrides=_vllm(**{"traffic.trace": str(t), "traffic.trace_speed": 2.0}))
     assert spec.traffic.trace == str(t) and spec.traffic.trace_speed == 2.0 and spec.traffic.trace_max_in_flight is None
     cases = [
-        ({"framework": "transformers", "serving.python": None}, "traffic.trace needs framework vllm"),
+        ({"framework": "transformers", "serving.python": None}, "traffic.trace needs a server framework"),
         ({"traffic.prompts": str(tmp_path / "p.jsonl")}, "leave traffic.prompts random"),
         ({"serving.arrival": "poisson", "serving.request_rate": 2.0}, "carries its own arrivals"),
         ({"serving.prefix": "shared", "serving.shared_prefix_len": 4}, "serving.prefix shared"),

@@ -114,7 +114,7 @@ def test_char_tokenizer_round_trips_digits_one_token_each():
 
 def test_spec_refuses_a_task_gate_without_a_tokenizer_and_greedy_path_and_takes_vllm():
     for fw, model in (("synthetic", "llama-tiny"), ("diffusers", "sd3-tiny")):  # custom: the same rule
-        with pytest.raises(SpecError, match=f"quality.task .*needs framework transformers or vllm, got {fw}"):
+        with pytest.raises(SpecError, match=f"quality.task .*needs framework transformers, vllm or sglang, got {fw}"):
             load_spec(None, {"framework": fw, "model": model, "quality.task": {"file": "llama-tiny-trained"}})
     spec = load_spec(None, {"framework": "vllm", "quality.task": {"file": "smollm2-135m-instruct"}})
     assert spec.quality.task.file.endswith("data/tasks/smollm2-135m-instruct.jsonl")

@@ -5,7 +5,7 @@ Each framework a spec may name (``framework:`` in the workload spec) has one
 (``workloads/``) and the spec asks the descriptor a question (is it a server,
 does it run real operators, which strategy does it use) instead of comparing
 the framework's name; ``tests/test_framework_seams.py`` holds that line. A new
-engine (SGLang, kernels inside a server) is a new entry here and its adapter.
+engine (SGLang was one: issue 32) is a new entry here and its adapter.
 
 This module is pure data: it imports nothing from inferloom but the errors, so
 kernels/, kb/, preflight, phases/ and evidence/ may all import it. The adapter
@@ -89,6 +89,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("vllm", "inferloom.workloads.vllm_adapter:from_spec", server=True,
               profile_skip=SERVER_PROFILE_SKIPPED, stack_precision="inferloom.workloads.vllm_knobs:stack_precision",
               preflight=("model_dir", "server_env", "chat_prompts"), deploy="inferloom.workloads.deploy:vllm_deploy"),
+    # an SGLang server (python -m sglang.launch_server) as a subprocess, from its own Python environment (issue 32)
+    Framework("sglang", "inferloom.workloads.sglang_adapter:from_spec", server=True,
+              profile_skip="the server runs out of process; a session spends no server start on a profile",
+              stack_precision="inferloom.workloads.sglang_knobs:stack_precision",
+              preflight=("model_dir", "server_env", "chat_prompts"),
+              deploy="inferloom.workloads.sglang_deploy:sglang_deploy"),
     # a diffusers text-to-image pipeline in this process, with the image quality contract (docs/diffusers.md)
     Framework("diffusers", "inferloom.workloads.diffusers_engine:DiffusersEngine", strategy="image",
               kernel_engine=True, image=True, model_info="pipeline", version_module="diffusers",

@@ -101,7 +101,7 @@ def _check_vllm(spec: WorkloadSpec, imports: bool, timeout_s: float) -> None:
     if rc not in (0, None):  # None: slower than the timeout; the server's own start decides
         last = ((err or "").strip().splitlines() or [f"exit code {rc}"])[-1][:300]
         raise SpecError(f"serving.module: `import {s.module}` fails in {python}'s environment ({last}); "
-                                 "install vLLM there or point serving.python at a Python that has it")
+                                 f"install {spec.framework} there or point serving.python at a Python that has it")
 
 
 def _check_custom(spec: WorkloadSpec) -> None:

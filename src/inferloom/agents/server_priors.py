@@ -53,8 +53,11 @@ def decode_shares(workload: Mapping[str, Any]) -> dict[str, float] | None:
             "activations": b["activations"] / total}
 
 
-def server_priors(workload: Mapping[str, Any], stock_fraction: float | None = None) -> list[Prior]:
-    """The vLLM GPU priors for ``workload``, ranked by predicted gain (see the module docstring)."""
+def server_priors(workload: Mapping[str, Any], stock_fraction: float | None = None,
+                  kv_fp8: str = "fp8") -> list[Prior]:
+    """The server GPU priors for ``workload``, ranked by predicted gain (see the module docstring);
+    ``kv_fp8``: the engine's fp8 KV-cache value (vLLM ``fp8``, SGLang ``fp8_e4m3``). A prior whose knob or
+    value an engine's space lacks (vLLM's ``FLASHINFER``, SGLang's ``fa3``) is skipped by the orchestrator."""
     shares = decode_shares(workload)
     if shares is None:
         return []
@@ -67,7 +70,7 @@ def server_priors(workload: Mapping[str, Any], stock_fraction: float | None = No
          f"weights are {w * 100:.0f}% of a decode step's bytes; fp8 halves them (Amdahl: x{amdahl_limit(w, 2.0):.2f} "
          "on the floor; measured x1.36 over stock bf16 on an H200, FACTS.md); lowers precision: judged by "
          "quality.numerics over the A/A floor"),
-        ("fp8-kv-cache", {"kv_cache_dtype": "fp8"}, amdahl_limit(kv, 2.0) - 1.0,
+        ("fp8-kv-cache", {"kv_cache_dtype": kv_fp8}, amdahl_limit(kv, 2.0) - 1.0,
          f"the KV cache is {kv * 100:.0f}% of a decode step's bytes; fp8 halves it (Amdahl: "
          f"x{amdahl_limit(kv, 2.0):.2f}); lowers precision: judged by quality.numerics"),
         ("async-scheduling", {"async_scheduling": True}, 0.5 * over,
@@ -79,6 +82,8 @@ def server_priors(workload: Mapping[str, Any], stock_fraction: float | None = No
          "fewer, larger prefill chunks at 64 x 256 prompt tokens (guess)"),
         ("flashinfer", {"attention_backend": "FLASHINFER"}, 0.02,
          "FlashInfer's decode attention; attention is a small share at 384-token context (guess)"),
+        ("fa3-attention", {"attention_backend": "fa3"}, 0.02,
+         "SGLang's FlashAttention-3 backend on Hopper; attention is a small share at 384-token context (guess)"),
     ]
     cands.sort(key=lambda c: -c[2])
     return [Prior(name, changes, round(gain, 4), why, _CUDA, rank=1.0 + i)
@@ -96,4 +101,6 @@ def default_table(knob_names: Any, workload: Mapping[str, Any], state: Mapping[s
     roof = extra.get("roofline_stock") if isinstance(extra, Mapping) else None
     frac = roof.get("fraction") if isinstance(roof, Mapping) else None
     ok = isinstance(frac, (int, float)) and not isinstance(frac, bool) and frac > 0
-    return (*server_priors(workload, float(frac) if ok else None), *DEFAULT_PRIORS)
+    kv = knob_names.get("kv_cache_dtype") if isinstance(knob_names, Mapping) else None
+    kv_fp8 = "fp8_e4m3" if kv is not None and "fp8" not in (getattr(kv, "choices", None) or ("fp8",)) else "fp8"
+    return (*server_priors(workload, float(frac) if ok else None, kv_fp8), *DEFAULT_PRIORS)

@@ -21,7 +21,7 @@ __all__ = ["REQUESTS_PER_CONCURRENCY", "Traffic"]
 #: in-process adapters use 4 (a custom entrypoint sets its own load; an image
 #: workload's run is ``diffusion.batch_size`` x ``diffusion.batches_per_run`` images).
 REQUESTS_PER_CONCURRENCY: Mapping[str, int] = MappingProxyType(
-    {"transformers": 4, "synthetic": 4, "custom": 4, "vllm": 5, "diffusers": 1})
+    {"transformers": 4, "synthetic": 4, "custom": 4, "vllm": 5, "diffusers": 1, "sglang": 5})
 
 class Traffic(_Strict):
     concurrency: int = _n(8, 1, 4096, "requests in flight (one batch)")

@@ -41,7 +41,11 @@ class SpecError(InferloomError, ValueError):
 
 #: the frameworks whose adapter answers the task gate's items (``quality.task``): the model's own
 #: tokenizer and a greedy generation path (in process, or through the server's completions)
-_TASK_GATE_FRAMEWORKS = ("transformers", "vllm")
+_TASK_GATE_FRAMEWORKS = ("transformers", "vllm", "sglang")
+#: the server frameworks: the load generator drives them (goodput, traces)
+_SERVER_FRAMEWORKS = ("vllm", "sglang")
+#: each server framework's ``serving.module`` when the spec names none
+_SERVER_MODULES = {"vllm": "vllm.entrypoints.openai.api_server", "sglang": "sglang.launch_server"}
 
 
 class QualitySpec(_Strict):
@@ -161,7 +165,7 @@ class ServingSpec(_Strict):
 
 class WorkloadSpec(_Strict):
     model: str = Field("llama-tiny", description=MODEL_HELP)
-    framework: Literal["transformers", "synthetic", "custom", "vllm", "diffusers"] = "transformers"
+    framework: Literal["transformers", "synthetic", "custom", "vllm", "diffusers", "sglang"] = "transformers"
     device: Literal["cpu", "cuda", "auto"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     seed: int = _n(0, 0, 2**31 - 1, "seed of prompts, searches and adapters")
@@ -176,6 +180,19 @@ class WorkloadSpec(_Strict):
     agents: AgentsSpec = AgentsSpec()
     diffusion: DiffusionSpec | None = Field(None, description="framework: diffusers only (docs/diffusers.md); "
                                             "filled with its defaults for framework: diffusers")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _server_module_default(cls, data: Any) -> Any:
+        """``serving.module`` defaults to the server framework's own (SGLang: ``sglang.launch_server``)."""
+        if not isinstance(data, dict) or data.get("framework") not in _SERVER_MODULES:
+            return data
+        serving = data.get("serving")
+        if serving is None:
+            serving = {}
+        if isinstance(serving, dict) and "module" not in serving:
+            return {**data, "serving": {**serving, "module": _SERVER_MODULES[data["framework"]]}}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -209,8 +226,9 @@ class WorkloadSpec(_Strict):
         s = self.serving
         if self.objective == "goodput" and not (s.slo_ttft_ms or s.slo_tpot_ms or s.slo_e2el_ms):
             raise ValueError("objective goodput needs at least one SLO (serving.slo_ttft_ms, slo_tpot_ms or slo_e2el_ms)")
-        if self.objective == "goodput" and self.framework != "vllm":
-            raise ValueError("objective goodput needs a server framework (vllm): only the load generator measures it")
+        if self.objective == "goodput" and self.framework not in _SERVER_FRAMEWORKS:
+            raise ValueError("objective goodput needs a server framework (vllm, sglang): only the load generator "
+                             "measures it")
         if s.arrival == "poisson" and s.request_rate is None:
             raise ValueError("serving.arrival poisson needs serving.request_rate")
         return self
@@ -220,8 +238,9 @@ class WorkloadSpec(_Strict):
         t = self.traffic
         if t.trace is None:
             return self
-        if self.framework != "vllm":
-            raise ValueError(f"traffic.trace needs framework vllm (the load generator replays it), got {self.framework}")
+        if self.framework not in _SERVER_FRAMEWORKS:
+            raise ValueError(f"traffic.trace needs a server framework (vllm, sglang: the load generator replays it), "
+                             f"got {self.framework}")
         if t.prompts != "random":
             raise ValueError("traffic.trace and traffic.prompts: a trace carries its own lengths (or texts); "
                              "leave traffic.prompts random")
@@ -234,7 +253,7 @@ class WorkloadSpec(_Strict):
     @model_validator(mode="after")
     def _task_gate_framework(self) -> "WorkloadSpec":
         if self.quality.task is not None and self.framework not in _TASK_GATE_FRAMEWORKS:
-            raise ValueError(f"quality.task (the task-accuracy gate) needs framework transformers or vllm, got "
+            raise ValueError(f"quality.task (the task-accuracy gate) needs framework transformers, vllm or sglang, got "
                              f"{self.framework}: its items are text prompts answered greedily, and only those "
                              "adapters have the model's tokenizer and a greedy generation path (a custom workload "
                              "judges quality with its own quality_gate)")

@@ -48,7 +48,8 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     ("unsupported_flag", r"argument (--[\w-]+)(?:/[^:]*)?: invalid (?:choice|\w+ value)"),
     ("unsupported_flag", r"argument (--[\w-]+)(?:/[^:]*)?: expected"),
     ("oom", r"(out of memory|OutOfMemoryError|Cannot allocate memory|No available memory for the cache blocks|"
-            r"less than desired CPU memory utilization|insufficient memory)"),
+            r"less than desired CPU memory utilization|insufficient memory|"
+            r"Not enough memory|leave no GPU memory for the KV cache)"),  # the last two: SGLang's
     ("missing_kernel", r"(NotImplementedError|not supported on (?:the )?CPU|is not supported for|no kernel|"
                        r"Invalid attention backend|undefined symbol|operator \S+ does not exist|"
                        r"(?:backend|Backend) \S+ is not)"),

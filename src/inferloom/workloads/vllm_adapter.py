@@ -1,73 +1,43 @@
 """WorkloadAdapter for a vLLM OpenAI-compatible server run as a subprocess.
 
-* The server runs from its own Python environment (``serving.python``, e.g.
-  ``.venv-vllm/bin/python``): inferloom's environment need not contain vLLM.
-* ``prepare(config)`` starts a server for that configuration (its own
-  process group, a free port) and waits for ``/health``; ``release`` stops the
-  group and verifies nothing is left. Each server's log is kept in the log
-  directory (the session's ``servers/`` folder) under the candidate's id.
-* Reuse (``reuse_servers``, which a session turns on): a released server stays
-  alive and the next ``prepare`` of the same configuration gets it back, at
-  most two alive (``handle_pool``); one that died is started again. Every
-  start is recorded (``take_server_starts``: startup seconds, a restart's
-  reason, whether vLLM's compile cache was warm, the memory settings).
-* Memory: each server gets its share of the device's free memory, so both
-  servers of a pair fit with equal KV capacity (``memory_share``; read once,
-  before this adapter starts anything); a spec value or the candidate's own
-  knob wins (``vllm_launch.memory_args``).
-* ``run(handle, seed)`` drives it with the streaming load generator
-  (``inferloom.loadgen``) on fresh prompts drawn from ``seed``; the
-  RunRecord's ``extra['serving']`` holds the result (vLLM bench field names)
-  (``vllm_run.py``). Prompts: random token ids, or ``traffic.prompts`` texts
-  tokenized here with the model directory's own tokenizer (``vllm_texts``:
-  each run its window of the pool, no text repeated across the pairs of a
-  comparison while the pool lasts); warm-ups always random ids. ``traffic.trace``: each run replays its
-  window of the trace at the recorded arrivals and lengths (``vllm_trace``).
-* Paired A/B on a small CPU machine: both servers of a comparison stay up and
-  only one receives load at a time (the protocol alternates them). Each run
-  records the CPU seconds the *other* live servers burnt meanwhile
-  (``extra['idle_servers_cpu_s']``), so a noisy neighbour is data, not a guess
-  (measured: docs/loadgen.md).
-* The knob space is the installed server's: its flags are read once from
-  its own ``--help`` (``vllm_flags``; per python, module and server version)
-  and a knob whose flag it lacks is dropped, with why (``describe()``'s
-  ``server_flags``, a progress line); when the help can't be read, the static
-  table stands and says so.
-* A flag the installed server rejects is learned from the launch error and
-  never launched again (``rejected_flags``; the coordinator persists it in
-  the session state and refuses proposals that use it).
-* Quality probes (``vllm_probes``): ``greedy`` and ``score`` (top-k prompt
+The server process, reuse, memory shares, the timed run (warm-up, quiet
+wait, the streaming load generator), prompts and traces and the rejected-flag
+learning are the server-framework base's (``server_adapter``); this module
+supplies vLLM's parts:
+
+* the launch line (``vllm_launch``: ``--model``, ``--served-model-name``,
+  ``--max-model-len``, ``--max-logprobs``, ...) with the memory share as
+  ``--gpu-memory-utilization`` / ``--kv-cache-memory-bytes`` on GPUs and
+  ``VLLM_CPU_KVCACHE_SPACE`` on CPU (a spec value or the candidate's own knob
+  wins: ``vllm_launch.memory_args``);
+* the knob table (``vllm_knobs``) cut to the installed server's ``--help=all``
+  (``vllm_flags``), its recovery options, ``max_num_seqs`` as the
+  sequences-per-step cap;
+* where a start-up went (``vllm_startup``) and whether the torch.compile cache
+  was warm (``vllm_servers``);
+* the quality probes (``vllm_probes``): ``greedy`` and ``score`` (top-k prompt
   log-probabilities) one request per prompt, ``quality.concurrency`` in
   flight; ``*_batched``: all prompts in one request (the batched guard).
 
-The command line and launch checks: ``vllm_launch.py``; the HTTP quality probes
-``vllm_probes.py``; the knob table, the knobs a server lacks and the recovery options
-``vllm_knobs.py``; a timed run ``vllm_run.py``; the process ``server_process.py``.
+Paired A/B on a small CPU machine: both servers of a comparison stay up and
+only one receives load at a time; each run records the CPU seconds the other
+live servers burnt meanwhile (``extra['idle_servers_cpu_s']``, docs/loadgen.md).
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
 import os
-import platform
-import tempfile
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
-from inferloom.workloads.handle_pool import HandlePool
-from inferloom.workloads.prompts import random_prompts
-from inferloom.workloads.server_process import ServerProcess, free_port
+from inferloom.workloads.base import AdapterError, Knob
+from inferloom.workloads.server_adapter import ServerAdapter
+from inferloom.workloads.server_start import MemoryShareOnce as _MemoryShareOnce
 from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_server_flags
-from inferloom.workloads.vllm_knobs import recovery_options, vllm_knobs, without_dropped
-from inferloom.workloads.vllm_launch import check_launchable, launch_command, server_distribution, server_model_dir
-from inferloom.workloads.vllm_servers import MemoryShareOnce, VLLMHandle, start_server
+from inferloom.workloads.vllm_knobs import recovery_options, to_launch, vllm_knobs
+from inferloom.workloads.vllm_launch import launch_command, server_distribution
+from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_overlays, overlay_key
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
-from inferloom.workloads.vllm_run import serving_run
-from inferloom.workloads.vllm_texts import ServerTexts
-from inferloom.workloads.vllm_trace import ServerTrace
+from inferloom.workloads.vllm_servers import VLLM_START, MemoryShareOnce, VLLMHandle
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -75,213 +45,57 @@ if TYPE_CHECKING:
 __all__ = ["VLLMAdapter", "VLLMHandle", "from_spec"]
 
 
-class VLLMAdapter:
+class VLLMAdapter(ServerAdapter):
     name = "vllm"
-    aa_quality_sets = ("eval", "heldout")  # AAQuality: outputs vary between identical servers (batch-dependent kernels)
+    label = "vLLM"
+    seqs_knob = "max_num_seqs"
+    to_launch = staticmethod(to_launch)
+    start_hooks = VLLM_START
 
-    def __init__(self, spec: WorkloadSpec, log_dir: str | Path | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
-        self.spec = spec
-        self.device = spec.resolved_device() if spec.device != "auto" else "cpu"
-        self.progress: Callable[[str], None] = progress or (lambda _m: None)
-        self._told: bool | None = None if progress is None else False  # None: no one to tell yet
-        self._log_dir = Path(log_dir) if log_dir else None
-        self._handles: dict[str, VLLMHandle] = {}
-        self._counter = itertools.count(1)
-        self._model_dir: str | None = None
-        self._vocab: int | None = None
-        self._info: dict[str, Any] | None = None
-        self.rejected_flags: dict[str, dict[str, Any]] = {}  # flag -> {knob, value, error}
-        kv = int(spec.serving.env.get("VLLM_CPU_KVCACHE_SPACE", 0))  # 0: each server's derived share
-        self._pool: HandlePool[VLLMHandle] = HandlePool(self._stop, lambda h: h.server.alive(), lambda h: h.id)
-        self._memory = MemoryShareOnce(spec, self.device, self.model_dir, lambda m: self.progress(m))
-        self._static = vllm_knobs(spec.traffic.concurrency, kv)
-        self._space: list[Knob] | None = None  # the static table cut to the server's flags, on first use
-        self._flags: ServerFlags | None = None
-        self._dropped: dict[str, str] = {}  # knob -> why the installed server can't take it
-        self._notes: dict[str, str] = {}
-        self._texts = ServerTexts(spec, self.model_dir)
-        self._texts.validate()  # a bad text source (no tokenizer, nothing to encode): one line, before anything runs
-        self._trace = ServerTrace(spec, self.model_dir, self.vocab_size, lambda: self._texts.tokenizer)
-        self._trace.validate()  # traffic.trace read and checked (vllm_trace): a bad one is one line, exit 2
+    overlays: tuple[OverlayDir, ...] = ()  # engine overlays the next servers start with (set_overlays)
 
-    # ------------------------------------------------------------ plumbing
-    def set_log_dir(self, path: str | Path, progress: Callable[[str], None] | None = None) -> None:
-        """Where server logs go (a session's ``servers/``), and whom to tell about slow start-ups."""
-        self._log_dir = Path(path)
-        if progress is not None:
-            self.progress = progress
-            self._told = bool(self._told)
-            self._tell_flags()
+    # ------------------------------------------------------- the engine's
+    def static_knobs(self) -> list[Knob]:
+        kv = int(self.spec.serving.env.get("VLLM_CPU_KVCACHE_SPACE", 0))  # 0: each server's derived share
+        return vllm_knobs(self.spec.traffic.concurrency, kv)
 
-    def restore_rejected_flags(self, learned: Mapping[str, Mapping[str, Any]]) -> None:
-        for flag, info in learned.items():
-            self.rejected_flags.setdefault(flag, dict(info))
+    def probe_flags(self) -> ServerFlags:
+        s = self.spec.serving
+        return probe_server_flags(s.python, s.module, self._distribution(), {**os.environ, **s.env})
 
-    def log_dir(self) -> Path:
-        if self._log_dir is None:
-            self._log_dir = Path(tempfile.mkdtemp(prefix="inferloom-vllm-logs-"))
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        return self._log_dir
+    def filter(self, knobs: list[Knob], flags: ServerFlags) -> tuple[list[Knob], dict[str, str], dict[str, str]]:
+        return filter_knobs(knobs, flags)
 
-    def model_dir(self) -> str:
-        """The local HF directory the server loads; a preset is written once
-        (seeded random weights, built tokenizer) under the inferloom cache."""
-        if self._model_dir is None:
-            self._model_dir = server_model_dir(self.spec, self.progress)
-        return self._model_dir
+    def make_memory(self) -> _MemoryShareOnce:
+        return MemoryShareOnce(self.spec, self.device, self.model_dir, lambda m: self.progress(m))
 
-    @property
-    def tokenizer(self) -> Any:
-        """The model directory's own tokenizer (texts: ``traffic.prompts``, ``quality.prompts_file``)."""
-        return self._texts.tokenizer
-
-    def vocab_size(self) -> int:
-        if self._vocab is None:
-            cfg = json.loads((Path(self.model_dir()) / "config.json").read_text())
-            self._vocab = int(cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size"))
-        return self._vocab
-
-    # --------------------------------------------------------------- knobs
-    def server_flags(self) -> ServerFlags:
-        """The installed server's flags (read once; see ``vllm_flags``)."""
-        if self._flags is None:
-            s = self.spec.serving
-            self._flags = probe_server_flags(s.python, s.module, self._distribution(), {**os.environ, **s.env})
-        return self._flags
-
-    @property
-    def _knobs(self) -> list[Knob]:
-        if self._space is None:
-            self._space, self._dropped, self._notes = filter_knobs(self._static, self.server_flags())
-            self._tell_flags()
-        return self._space
-
-    def _tell_flags(self) -> None:
-        """One progress line for the probe and one per dropped knob, once, when someone listens."""
-        if self._told is not False or self._space is None:
-            return
-        self._told = True
-        f = self.server_flags()
-        if f.flags is None:
-            self.progress(f"vLLM server flags unknown ({f.error}); the static knob table stands, and a flag "
-                          "the server rejects is learned at launch")
-            return
-        self.progress(f"vLLM server flags: {len(f.flags)} from `{f.source}` ({f.version}); "
-                      f"{len(self._space)} knobs kept, {len(self._dropped)} dropped")
-        for name, why in {**self._dropped, **self._notes}.items():
-            self.progress(f"knob {name}: {why}")
-
-    def knob_space(self) -> list[Knob]:
-        return list(self._knobs)
-
-    def config_refusal(self, config: Mapping[str, Any]) -> str | None:
-        """CrossKnobRules: a configuration that is slower by construction for this traffic, never measured:
-        ``max_num_seqs`` below the concurrency of a closed-loop throughput run serializes the requests in
-        flight (an H200 session measured max_num_seqs=1 at c64: -96.6%, docs/benchmarks.md section 18)."""
-        seqs, c = int(config.get("max_num_seqs") or 0), int(self.spec.traffic.concurrency)
-        if (0 < seqs < c and self.spec.objective == "output_tokens_per_s"
-                and self.spec.serving.arrival == "concurrency" and self.spec.traffic.trace is None):
-            return (f"max_num_seqs={seqs} is below traffic.concurrency={c}: at most {seqs} of the {c} requests in "
-                    "flight are scheduled per step, so throughput can only drop; not measured")
-        return None
-
-    def _without_dropped(self, values: Mapping[str, Any], what: str) -> dict[str, Any]:
-        return without_dropped(values, self._static, self._dropped, what)
-
-    def _check(self, cfg: Mapping[str, Any]) -> None:
-        check_launchable(cfg, self._knobs, self.device, self.rejected_flags)
-
-    def memory_share(self) -> Any:
-        """Each server's share of the device's memory (``memory_share``), read
-        once, before this adapter starts a server; None when not derived."""
-        return self._memory.get()
+    def distribution(self) -> str:
+        return server_distribution(self.spec.serving.python)
 
     def launch_argv(self, cfg: Mapping[str, Any], port: int) -> tuple[list[str], dict[str, str], dict[str, Any]]:
         """The server's ``(argv, env, origin)`` for ``cfg`` on ``port`` (see ``vllm_launch``) with its
         memory share; ``origin["memory"]`` says where each memory setting came from."""
         flags = self.server_flags().flags
-        argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags, self._trace.longest())
+        argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags, self._trace.longest(),
+                                           self.overlays)
         args, env_m, decided = self._memory.args(cfg, None if flags is None else flags - set(self.rejected_flags))
         return argv + args, {**env, **env_m}, {**origin, "memory": decided}
 
-    # ------------------------------------------------------------- prepare
-    def reuse_servers(self, on: bool = True, max_live: int = 2) -> None:
-        """From now on a released server stays alive for the next ``prepare`` of
-        its configuration (at most ``max_live`` alive); off: stopped at release."""
-        self._pool.keep, self._pool.max_live = on, max(1, max_live)
+    # ------------------------------------------------------ engine overlays
+    def set_overlays(self, overlays: Sequence[OverlayDir] = ()) -> None:
+        """The engine overlays (``vllm_plugins``: kernel plugins, source patches) of the servers prepared from
+        now on; () for none (rollback). A server's identity includes them: none is reused across overlays."""
+        self.overlays = tuple(overlays)
 
-    def expect_servers(self, configs: Sequence[Mapping[str, Any]]) -> None:
-        """The configurations the coming comparison needs: their servers are stopped last."""
-        keys = []
-        for c in configs:
-            try:
-                keys.append(config_key(resolve_config(self._knobs, self._without_dropped(c, "candidate"),
-                                                      self._without_dropped(self.spec.pinned, "pinned"))))
-            except (AdapterError, ValueError):
-                continue  # prepare says why
-        self._pool.want(keys)
+    def pool_key(self, cfg: Mapping[str, Any]) -> str:
+        return super().pool_key(cfg) + overlay_key(self.overlays)
 
-    def take_server_starts(self) -> list[dict[str, Any]]:
-        """The server starts since the last call (for the session's ledger)."""
-        return self._pool.take_starts()
-
-    def stop_idle(self) -> list[str]:
-        """Stop every server not lent out (another adapter needs the device, or the session ends)."""
-        return self._pool.stop_idle()
-
-    def prepare(self, config: Mapping[str, Any]) -> VLLMHandle:
-        knobs = self._knobs
-        cfg = resolve_config(knobs, self._without_dropped(config, "candidate"),
-                             self._without_dropped(self.spec.pinned, "pinned"))
-        self._check(cfg)
-        return self._pool.acquire(config_key(cfg), lambda reason: self._start(cfg, reason))
-
-    def _start(self, cfg: dict[str, Any], reason: str) -> tuple[VLLMHandle, dict[str, Any]]:
-        cid = config_key(cfg)
-        hid = f"{next(self._counter):02d}-{hashlib.sha1(cid.encode()).hexdigest()[:8]}"
-        port = free_port()
-        h, record = start_server(hid, cfg, cid, self.launch_argv(cfg, port), port, self.log_dir() / f"{hid}.log",
-                                 self.spec.serving.startup_timeout_s, self.progress, self.rejected_flags, reason,
-                                 self._memory.get())
-        self._handles[hid] = h
-        return h, record
-
-    # ----------------------------------------------------------------- run
-    def random_prompts(self, seed: int, n: int | None = None, length: int | None = None) -> list[list[int]]:
-        """Random token ids (``length`` each), whatever ``traffic.prompts`` says: warm-ups, the shared prefix."""
-        n = self.spec.requests_per_run if n is None else n
-        return random_prompts(seed, n, self.spec.traffic.input_len if length is None else length,
-                              self.vocab_size(), {0, 1, 2})
-
-    def prompts(self, seed: int, n: int | None = None, length: int | None = None) -> list[list[int]]:
-        """Run ``seed``'s prompts: random ids of ``length`` tokens, or ``traffic.prompts`` texts of at most
-        ``length`` tokens (``vllm_texts``)."""
-        if self._texts.source == "random":
-            return self.random_prompts(seed, n, length)
-        n = self.spec.requests_per_run if n is None else n
-        return self._texts.draw(seed, n, self.spec.traffic.input_len if length is None else length)
-
-    def run_prompts(self, seed: int) -> tuple[list[list[int]], dict[str, Any]]:
-        """Fresh prompts per run; in ``shared`` mode every prompt starts with the
-        same declared prefix (random ids from the spec's seed), the rest fresh (texts: the text's first
-        ``input_len - shared_prefix_len`` tokens)."""
-        s, t = self.spec.serving, self.spec.traffic
-        ps = self.prompts(seed)
-        k = min(s.shared_prefix_len, t.input_len) if s.prefix == "shared" else 0
-        if k:
-            prefix = self.random_prompts(self.spec.seed + 424_242, 1, k)[0]
-            ps = [prefix + (p[k:] if self._texts.source == "random" else p[:t.input_len - k]) for p in ps]
-        return ps, {"prompt_mode": s.prefix, "shared_prefix_len": k, "fresh_prompts_per_run": True,
-                    "seed": seed, **self._texts.state(seed, len(ps))}
-
-    def _others(self, handle: VLLMHandle) -> list[ServerProcess]:
-        return [h.server for h in self._handles.values() if h is not handle]
-
-    def run(self, handle: VLLMHandle, seed: int) -> RunRecord:
-        return serving_run(self.spec, handle, seed, draw_prompts=self.random_prompts, run_prompts=self.run_prompts,
-                           others=lambda: self._others(handle), model_id=self.model_dir,
-                           trace_plan=self._trace.plan if self._trace.enabled else None)
+    def after_start(self, handle: VLLMHandle, record: dict[str, Any]) -> None:
+        try:  # vLLM starts without a plugin it could not load: such a server would measure stock kernels
+            record.update(check_overlays(self.overlays, handle.server.log_path))
+        except EngineOverlayError as exc:
+            self._stop(handle)
+            raise AdapterError(f"vLLM server {handle.id}: {exc}", kind="engine_overlay") from None
 
     # ------------------------------------------------------------- quality
     def greedy(self, handle: VLLMHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
@@ -310,41 +124,6 @@ class VLLMAdapter:
     def recovery_options(self, kind: str, stock: dict[str, Any]) -> list[dict[str, Any]]:
         """Flag or environment changes that address a failure kind, least invasive first."""
         return recovery_options(kind, stock, self.device, self._knobs, self.rejected_flags)
-
-    def _distribution(self) -> str:
-        if self._info is None:
-            self._info = {"server_distribution": server_distribution(self.spec.serving.python)}
-        return str(self._info["server_distribution"])
-
-    def describe(self) -> dict[str, Any]:
-        """Provenance, with ``server_flags``: the flags the installed server
-        lists, where they were read, and each knob dropped or adjusted for it."""
-        self._distribution()
-        self._knobs  # noqa: B018 - reads the server's flags once
-        flags = {**self.server_flags().to_dict(), "dropped_knobs": dict(self._dropped), "knob_notes": dict(self._notes)}
-        return {"framework": "vllm", "adapter": self.name, "server_python": self.spec.serving.python,
-                "server_module": self.spec.serving.module, **self._info, "model": self.spec.model,
-                "device": self.device, "traffic_prompts": self._texts.source,
-                "python_version": platform.python_version(), "cpu_count": os.cpu_count(),
-                "dtype": self.spec.dtype, "server_flags": flags, "memory_share": self._memory.record()}
-
-    def release(self, handle: VLLMHandle) -> None:
-        """Back to the pool (alive, for the next ``prepare`` of its configuration)
-        while reuse is on; else, or when it died, its process group is stopped."""
-        if not handle.released:
-            self._pool.release(handle)
-
-    def _stop(self, handle: VLLMHandle) -> None:
-        if handle.released:
-            return
-        handle.released = True
-        self._handles.pop(handle.id, None)
-        handle.notes["stop"] = handle.server.stop()
-
-    def close(self) -> None:
-        self._pool.close()
-        for h in list(self._handles.values()):
-            self._stop(h)
 
 
 def from_spec(spec: WorkloadSpec) -> VLLMAdapter:

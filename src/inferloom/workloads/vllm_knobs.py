@@ -16,7 +16,7 @@ from typing import Any, Collection, Mapping, Sequence
 from inferloom.workloads.base import AdapterError, Knob
 
 __all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES", "PRECISION_KNOBS",
-           "stack_precision", "without_dropped", "recovery_options"]
+           "stack_precision", "recovery_options"]
 
 CPU = frozenset({"cpu"})
 CUDA_ROCM = frozenset({"cuda", "rocm"})
@@ -175,21 +175,6 @@ def stack_precision(cfg: Mapping[str, Any], model_dtype: str) -> dict[str, Any]:
     return {"weights": weights, "kv_cache": kv, "activations": act,
             "weight_bytes": _BYTES.get(weights, 2), "kv_bytes": _BYTES.get(kv, 2), "activation_bytes": _BYTES.get(act, 2),
             "label": f"{weights} weights, {kv} KV cache, {act} activations"}
-
-
-def without_dropped(values: Mapping[str, Any], static_knobs: Sequence[Knob], dropped: Mapping[str, str],
-                    what: str) -> dict[str, Any]:
-    """``values`` less the knobs the installed server can't take (``dropped``: knob -> why), where they
-    are at their default (a session started before, a ``stack`` that lists every knob); a dropped knob
-    set off its default is refused."""
-    out = dict(values)
-    static = {k.name: k for k in static_knobs}
-    for name in set(out) & set(dropped):
-        if out[name] != static[name].default and str(out[name]) != str(static[name].default):
-            raise AdapterError(f"{what} knob '{name}'={out[name]!r}: {dropped[name]}; not launched",
-                               kind="unsupported_flag")
-        del out[name]
-    return out
 
 
 def recovery_options(kind: str, stock: Mapping[str, Any], device: str, knobs: Sequence[Knob],

@@ -28,12 +28,9 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
-from inferloom.models.preset_dir import save_preset
-from inferloom.models.presets import PRESETS
-from inferloom.models.tokenizer import cache_root
-from inferloom.workloads.base import AdapterError, Knob
+from inferloom.workloads.base import Knob
 from inferloom.workloads.memory_share import (
     MemoryShare,
     cpu_memory,
@@ -44,8 +41,16 @@ from inferloom.workloads.memory_share import (
     kv_bytes_per_token,
     weight_bytes,
 )
-from inferloom.workloads.server_process import LaunchError
+from inferloom.workloads.server_launch import (
+    SERVED_NAME,
+    log_evidence,
+    max_model_len,
+    rejected_flag_info,
+    server_model_dir,
+)
+from inferloom.workloads.server_launch import check_launchable as _check_launchable
 from inferloom.workloads.vllm_knobs import to_launch
+from inferloom.workloads.vllm_plugins import OverlayDir, overlay_env
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -67,37 +72,17 @@ __all__ = [
 ]
 
 TOP_K = 20  # prompt log-probabilities per position (vLLM's default --max-logprobs is 20)
-SERVED_NAME = "inferloom-model"
-
-
-def server_model_dir(spec: WorkloadSpec, progress: Callable[[str], None]) -> str:
-    """The local HF directory the server loads; a preset is written once
-    (seeded random weights, built tokenizer) under the inferloom cache."""
-    if spec.model not in PRESETS:
-        return spec.model
-    d = cache_root() / "server-models" / f"{spec.model}-seed{spec.seed}-{spec.dtype}"
-    if not (d / "config.json").is_file():
-        progress(f"writing preset {spec.model} to {d} for the server")
-        save_preset(spec.model, d, seed=spec.seed, dtype=spec.dtype)
-    return str(d)
-
-
-def max_model_len(spec: WorkloadSpec, longest: int = 0) -> int:
-    """``serving.max_model_len``, else the longest traffic or quality sequence (``longest``: a trace's
-    longest input + output) plus a margin, rounded up to a multiple of 64."""
-    if spec.serving.max_model_len:
-        return int(spec.serving.max_model_len)
-    t, q = spec.traffic, spec.quality
-    need = max(t.input_len + t.output_len, q.prompt_len + q.continuation_len + 1, longest) + 16
-    return int(-(-need // 64) * 64)
 
 
 def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], port: int,
                    server_flags: Collection[str] | None = None,
-                   longest: int = 0) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+                   longest: int = 0, overlays: Sequence[OverlayDir] = ()
+                   ) -> tuple[list[str], dict[str, str], dict[str, Any]]:
     """``(argv, env, origin)`` of the server for configuration ``cfg`` on
     ``port``; ``server_flags``: the installed server's flags, where known; ``longest``: a trace's longest
-    request (input + output tokens), which the context must hold."""
+    request (input + output tokens), which the context must hold; ``overlays``: engine overlays (kernel
+    plugins, source patches: ``vllm_plugins``) put on the server's ``PYTHONPATH``, the one way anything
+    reaches it."""
     s = spec.serving
     args, env_k, origin = to_launch(cfg, server_flags)
     argv = [s.python, "-m", s.module, "--model", model_dir, "--served-model-name", SERVED_NAME,
@@ -108,37 +93,16 @@ def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], p
     env.update(s.env)
     env.update(env_k)
     env.pop("PYTHONPATH", None)  # the server's environment is its own
+    env.update(overlay_env(overlays, env))  # ... but for the candidate's engine overlays
+    if overlays:
+        origin["overlays"] = [o.to_dict() for o in overlays]
     return argv, env, origin
 
 
 def check_launchable(cfg: Mapping[str, Any], knobs: list[Knob], device: str,
                      rejected_flags: Mapping[str, Mapping[str, Any]]) -> None:
-    """Raise :class:`AdapterError` for a configuration that must not be launched."""
-    for k in knobs:
-        if device not in k.applies_to and cfg[k.name] != k.default:
-            raise AdapterError(f"knob '{k.name}': applies only to {', '.join(sorted(k.applies_to))}, "
-                               f"device is {device}", kind="unsupported")
-    _, _, origin = to_launch(cfg)
-    for flag, (knob, value) in origin.items():
-        bad = rejected_flags.get(flag)
-        if bad is not None and (bad.get("value") == value or bad.get("whole_flag")):
-            raise AdapterError(f"knob '{knob}'={value!r}: the installed server rejected {flag} earlier in this "
-                               f"session ({bad.get('error', '')[:200]}); not launched again",
-                               kind="unsupported_flag")
-
-
-def rejected_flag_info(exc: LaunchError, origin: Mapping[str, Any]) -> dict[str, Any]:
-    """What is kept about ``exc.flag``: its knob and value (``whole_flag`` when
-    no knob set it), the failure kind and the log line that names it."""
-    knob, value = origin.get(exc.flag, (None, None))
-    return {"knob": knob, "value": value, "kind": exc.kind, "error": log_evidence(exc.log_tail, exc.flag)[:300],
-            "whole_flag": knob is None}
-
-
-def log_evidence(log_tail: str, needle: str) -> str:
-    """The log line that names ``needle`` (the server's own words), else the last line."""
-    lines = [ln for ln in log_tail.splitlines() if ln.strip() and not ln.startswith("[inferloom]")]
-    return next((ln for ln in reversed(lines) if needle in ln and not ln.startswith("$ ")), lines[-1] if lines else "")
+    """Raise :class:`AdapterError` for a configuration that must not be launched (``server_launch``)."""
+    _check_launchable(cfg, knobs, device, rejected_flags, to_launch)
 
 
 def server_distribution(python: str) -> str:

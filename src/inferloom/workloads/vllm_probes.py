@@ -21,7 +21,6 @@ from its prefix cache (another batch shape).
 from __future__ import annotations
 
 import json
-import math
 import uuid
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from inferloom.workloads.base import AdapterError
+from inferloom.workloads.logprob_rows import topk_row
 from inferloom.workloads.vllm_launch import SERVED_NAME, TOP_K
 
 __all__ = ["SCORE_APPROXIMATION", "post_completions", "issue", "greedy_continuations", "score_logprobs"]
@@ -117,15 +117,6 @@ def score_logprobs(base_url: str, server_id: str, prompts: list[list[int]], cont
         start = len(prompts[i])
         for t in range(T):
             entry = plp[start + t] or {}
-            ids = torch.tensor([int(k) for k in entry], dtype=torch.long)
-            lps = torch.tensor([float(v["logprob"] if isinstance(v, dict) else v) for v in entry.values()],
-                               dtype=torch.float64)
-            lps = torch.nan_to_num(lps, neginf=-1e4)
-            mass = float(lps.exp().sum().clamp(max=1.0))
-            rest = V - len(ids)
-            fill = math.log(max(1.0 - mass, 1e-12) / rest) if rest > 0 else -1e4
-            row = torch.full((V,), fill, dtype=torch.float64)
-            if len(ids):
-                row[ids] = lps
-            res[i, t] = torch.log_softmax(row, dim=-1).float()
+            res[i, t] = topk_row({int(k): float(v["logprob"] if isinstance(v, dict) else v)
+                                  for k, v in entry.items()}, V)
     return res

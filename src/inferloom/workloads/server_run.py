@@ -1,4 +1,4 @@
-"""One timed run of a vLLM server (``VLLMAdapter.run``): untimed warm-up requests, a wait until the other
+"""One timed run of a server framework's server (``ServerAdapter.run``): untimed warm-up requests, a wait until the other
 live servers are quiet, the streaming load generator (``inferloom.loadgen``) on the run's fresh prompts, and
 the RunRecord: ``extra['serving']`` (vLLM bench field names), ``extra['idle_servers_cpu_s']`` (the CPU seconds
 the other live servers burnt meanwhile), a failure as data with its kind. A trace run (``trace_plan``) sends
@@ -14,8 +14,8 @@ from inferloom.loadgen.client import run_load
 from inferloom.loadgen.metrics import SLO, summarize
 from inferloom.workloads.base import RunRecord
 from inferloom.workloads.server_process import ServerProcess, servers_cpu_seconds, wait_quiet
-from inferloom.workloads.vllm_launch import SERVED_NAME
-from inferloom.workloads.vllm_servers import VLLMHandle
+from inferloom.workloads.server_launch import SERVED_NAME
+from inferloom.workloads.server_start import ServerHandle
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["serving_run"]
 
 
-def serving_run(spec: WorkloadSpec, handle: VLLMHandle, seed: int, *, draw_prompts: Callable[..., list[list[int]]],
+def serving_run(spec: WorkloadSpec, handle: ServerHandle, seed: int, *, draw_prompts: Callable[..., list[list[int]]],
                 run_prompts: Callable[[int], tuple[list[list[int]], dict[str, Any]]],
                 others: Callable[[], list[ServerProcess]], model_id: Callable[[], str],
                 trace_plan: Callable[[int], TracePlan] | None = None) -> RunRecord:

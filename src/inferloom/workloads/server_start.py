@@ -1,0 +1,145 @@
+"""One start of a server framework's server, whatever the framework: launch,
+wait for health, and what the start taught (startup seconds and where they
+went, from the framework's own log lines; a compile cache's state where the
+framework has one; the memory settings it got), and the memory share every
+server of one adapter gets (:class:`MemoryShareOnce`: read once, before the
+first start, so that every server of a pair gets the same share).
+
+The framework-specific parts come in a :class:`StartHooks` (``vllm_servers``,
+``sglang_servers``). Used by ``server_adapter``, whose ``handle_pool`` decides
+when a server starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
+
+from inferloom.workloads.base import AdapterError
+from inferloom.workloads.memory_share import MemoryShare, MemoryShareError
+from inferloom.workloads.server_launch import rejected_flag_info
+from inferloom.workloads.server_process import LaunchError, ServerProcess
+
+if TYPE_CHECKING:
+    from inferloom.spec import WorkloadSpec
+
+__all__ = ["ServerHandle", "StartHooks", "MemoryShareOnce", "start_server"]
+
+MemoryArgs = Callable[..., "tuple[list[str], dict[str, str], dict[str, str]]"]
+
+
+@dataclass
+class ServerHandle:
+    id: str
+    config: dict[str, Any]
+    config_id: str
+    server: ServerProcess
+    startup_s: float
+    released: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def _no_cache(env: Mapping[str, str]) -> Any:
+    return None
+
+
+def _no_cache_state(env: Mapping[str, str], before: Any, cfg: Mapping[str, Any], argv: list[str]) -> dict[str, Any]:
+    return {"warm": None}
+
+
+@dataclass(frozen=True)
+class StartHooks:
+    """What one framework adds to a start: its name in progress lines, where its start-up went
+    (``split(log_text, startup_s)`` -> ``{"parts": ..., "stated": ...}``, ``split_text(parts)``), its compile
+    cache (``cache_before(env)`` before the launch, ``cache_after(env, before, cfg, argv)`` -> a dict with
+    ``warm``: True / False / None), and the memory variables the start records."""
+
+    label: str
+    split: Callable[[str, float], dict[str, Any]]
+    split_text: Callable[[dict[str, float]], str]
+    cache_before: Callable[[Mapping[str, str]], Any] = _no_cache
+    cache_after: Callable[[Mapping[str, str], Any, Mapping[str, Any], list[str]], dict[str, Any]] = _no_cache_state
+    memory_env: tuple[str, ...] = ()
+
+
+class MemoryShareOnce:
+    """Each server's share of the device's memory (``memory_share``), read on
+    first use and kept: ``get()`` the share (None: not derived, ``why``
+    says why), ``args(cfg, flags)`` what it adds to one launch, ``record()``
+    what ``describe`` reports (a spec value that wins is listed there).
+    ``derive(spec, device, model_dir)`` and ``memory_args(spec, cfg, share, flags, device)``: the framework's."""
+
+    def __init__(self, spec: WorkloadSpec, device: str, model_dir: Callable[[], str], progress: Callable[[str], None],
+                 derive: Callable[..., MemoryShare | None], memory_args: MemoryArgs, label: str) -> None:
+        self.spec, self.device, self._model_dir, self._progress = spec, device, model_dir, progress
+        self._derive, self._memory_args, self._label = derive, memory_args, label
+        self._read = False
+        self._share: MemoryShare | None = None
+        self.why: str | None = None
+        self._oom = False
+
+    def get(self) -> MemoryShare | None:
+        if not self._read:
+            self._read = True
+            try:
+                self._share = self._derive(self.spec, self.device, self._model_dir())
+                self.why = None if self._share else "the spec sets every memory setting"
+            except (MemoryShareError, OSError) as exc:
+                self.why, self._oom = str(exc), "do not fit" in str(exc)
+            self._progress(f"memory share: {self._share.summary()}" if self._share
+                           else f"memory share not derived: {self.why}")
+        return self._share
+
+    def args(self, cfg: Mapping[str, Any], server_flags: Collection[str] | None
+             ) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        """``memory_args`` for ``cfg``; AdapterError (``oom``) when a pair does not fit."""
+        share = self.get()
+        if share is None and self._oom:
+            raise AdapterError(f"{self._label}: {self.why}", kind="oom")
+        return self._memory_args(self.spec, cfg, share, server_flags, self.device)
+
+    def record(self) -> dict[str, Any]:
+        """The share (once read: the first server start reads it), and the memory settings the spec gives."""
+        decided = self._memory_args(self.spec, {}, None, None, self.device)[2]
+        spec = {k: v for k, v in decided.items() if v.startswith("spec")}
+        sh = self._share
+        return {"derived": sh.to_dict() if sh else None,
+                "why_not": self.why if self._read else "read at the first server start", "from_spec": spec}
+
+
+def start_server(hid: str, cfg: dict[str, Any], cid: str, launch: tuple[list[str], dict[str, str], dict[str, Any]],
+                 port: int, log_path: Path, timeout_s: float, progress: Callable[[str], None],
+                 rejected_flags: dict[str, dict[str, Any]], reason: str = "new", share: MemoryShare | None = None,
+                 *, hooks: StartHooks) -> tuple[ServerHandle, dict[str, Any]]:
+    """Start one server and wait for ``/health``: ``(handle, record)``. A
+    failed launch is AdapterError with its kind; a flag the server rejected is
+    learned into ``rejected_flags``. ``share``: the memory share, recorded."""
+    argv, env, origin = launch
+    label = hooks.label
+    cache0 = hooks.cache_before(env)
+    server = ServerProcess(argv, env, port, log_path)
+    progress(f"starting {label} server {hid} on port {port} (log {server.log_path})"
+             + ("" if reason == "new" else f" ({reason})"))
+    try:
+        startup = server.start(timeout_s, progress)
+    except LaunchError as exc:
+        if exc.kind == "unsupported_flag" and exc.flag:
+            rejected_flags[exc.flag] = rejected_flag_info(exc, origin)
+        raise AdapterError(f"{label} server for {hid} failed to start: {exc}\n{exc.log_tail[-1500:]}",
+                           kind=exc.kind) from None
+    cache = hooks.cache_after(env, cache0, cfg, argv)
+    try:  # where the start-up went, from the server's own log lines
+        split = hooks.split(server.log_path.read_text(errors="replace"), startup)
+    except OSError:
+        split = None
+    progress(f"{label} server {hid} healthy after {startup:.1f} s"
+             + ("" if cache.get("warm") is None else f" (compile cache {'warm' if cache['warm'] else 'cold'})")
+             + (f": {hooks.split_text(split['parts'])}" if split else ""))
+    h = ServerHandle(hid, cfg, cid, server, startup, notes={"log": str(server.log_path), "argv": argv})
+    return h, {"server_startup_s": startup, "startup_split": split, "compile_cache": cache,
+               "memory": origin.get("memory", {}),
+               "memory_share": share.to_dict() if share is not None else None,
+               "memory_env": {k: env[k] for k in hooks.memory_env if k in env},
+               "log": server.log_path.name, "port": port,
+               **({"overlays": origin["overlays"]} if origin.get("overlays") else {})}
