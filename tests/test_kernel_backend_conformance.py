@@ -26,7 +26,6 @@ from inferloom.spec import load_spec
 from inferloom.workloads.base import resolve_config
 from inferloom.workloads.registry import make_adapter
 from inferloom.workloads.vllm_kernel_backend import VLLMPluginBackend
-from inferloom.workloads.vllm_kernel_overlays import plugin_knob
 from inferloom.workloads.vllm_knobs import vllm_knobs
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -59,8 +58,8 @@ KNOBS = {k.name: k for k in make_adapter(SPEC).knob_space()}  # the transformers
 # the transformers engine's stock stack with the static cache: every kernel knob at its default,
 # and the cache the attention kernels need
 STACK = resolve_config(list(KNOBS.values()), {"cache_implementation": "static"})
-# a vLLM server's static knob table (no server probed) with the plugin knob, at its defaults
-VLLM_KNOBS = {k.name: k for k in vllm_knobs(3) + [plugin_knob()]}
+# a vLLM server's static knob table (no server probed; the plugin knob included), at its defaults
+VLLM_KNOBS = {k.name: k for k in vllm_knobs(3)}
 SPACES = {"transformers": (KNOBS, STACK), "vllm": (VLLM_KNOBS, resolve_config(list(VLLM_KNOBS.values()), {}))}
 
 

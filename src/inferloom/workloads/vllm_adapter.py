@@ -33,7 +33,7 @@ from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.server_adapter import ServerAdapter
 from inferloom.workloads.server_start import MemoryShareOnce as _MemoryShareOnce
 from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_server_flags
-from inferloom.workloads.vllm_kernel_overlays import OVERLAY_DIR, overlays_for, plugin_knob
+from inferloom.workloads.vllm_kernel_overlays import OVERLAY_DIR, overlays_for
 from inferloom.workloads.vllm_knobs import recovery_options, to_launch, vllm_knobs
 from inferloom.workloads.vllm_launch import launch_command, server_distribution
 from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_overlays, overlay_key
@@ -58,7 +58,7 @@ class VLLMAdapter(ServerAdapter):
     # ------------------------------------------------------- the engine's
     def static_knobs(self) -> list[Knob]:
         kv = int(self.spec.serving.env.get("VLLM_CPU_KVCACHE_SPACE", 0))  # 0: each server's derived share
-        return vllm_knobs(self.spec.traffic.concurrency, kv) + [plugin_knob()]
+        return vllm_knobs(self.spec.traffic.concurrency, kv)
 
     def probe_flags(self) -> ServerFlags:
         s = self.spec.serving
