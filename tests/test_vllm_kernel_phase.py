@@ -49,13 +49,13 @@ def test_the_candidate_runs_the_overlays_own_source_through_the_correctness_gate
                      {**WORK, "stack": {KO.PLUGIN_KNOB: "torch_rmsnorm"}}) == []  # already in the stack
 
 
-def test_a_session_measures_the_plugin_candidate_end_to_end_from_the_fixed_order(tmp_path):
+def test_a_session_measures_the_plugin_candidate_end_to_end_from_the_fixed_order(tmp_path, monkeypatch):
     from tests.test_session import SPEC, agents
 
     knobs = [Knob("fast_path", "bool", False, "synthetic +20%"), KO.plugin_knob()]
     ad = SyntheticAdapter(effects={"fast_path": {True: 1.2}, KO.PLUGIN_KNOB: {"torch_rmsnorm": 1.25}}, numerics={},
                           knobs=knobs, noise_sd=0.03)
-    spec = SPEC.model_copy(update={"kernels": SPEC.kernels.model_copy(update={"min_speedup": 0.0})})
+    spec = SPEC.model_copy(update={"kernels": SPEC.kernels.model_copy(update={"min_speedup": 0.01})})
     lines: list[str] = []
     st = start(tmp_path / "s", spec, budget_minutes=10, max_trials=8, adapter=ad, agents=agents(),
                kernel_backend=VLLMPluginBackend(), progress=lines.append)
@@ -66,10 +66,19 @@ def test_a_session_measures_the_plugin_candidate_end_to_end_from_the_fixed_order
     assert [(t["category"], t["share"], t["picked"]) for t in targets["targets"]] == [("normalization", UNPROFILED, True)]
     assert any("fixed order instead: normalization" in m for m in lines)
     gates = {e["gate"]: e["passed"] for e in entries if e["kind"] == "kernel_gate"}
-    assert gates == {"correctness": True, "microbenchmark": True}  # min_speedup 0: any measured speed passes
+    assert gates == {"correctness": True, "microbenchmark": True}  # min_speedup 0.01: any measured speed passes
     (t,) = [t for t in st.trials if t.agent == "kernel:vllm_plugin"]
     assert t.changes == {KO.PLUGIN_KNOB: "torch_rmsnorm"} and t.kept and t.verdict != "amdahl_suspect"
     assert st.stack[KO.PLUGIN_KNOB] == "torch_rmsnorm"  # the ledger's trial config carries the knob's value
+    # verify --remeasure asks the descriptor's overlay check before anything runs: with vLLM's check, this
+    # session (the synthetic adapter starts no server, so no start recorded the overlay) is exit 2
+    from inferloom.evidence import remeasure as RM
+
+    monkeypatch.setattr(RM._engines, "session_overlays", lambda fw, d, changes, entries:
+                        KO.check_session_overlays(d, changes, entries))
+    with pytest.raises(RM.RemeasureError, match="no server start of the session recorded") as ei:
+        RM.final_stack(tmp_path / "s")
+    assert ei.value.exit_code == 2
 
 
 def _session_with_overlay(tmp_path):
