@@ -122,3 +122,27 @@ def test_the_adapter_starts_a_server_with_the_overlay_its_knob_names(tmp_path, m
     assert KO.PLUGIN_KNOB in {k.name for k in a.static_knobs()}
     env = VP.overlay_env(a.overlays_of({KO.PLUGIN_KNOB: "torch_rmsnorm"}), {})
     assert env["PYTHONPATH"] == str(ov.path.absolute())
+
+
+def test_the_phase_runs_the_descriptors_backend_unless_its_knob_is_pinned_or_absent():
+    from types import SimpleNamespace
+
+    from inferloom.phases.kernel import kernel_backend
+    from inferloom.spec import load_spec
+    from inferloom.workloads.vllm_knobs import vllm_knobs
+
+    def resolved(pinned=None, knobs=None, backend="auto"):
+        spec = load_spec(None, {"framework": "vllm", "device": "cpu", "model": "llama-tiny", "kernels.backend": backend,
+                                **({"pinned": pinned} if pinned else {})})
+        ctx = SimpleNamespace(options=SimpleNamespace(kernel_backend=None), spec=spec,
+                              knobs=vllm_knobs(4) if knobs is None else knobs)
+        return kernel_backend(ctx, SimpleNamespace(device="cpu", stack={"dtype": "auto", KO.PLUGIN_KNOB: "none"}))
+
+    b, why = resolved()
+    assert isinstance(b, VLLMPluginBackend) and "vllm_plugin" in why
+    for kw in ({"pinned": {KO.PLUGIN_KNOB: "none"}}, {"knobs": [Knob("max_num_seqs", "int", 0, "x", low=0, high=8)]}):
+        b, why = resolved(**kw)
+        assert b is None and "pinned by the spec or not in the adapter's knob space" in why  # no budget kept for it
+    assert resolved(backend="none")[0] is None
+    b, why = resolved(backend="torch")  # the in-process backends rewrite no server
+    assert b is None and "torch" in why

@@ -77,7 +77,11 @@ def kernel_backend(ctx: SessionContext, st: SessionState) -> tuple[Any, str]:
     fw = framework(ctx.spec.framework)
     own = _engines.kernel_backend(fw) if ctx.spec.kernels.backend == "auto" else None
     if own is not None:  # the engine delivers kernels itself (a server's plugin overlay)
-        why = own.unavailable(work)
+        mine = set(own.knobs())  # its candidates switch only these: none measurable, no phase (and no budget kept)
+        free = mine & {k.name for k in ctx.knobs} - set(ctx.spec.pinned)
+        why = None if free else (f"its knobs ({', '.join(sorted(mine))}) are pinned by the spec or not in the "
+                                 "adapter's knob space")
+        why = why or own.unavailable(work)
         return (None, f"backend {own.name}: {why}") if why else (own, f"backend {own.name} (the {fw.name} engine's own)")
     return resolve_backend(ctx.spec.kernels.backend, work)
 

@@ -122,6 +122,10 @@ class VLLMPluginBackend:
     def fixed_order(self) -> tuple[str, ...]:
         return FIXED_ORDER
 
+    def knobs(self) -> frozenset[str]:
+        """The knobs its candidates switch (the KERNEL phase skips it when the spec pins them all)."""
+        return frozenset({PLUGIN_KNOB})
+
     def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
         picked = [t.category for t in targets if t.picked]
         stack = workload.get("stack", {})
