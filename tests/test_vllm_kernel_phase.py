@@ -146,3 +146,17 @@ def test_the_phase_runs_the_descriptors_backend_unless_its_knob_is_pinned_or_abs
     assert resolved(backend="none")[0] is None
     b, why = resolved(backend="torch")  # the in-process backends rewrite no server
     assert b is None and "torch" in why
+
+
+def test_the_deploy_command_puts_the_sessions_plugin_overlay_on_pythonpath(tmp_path, monkeypatch):
+    from inferloom.spec import load_spec
+    from inferloom.workloads.deploy import vllm_deploy
+
+    monkeypatch.setenv("INFERLOOM_CACHE", str(tmp_path / "cache"))
+    d, ov, entries = _session_with_overlay(tmp_path)
+    spec = load_spec(None, {"framework": "vllm", "model": "llama-tiny", "device": "cpu",
+                            "serving.python": "/opt/v/bin/python"})
+    dep = vllm_deploy(spec, {KO.PLUGIN_KNOB: "torch_rmsnorm"}, {}, entries)
+    assert f"PYTHONPATH={ov.path.absolute()}" in dep["code"] and "VLLM_CACHE_ROOT=" in dep["code"]
+    assert any("kernel plugin overlay" in n and ov.digest[:16] in n for n in dep["notes"])
+    assert "PYTHONPATH" not in vllm_deploy(spec, {}, {}, entries)["code"]

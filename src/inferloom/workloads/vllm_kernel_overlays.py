@@ -29,7 +29,7 @@ from inferloom.workloads.vllm_plugins import (EngineOverlayError, KernelReplacem
 from inferloom.workloads.vllm_replacements import torch_rmsnorm
 
 __all__ = ["PLUGIN_KNOB", "PluginEntry", "REPLACEMENTS", "plugin_knob", "overlays_for", "check_session_overlays",
-           "OVERLAY_DIR"]
+           "OVERLAY_DIR", "recorded_plugin"]
 
 PLUGIN_KNOB = "kernel_plugin"
 OVERLAY_DIR = "overlays"  # under the adapter's log directory (a session's servers/)
@@ -87,6 +87,17 @@ def _recorded(value: str, entries: Iterable[Mapping[str, Any]]) -> dict[str, Any
             if o.get("kind") == "plugin" and (o.get("knob") or {}).get(PLUGIN_KNOB) == value:
                 found = dict(o)
     return found
+
+
+def recorded_plugin(cfg: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) -> OverlayDir | None:
+    """The plugin overlay a server start of the session recorded for ``cfg``'s ``kernel_plugin`` (its
+    recorded path), or None (``none``, or no start recorded it)."""
+    value = str(cfg.get(PLUGIN_KNOB, "none"))
+    rec = None if value == "none" else _recorded(value, entries)
+    if rec is None:
+        return None
+    return OverlayDir("plugin", Path(str(rec["path"])), str(rec["digest"]), dict(rec.get("files") or {}),
+                      tuple(rec.get("entry_points") or ()))
 
 
 def check_session_overlays(d: str | Path, changes: Mapping[str, Any],
