@@ -25,6 +25,8 @@ from inferloom.kernels.torch_backend import TorchBackend
 from inferloom.spec import load_spec
 from inferloom.workloads.base import resolve_config
 from inferloom.workloads.registry import make_adapter
+from inferloom.workloads.vllm_kernel_backend import VLLMPluginBackend
+from inferloom.workloads.vllm_knobs import vllm_knobs
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
@@ -39,14 +41,16 @@ class BackendCase:
     make: Callable[[], KernelBackend]
     device: str
     runs_on_cpu: bool
+    framework: str = "transformers"  # whose knob space and stock stack the workload has
 
 
 BACKENDS = [
     pytest.param(BackendCase(TorchBackend, "cpu", runs_on_cpu=True), id="torch"),
     pytest.param(BackendCase(CatalogBackend, "cuda", runs_on_cpu=False), id="catalog",
                  marks=pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")),
+    pytest.param(BackendCase(VLLMPluginBackend, "cpu", runs_on_cpu=True, framework="vllm"), id="vllm_plugin"),
 ]
-REGISTERED = {qualname(TorchBackend), qualname(CatalogBackend)}
+REGISTERED = {qualname(TorchBackend), qualname(CatalogBackend), qualname(VLLMPluginBackend)}
 
 SPEC = load_spec(None, {"model": "llama-tiny", "device": "cpu", "traffic.concurrency": "3",
                         "traffic.input_len": "20", "traffic.output_len": "12"})
@@ -54,6 +58,9 @@ KNOBS = {k.name: k for k in make_adapter(SPEC).knob_space()}  # the transformers
 # the transformers engine's stock stack with the static cache: every kernel knob at its default,
 # and the cache the attention kernels need
 STACK = resolve_config(list(KNOBS.values()), {"cache_implementation": "static"})
+# a vLLM server's static knob table (no server probed; the plugin knob included), at its defaults
+VLLM_KNOBS = {k.name: k for k in vllm_knobs(3)}
+SPACES = {"transformers": (KNOBS, STACK), "vllm": (VLLM_KNOBS, resolve_config(list(VLLM_KNOBS.values()), {}))}
 
 
 @pytest.fixture(params=BACKENDS, scope="module")
@@ -67,8 +74,14 @@ def backend(case) -> KernelBackend:
 
 
 @pytest.fixture
+def knobs(case) -> dict[str, Any]:
+    return SPACES[case.framework][0]
+
+
+@pytest.fixture
 def workload(case) -> dict[str, Any]:
-    return workload_of(SPEC, case.device, STACK)
+    spec = SPEC if case.framework == "transformers" else SPEC.model_copy(update={"framework": case.framework})
+    return workload_of(spec, case.device, SPACES[case.framework][1])
 
 
 def _all_hot(backend: KernelBackend) -> list[Target]:
@@ -148,13 +161,13 @@ class TestKernelBackendConformance:
             rec = json.loads(json.dumps(c.to_record()))
             assert rec["id"] == c.id and rec["claim_status"] == "unverified"
 
-    def test_config_changes_switch_kernel_knobs_of_the_engine(self, backend, workload):
+    def test_config_changes_switch_kernel_knobs_of_the_engine(self, backend, workload, knobs):
         for c in backend.propose(_all_hot(backend), workload):
             assert c.config_changes, c.id
             for name, value in c.config_changes.items():
-                assert name in KNOBS, f"{c.id}: {name} is not in the engine's knob space"
-                assert KNOBS[name].phase == "KERNEL", f"{c.id}: {name} is a {KNOBS[name].phase} knob"
-                assert KNOBS[name].validate(value) == value, (c.id, name, value)
+                assert name in knobs, f"{c.id}: {name} is not in the engine's knob space"
+                assert knobs[name].phase == "KERNEL", f"{c.id}: {name} is a {knobs[name].phase} knob"
+                assert knobs[name].validate(value) == value, (c.id, name, value)
             assert any(workload["stack"].get(k) != v for k, v in c.config_changes.items()), c.id
 
     def test_a_candidate_in_the_stack_is_not_proposed_again(self, backend, workload):

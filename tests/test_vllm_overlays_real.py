@@ -144,3 +144,38 @@ def test_the_engine_patch_ran_through_the_overlay_and_is_gone_without_it(servers
     assert hashlib.sha256((servers["pkg"].parent / CORE).read_bytes()).hexdigest() == servers["core_sha"]
     assert MARK in (src.path / CORE).read_text() and not (src.path / CORE).is_symlink()
     assert MARK not in (servers["pkg"].parent / CORE).read_text()
+
+
+def test_the_kernel_plugin_knob_starts_its_overlay_and_remeasure_checks_the_sessions_copy(servers):
+    """The KERNEL phase's candidate as a configuration (``kernel_plugin=torch_rmsnorm``, what the ledger
+    records): one more start, the plugin the knob names registered in it and judged against stock by the
+    quality contract; the start record (the session's ``server_start`` entry) carries the overlay with the
+    knob's value, so ``verify --remeasure``'s check rebuilds it, and names a file changed after the start."""
+    from inferloom.measure import quality as Q
+    from inferloom.workloads import vllm_kernel_overlays as KO
+
+    a, stock = servers["a"], servers["stock"]
+    a.set_overlays(())
+    t0 = time.perf_counter()
+    h = a.prepare({KO.PLUGIN_KNOB: "torch_rmsnorm"})
+    print(f"kernel_plugin server healthy in {time.perf_counter() - t0:.1f} s")
+    (start,) = [s for s in a.take_server_starts() if s.get("overlays")]
+    (ov,) = start["overlays"]
+    assert ov["kind"] == "plugin" and ov["knob"] == {KO.PLUGIN_KNOB: "torch_rmsnorm"}
+    assert start["overlays_registered"][ov["digest"][:16]]  # registered in the server's processes
+    ref = Q.capture_reference(a, stock, "eval", a.prompts(78, 3, 16), 8)
+    res = Q.evaluate(a, h, ref, Q.QualityThresholds())
+    assert res.passed, res.message
+    changes = {KO.PLUGIN_KNOB: "torch_rmsnorm"}
+    session = a.log_dir()  # the overlay lies under the adapter's log directory, as under a session's servers/
+    (checked,) = KO.check_session_overlays(session, changes, [start])
+    assert checked["digest"] == ov["digest"]
+    kernel = next(p for p in ov["files"] if "/k_" in p)
+    path = Path(ov["path"]) / kernel
+    good = path.read_bytes()
+    path.write_bytes(good + b"\n# changed after the start\n")
+    try:
+        with pytest.raises(VP.EngineOverlayError, match=f"{kernel} has sha256"):
+            KO.check_session_overlays(session, changes, [start])
+    finally:
+        path.write_bytes(good)

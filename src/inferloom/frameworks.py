@@ -70,6 +70,13 @@ class Framework:
     #: a lazy ``"module:attr"`` target ``(spec, final config, manifest, ledger entries) -> deploy dict``: the final
     #: stack as a user deploys it (workloads/deploy.py; the report's Deploy section, ``inferloom export``'s deploy.md)
     deploy: str | None = None
+    #: a lazy ``"module:attr"`` target: the KERNEL phase's backend class for ``kernels.backend: auto`` when the
+    #: engine delivers kernels itself (a server's plugin overlay); None: kernels/registry.py's backends
+    kernel_backend: str | None = None
+    #: a lazy ``"module:attr"`` target ``(session dir, final changes, ledger entries) -> [checked]``: ``verify
+    #: --remeasure`` rebuilds the engine overlays the final stack names and checks them against the session's
+    #: files (sha256); None: the framework has none
+    session_overlays: str | None = None
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -88,7 +95,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     # an OpenAI-compatible vLLM server as a subprocess, from its own Python environment
     Framework("vllm", "inferloom.workloads.vllm_adapter:from_spec", server=True,
               profile_skip=SERVER_PROFILE_SKIPPED, stack_precision="inferloom.workloads.vllm_knobs:stack_precision",
-              preflight=("model_dir", "server_env", "chat_prompts"), deploy="inferloom.workloads.deploy:vllm_deploy"),
+              preflight=("model_dir", "server_env", "chat_prompts"), deploy="inferloom.workloads.deploy:vllm_deploy",
+              kernel_backend="inferloom.workloads.vllm_kernel_backend:VLLMPluginBackend",
+              session_overlays="inferloom.workloads.vllm_kernel_overlays:check_session_overlays"),
     # an SGLang server (python -m sglang.launch_server) as a subprocess, from its own Python environment (issue 32)
     Framework("sglang", "inferloom.workloads.sglang_adapter:from_spec", server=True,
               profile_skip="the server runs out of process; a session spends no server start on a profile",

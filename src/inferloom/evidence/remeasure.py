@@ -42,6 +42,7 @@ from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
 from inferloom.session.manifest import manifest_spec, read_manifest
 from inferloom.session.state import Phase, load_state
+from inferloom.workloads import registry as _engines
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -75,6 +76,10 @@ def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
         except (written.WrittenKernelError, OSError, ValueError) as exc:
             raise RemeasureError(f"{d}: the final stack's {written.KNOB}={changes[written.KNOB]} can't be re-measured: "
                                  f"{exc}") from None
+    try:  # engine overlays (a vLLM kernel plugin): rebuilt from the final stack's knobs, sha256-checked
+        _engines.session_overlays(framework(spec.framework), d, changes, L.read_entries(d))
+    except InferloomError as exc:
+        raise RemeasureError(f"{d}: the final stack's engine overlays can't be re-measured: {exc}") from None
     return spec, changes, final
 
 

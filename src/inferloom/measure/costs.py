@@ -45,6 +45,12 @@ the last position, as ``generate()`` does)::
     activations = B * b * (L * n_l * a_layer + h + V)
     FLOPs       = 2*b*L*n_l*(P_attn+P_mlp) + 2*b*h*V + 4*b*n_l*n_h*d * L*(L+1)/2   (causal)
 
+MoE (``num_experts`` E, ``num_experts_per_tok`` k, ``moe_intermediate_size`` I_e): ``P_mlp`` is the
+active ``k*3*h*I_e + h*E`` (router) per token, so ``P_mm`` and the FLOPs count active parameters; the
+stored ``P`` has ``E*3*h*I_e + h*E`` per layer; a forward over ``t`` tokens reads the experts they were
+routed to, ``E*(1-(1-k/E)^t)`` per layer expected under uniform routing (``t = b`` for a decode step,
+``b*L`` for a prefill), the other experts' weights not at all.
+
 One ``generate()`` of ``b`` sequences, ``L`` in / ``n`` out: the prefill
 yields the first token, then ``n - 1`` decode steps whose contexts are
 ``L+1 .. L+n-1``; KV reads are linear in ``c``, so the steps together cost
@@ -64,6 +70,8 @@ __all__ = [
     "mean_decode_context",
     "SHAPE_KEYS",
     "derived_counts",
+    "experts_touched",
+    "weights_read",
     "decode_step_costs",
     "prefill_costs",
 ]
@@ -80,6 +88,9 @@ SHAPE_KEYS = {
     "head_dim": ("head_dim",),
     "vocab_size": ("vocab_size",),
     "tie_word_embeddings": ("tie_word_embeddings",),
+    "num_experts": ("num_experts", "num_local_experts", "n_routed_experts"),
+    "num_experts_per_tok": ("num_experts_per_tok",),
+    "moe_intermediate_size": ("moe_intermediate_size",),
 }
 
 
@@ -115,26 +126,60 @@ def model_shape(model: Any) -> dict[str, Any]:
     shape["num_kv_heads"] = int(shape["num_kv_heads"] or shape["num_heads"])
     shape["head_dim"] = int(shape["head_dim"] or shape["hidden_size"] // shape["num_heads"])
     shape["tie_word_embeddings"] = bool(shape["tie_word_embeddings"] or False)
+    if shape["num_experts"] and int(shape["num_experts"]) > 1:  # MoE: every layer's MLP is E routed experts
+        if not shape["num_experts_per_tok"]:
+            raise ValueError("model shape: an MoE config (num_experts) without num_experts_per_tok")
+        shape["num_experts"], shape["num_experts_per_tok"] = int(shape["num_experts"]), int(shape["num_experts_per_tok"])
+        shape["moe_intermediate_size"] = int(shape["moe_intermediate_size"] or shape["intermediate_size"])
+    else:
+        shape["num_experts"] = shape["num_experts_per_tok"] = shape["moe_intermediate_size"] = None
     return shape
+
+
+def experts_touched(shape: Mapping[str, Any], tokens: float) -> float:
+    """Distinct experts per MoE layer that ``tokens`` routed tokens read, expected under uniform routing:
+    ``E * (1 - (1 - k/E)^tokens)`` (k at one token, E as tokens grow); 0 for a dense model."""
+    E, k = shape.get("num_experts"), shape.get("num_experts_per_tok")
+    return float(E) * (1.0 - (1.0 - k / E) ** max(float(tokens), 0.0)) if E else 0.0
+
+
+def weights_read(shape: Mapping[str, Any], der: Mapping[str, Any], tokens: float) -> float:
+    """Weight bytes one forward over ``tokens`` tokens reads: all of them for a dense model; for an MoE
+    model the experts no token was routed to are not read (:func:`experts_touched`)."""
+    if not shape.get("num_experts"):
+        return float(der["weights_read_bytes"])
+    unread = shape["num_experts"] - experts_touched(shape, tokens)
+    return float(der["weights_read_bytes"]) - shape["num_layers"] * unread * der["expert_bytes"]
 
 
 def derived_counts(shape: Mapping[str, Any], dtype_bytes: float, kv_dtype_bytes: float) -> dict[str, Any]:
     h, inter, nl = shape["hidden_size"], shape["intermediate_size"], shape["num_layers"]
     nh, nkv, d, v = shape["num_heads"], shape["num_kv_heads"], shape["head_dim"], shape["vocab_size"]
     p_attn = h * (nh * d) + 2 * h * (nkv * d) + (nh * d) * h
-    p_mlp = 3 * h * inter
+    E = shape.get("num_experts") or 0
+    if E:  # MoE: k of E experts (gate, up, down of moe_intermediate_size) per token, plus the router
+        k, im = shape["num_experts_per_tok"], shape["moe_intermediate_size"]
+        p_expert = 3 * h * im
+        p_mlp, p_mlp_stored, inter = k * p_expert + h * E, E * p_expert + h * E, k * im
+    else:
+        p_expert, p_mlp = 0, 3 * h * inter
+        p_mlp_stored = p_mlp
     p_norm = 2 * h
-    p_mm = nl * (p_attn + p_mlp) + v * h
-    params = nl * (p_attn + p_mlp + p_norm) + h + v * h + (0 if shape["tie_word_embeddings"] else v * h)
+    p_mm = nl * (p_attn + p_mlp) + v * h  # per token: the active matrix-product weights (FLOPs)
+    head = v * h + (0 if shape["tie_word_embeddings"] else v * h)
+    params = nl * (p_attn + p_mlp_stored + p_norm) + h + head
     a_layer = (h + (nh + 2 * nkv) * d) + (2 * nh * d) + (nh * d + h) + (h + 2 * inter) + (inter + h)
     return {
         "params_attn_per_layer": p_attn,
         "params_mlp_per_layer": p_mlp,
+        "params_mlp_stored_per_layer": p_mlp_stored,
         "params_norm_per_layer": p_norm,
         "matmul_params": p_mm,
         "parameters": params,
+        "active_parameters": nl * (p_attn + p_mlp + p_norm) + h + head,
+        "expert_bytes": p_expert * dtype_bytes,
         "weight_bytes": params * dtype_bytes,
-        "weights_read_bytes": (p_mm + nl * p_norm + h) * dtype_bytes,
+        "weights_read_bytes": (nl * (p_attn + p_mlp_stored) + v * h + nl * p_norm + h) * dtype_bytes,
         "kv_bytes_per_token": 2 * nl * nkv * d * kv_dtype_bytes,
         "activation_elems_per_token_layer": a_layer,
         "attention_flops_per_token_per_ctx": 4 * nl * nh * d,
@@ -145,7 +190,7 @@ def decode_step_costs(shape: Mapping[str, Any], der: Mapping[str, Any], b: int, 
     h, nl, v = shape["hidden_size"], shape["num_layers"], shape["vocab_size"]
     kv_tok = der["kv_bytes_per_token"]
     bytes_ = {
-        "weights": der["weights_read_bytes"] + B * b * h,
+        "weights": weights_read(shape, der, b) + B * b * h,
         "kv_cache_read": b * c * kv_tok,
         "kv_cache_write": b * kv_tok,
         "activations": B * b * (nl * der["activation_elems_per_token_layer"] + h + v),
@@ -162,7 +207,7 @@ def prefill_costs(shape: Mapping[str, Any], der: Mapping[str, Any], b: int, L: i
     kv_tok = der["kv_bytes_per_token"]
     per_layer_mm = der["params_attn_per_layer"] + der["params_mlp_per_layer"]
     bytes_ = {
-        "weights": der["weights_read_bytes"] + B * b * L * h,
+        "weights": weights_read(shape, der, b * L) + B * b * L * h,
         "kv_cache_read": b * L * kv_tok,
         "kv_cache_write": b * L * kv_tok,
         "activations": B * b * (L * nl * der["activation_elems_per_token_layer"] + h + v),

@@ -47,11 +47,15 @@ from inferloom.phases.kernel_trial import share as _share
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState
 from inferloom.session.state_models import KernelProgress
+from inferloom.workloads import registry as _engines
 from inferloom.workloads.base import DeclaredProfile, config_key
+from inferloom.frameworks import framework
 
-__all__ = ["kernel_step", "kernel_backend", "KERNEL_TARGETS", "KERNEL_CLAIM", "KERNEL_GATE", "AMDAHL_TOLERANCE"]
+__all__ = ["kernel_step", "kernel_backend", "KERNEL_TARGETS", "KERNEL_CLAIM", "KERNEL_GATE", "AMDAHL_TOLERANCE",
+           "UNPROFILED"]
 
 KERNEL_TARGETS = "kernel_targets"
+UNPROFILED = -1.0  # a target's share when the session has no profile to take it from (the backend's fixed order)
 
 
 def _to_sweep(ctx: SessionContext, st: SessionState, why: str, skipped: bool) -> None:
@@ -69,7 +73,17 @@ def kernel_backend(ctx: SessionContext, st: SessionState) -> tuple[Any, str]:
     given = ctx.options.kernel_backend
     if given is not None:
         return given, f"backend {given.name} (given to the coordinator)"
-    return resolve_backend(ctx.spec.kernels.backend, workload_of(ctx.spec, st.device, st.stack))
+    work = workload_of(ctx.spec, st.device, st.stack)
+    fw = framework(ctx.spec.framework)
+    own = _engines.kernel_backend(fw) if ctx.spec.kernels.backend == "auto" else None
+    if own is not None:  # the engine delivers kernels itself (a server's plugin overlay)
+        mine = set(own.knobs())  # its candidates switch only these: none measurable, no phase (and no budget kept)
+        free = mine & {k.name for k in ctx.knobs} - set(ctx.spec.pinned)
+        why = None if free else (f"its knobs ({', '.join(sorted(mine))}) are pinned by the spec or not in the "
+                                 "adapter's knob space")
+        why = why or own.unavailable(work)
+        return (None, f"backend {own.name}: {why}") if why else (own, f"backend {own.name} (the {fw.name} engine's own)")
+    return resolve_backend(ctx.spec.kernels.backend, work)
 
 
 def _stack_categories(ctx: SessionContext, st: SessionState) -> tuple[dict[str, Any] | None, int | None, str]:
@@ -79,6 +93,9 @@ def _stack_categories(ctx: SessionContext, st: SessionState) -> tuple[dict[str, 
     prof = st.extra.profile
     if st.stack == st.stock_config and prof is not None and isinstance(prof.categories, dict) and prof.categories:
         return prof.categories, prof.ledger_seq, "stock's PRELUDE profile"
+    skip = framework(ctx.spec.framework).profile_skip
+    if skip:  # no profile of the stack can be taken in process (a server's PRELUDE records none)
+        return None, None, f"the session has no profile of the stack: {skip}"
     key = _key("profile-kernel", st.session_id, st.cycle)
     found = ctx.ledger.find(key)
     if found is None:
@@ -101,16 +118,24 @@ def _begin(ctx: SessionContext, st: SessionState) -> KernelProgress | None:
         _to_sweep(ctx, st, why, skipped=True)
         return None
     cats, pseq, source = _stack_categories(ctx, st)
-    if not cats:
+    order = getattr(backend, "fixed_order", None)
+    if not cats and order is None:
         _to_sweep(ctx, st, f"no profile to pick targets from ({source})", skipped=True)
         return None
     ks = ctx.spec.kernels
-    targets = select_targets(cats, backend.rewritable() | author_categories(ctx), ks.min_share)
+    if cats:
+        targets = select_targets(cats, backend.rewritable() | author_categories(ctx), ks.min_share)
+    else:  # the backend's fixed, documented order; no time share is claimed (no Amdahl bound)
+        targets = [Target(c, UNPROFILED, c in backend.rewritable(), "not profiled: the backend's fixed order")
+                   for c in order()]
+        source = f"{source}; {backend.name}'s fixed order instead: {', '.join(order())}"
+        ctx.progress(f"KERNEL: {source}")
     ctx.ledger.append(KERNEL_TARGETS, {"cycle": st.cycle, "backend": backend.name, "profile_seq": pseq,
                                      "profile_source": source, "targets": [t.to_dict() for t in targets]},
                     key=_key("kernel-targets", st.session_id, st.cycle))
     for t in targets:
-        ctx.progress(f"KERNEL: {'target' if t.picked else 'passed over'} {t.category} ({t.share * 100:.1f}%): {t.why}")
+        share = "not profiled" if t.share == UNPROFILED else f"{t.share * 100:.1f}%"
+        ctx.progress(f"KERNEL: {'target' if t.picked else 'passed over'} {t.category} ({share}): {t.why}")
     if not any(t.picked for t in targets):
         _to_sweep(ctx, st, f"{backend.name}: no profiled category is both hot enough and rewritable", skipped=True)
         return None

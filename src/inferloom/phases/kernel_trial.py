@@ -35,8 +35,8 @@ def decided(st: SessionState) -> dict[str, str]:
 def share(targets: list[KernelTarget], cand: KernelCandidate) -> tuple[float | None, str]:
     """The profiled share the candidate's op spends: its target's plus the
     categories it also covers (``KernelCandidate.covers``); None when the
-    target is not in the profile."""
-    shares = {t.category: float(t.share) for t in targets}
+    target is not in the profile (or not profiled: a negative share, the backend's fixed order)."""
+    shares = {t.category: float(t.share) for t in targets if float(t.share) >= 0}
     if cand.target not in shares:
         return None, ""
     cats = [cand.target] + [k for k in cand.covers if k in shares and k != cand.target]

@@ -32,6 +32,8 @@ from inferloom.workloads.diffusers_knobs import diffusers_knobs
 from inferloom.workloads.synthetic import from_spec as synthetic_from_spec
 from inferloom.workloads.transformers_knobs import transformers_knobs
 from inferloom.workloads.vllm_knobs import to_launch
+from inferloom.workloads.vllm_kernel_overlays import PLUGIN_KNOB, recorded_plugin
+from inferloom.workloads.vllm_plugins import overlay_env
 from inferloom.workloads.vllm_launch import launch_command
 
 __all__ = ["vllm_deploy", "transformers_deploy", "diffusers_deploy", "synthetic_deploy", "custom_deploy",
@@ -80,6 +82,9 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
     model = preset_server_dir(spec) if spec.model in PRESETS else spec.model
     argv, _, origin = launch_command(spec, model, cfg, 0, flags)
     env = {**spec.serving.env, **to_launch(cfg, flags)[1]}  # what launch_command adds to the inherited environment
+    plugin = recorded_plugin(cfg, entries)  # a kernel_plugin: its overlay (the session's copy) on PYTHONPATH
+    if plugin is not None:
+        env.update(overlay_env([plugin], env))
     argv = _without_own(argv)
     rest = argv[3:]  # less python -m MODULE
     exact = shell_command(env, argv)
@@ -97,6 +102,9 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
     notes.append("Knob flags: " + ("; ".join(knobs) if knobs else "none (the final stack is the server's defaults)")
                  + (f"; pinned by the spec: {', '.join(f'`{k}={v}`' for k, v in spec.pinned.items())}"
                     if spec.pinned else "") + ".")
+    if plugin is not None:
+        notes.append(f"`PYTHONPATH` is the session's kernel plugin overlay (`{PLUGIN_KNOB}={cfg[PLUGIN_KNOB]}`, "
+                     f"digest {plugin.digest[:16]}): vLLM loads it through its `vllm.general_plugins` entry point.")
     if spec.model in PRESETS:
         notes.append(f"`{spec.model}` is a preset: random weights written to that directory for the session.")
     mem = _memory_note(entries, config_key(cfg))

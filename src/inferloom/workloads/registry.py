@@ -37,3 +37,16 @@ def deploy(fw: Framework, spec: Any, final: Mapping[str, Any], manifest: Mapping
     """The final stack ``final`` as a user deploys it (the descriptor's ``deploy`` target), or None where
     the framework names none."""
     return resolve(fw.deploy)(spec, final, manifest, entries) if fw.deploy else None
+
+
+def kernel_backend(fw: Framework) -> Any:
+    """The framework's own KERNEL phase backend (the descriptor's ``kernel_backend`` target, instantiated), or
+    None where kernels.registry's backends apply."""
+    return resolve(fw.kernel_backend)() if fw.kernel_backend else None
+
+
+def session_overlays(fw: Framework, d: Any, changes: Mapping[str, Any], entries: list[dict[str, Any]]) -> list[Any]:
+    """``verify --remeasure``: the engine overlays the final stack's ``changes`` name, rebuilt and checked against
+    the session's files and records (the descriptor's ``session_overlays`` target; raises an InferloomError
+    naming a missing or changed file); [] where the framework names none."""
+    return list(resolve(fw.session_overlays)(d, changes, entries)) if fw.session_overlays else []

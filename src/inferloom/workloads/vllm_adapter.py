@@ -33,6 +33,7 @@ from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.server_adapter import ServerAdapter
 from inferloom.workloads.server_start import MemoryShareOnce as _MemoryShareOnce
 from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_server_flags
+from inferloom.workloads.vllm_kernel_overlays import OVERLAY_DIR, overlays_for
 from inferloom.workloads.vllm_knobs import recovery_options, to_launch, vllm_knobs
 from inferloom.workloads.vllm_launch import launch_command, server_distribution
 from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_overlays, overlay_key
@@ -77,7 +78,7 @@ class VLLMAdapter(ServerAdapter):
         memory share; ``origin["memory"]`` says where each memory setting came from."""
         flags = self.server_flags().flags
         argv, env, origin = launch_command(self.spec, self.model_dir(), cfg, port, flags, self._trace.longest(),
-                                           self.overlays)
+                                           self.overlays_of(cfg))
         args, env_m, decided = self._memory.args(cfg, None if flags is None else flags - set(self.rejected_flags))
         return argv + args, {**env, **env_m}, {**origin, "memory": decided}
 
@@ -87,12 +88,17 @@ class VLLMAdapter(ServerAdapter):
         now on; () for none (rollback). A server's identity includes them: none is reused across overlays."""
         self.overlays = tuple(overlays)
 
+    def overlays_of(self, cfg: Mapping[str, Any]) -> tuple[OverlayDir, ...]:
+        """The overlays a server for ``cfg`` starts with: those set (``set_overlays``) and the one its
+        ``kernel_plugin`` knob names (``vllm_kernel_overlays``, built under the log directory's ``overlays/``)."""
+        return self.overlays + tuple(overlays_for(cfg, self.log_dir() / OVERLAY_DIR))
+
     def pool_key(self, cfg: Mapping[str, Any]) -> str:
         return super().pool_key(cfg) + overlay_key(self.overlays)
 
     def after_start(self, handle: VLLMHandle, record: dict[str, Any]) -> None:
         try:  # vLLM starts without a plugin it could not load: such a server would measure stock kernels
-            record.update(check_overlays(self.overlays, handle.server.log_path))
+            record.update(check_overlays(self.overlays_of(handle.config), handle.server.log_path))
         except EngineOverlayError as exc:
             self._stop(handle)
             raise AdapterError(f"vLLM server {handle.id}: {exc}", kind="engine_overlay") from None

@@ -14,6 +14,7 @@ import json
 from typing import Any, Collection, Mapping, Sequence
 
 from inferloom.workloads.base import AdapterError, Knob
+from inferloom.workloads.vllm_kernel_overlays import plugin_knob
 
 __all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES", "PRECISION_KNOBS",
            "stack_precision", "recovery_options"]
@@ -97,6 +98,7 @@ def vllm_knobs(concurrency: int, kv_space_gib: int = 0) -> list[Knob]:
              "--num-scheduler-steps: multi-step scheduling of vLLM's V0 engine (< 0.10); newer servers reject "
              "the flag, which is then learned and never proposed again",
              low=1, high=16, applies_to=ALL, changes_numerics=True),
+        plugin_knob(),  # KERNEL phase: a register_oot replacement through a plugin overlay (no flag)
     ]
 
 

@@ -1,0 +1,124 @@
+"""The knob ``kernel_plugin``: which ``register_oot`` replacement a vLLM server starts with, as a plugin
+overlay (``vllm_plugins``) built from its value, and the check ``verify --remeasure`` makes of it.
+
+* :data:`REPLACEMENTS`: knob value -> :class:`PluginEntry` (the op, the profile category it targets, the
+  devices it runs on, the replacement's source). ``none`` (the default) adds no overlay.
+* :func:`plugin_knob`: the knob (``phase: KERNEL``: only the KERNEL phase's backend proposes it;
+  ``changes_numerics``: a kernel is judged by the quality contract).
+* :func:`overlays_for`: the overlay a configuration's value builds under a root (content-addressed: the
+  same value gives the same directory, checked against its record when it exists). Its record (in the
+  session's ``server_start`` entries, ``overlays``) carries ``knob: {kernel_plugin: value}``.
+* :func:`check_session_overlays` (``Framework.session_overlays``, ``verify --remeasure``): for the final
+  stack's value, the session's copy of the overlay (under the session directory) checked file by file
+  against the sha256 its server start recorded, then the overlay rebuilt from the value and compared with
+  that record (:func:`~inferloom.workloads.vllm_plugins.check_rebuilt`); a missing or changed file is an
+  :class:`~inferloom.workloads.vllm_plugins.EngineOverlayError` (exit 2) naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from inferloom.workloads.base import Knob
+from inferloom.workloads.vllm_plugins import (EngineOverlayError, KernelReplacement, OverlayDir, build_plugin_overlay,
+                                              check_rebuilt, verify_overlay)
+from inferloom.workloads.vllm_replacements import torch_rmsnorm
+
+__all__ = ["PLUGIN_KNOB", "PluginEntry", "REPLACEMENTS", "plugin_knob", "overlays_for", "check_session_overlays",
+           "OVERLAY_DIR", "recorded_plugin"]
+
+PLUGIN_KNOB = "kernel_plugin"
+OVERLAY_DIR = "overlays"  # under the adapter's log directory (a session's servers/)
+
+
+@dataclass(frozen=True)
+class PluginEntry:
+    """One replacement the knob can name."""
+
+    op: str
+    category: str
+    devices: frozenset[str]
+    build: Callable[[], KernelReplacement]
+    stock: str
+    claimed_speedup: float
+    notes: str
+
+
+REPLACEMENTS: dict[str, PluginEntry] = {
+    "torch_rmsnorm": PluginEntry(
+        "RMSNorm", "normalization", frozenset({"cpu", "cuda"}), torch_rmsnorm,
+        "stock: ir.ops.rms_norm / fused_add_rms_norm, the native composition on CPU", 1.2,
+        "F.rms_norm over float32 in place of pow, mean, rsqrt, mul; the weight after the cast, vLLM's order"),
+}
+
+
+def plugin_knob() -> Knob:
+    return Knob(PLUGIN_KNOB, "choice", "none",
+                "a vLLM custom-op replacement (register_oot) the server loads from a generated plugin overlay on its "
+                "PYTHONPATH (vllm.general_plugins), never from its environment: " + ", ".join(
+                    f"{v} ({e.op}, {e.category})" for v, e in REPLACEMENTS.items()),
+                choices=("none", *REPLACEMENTS), applies_to=frozenset().union(*(e.devices for e in REPLACEMENTS.values())),
+                changes_numerics=True, phase="KERNEL")
+
+
+def _build(root: Path, value: str) -> OverlayDir:
+    entry = REPLACEMENTS.get(value)
+    if entry is None:
+        raise EngineOverlayError(f"{PLUGIN_KNOB}={value!r}: no such replacement ({', '.join(REPLACEMENTS)})")
+    ov = build_plugin_overlay(root, [entry.build()])
+    return dataclasses.replace(ov, info={**ov.info, "knob": {PLUGIN_KNOB: value}})
+
+
+def overlays_for(cfg: Mapping[str, Any], root: str | Path) -> list[OverlayDir]:
+    """The overlays ``cfg``'s knobs add (none for ``kernel_plugin: none``), built under ``root``."""
+    value = str(cfg.get(PLUGIN_KNOB, "none"))
+    return [] if value == "none" else [_build(Path(root), value)]
+
+
+def _recorded(value: str, entries: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The last plugin overlay a server start recorded for ``value``."""
+    found = None
+    for e in entries:
+        for o in e.get("overlays") or ():
+            if o.get("kind") == "plugin" and (o.get("knob") or {}).get(PLUGIN_KNOB) == value:
+                found = dict(o)
+    return found
+
+
+def recorded_plugin(cfg: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) -> OverlayDir | None:
+    """The plugin overlay a server start of the session recorded for ``cfg``'s ``kernel_plugin`` (its
+    recorded path), or None (``none``, or no start recorded it)."""
+    value = str(cfg.get(PLUGIN_KNOB, "none"))
+    rec = None if value == "none" else _recorded(value, entries)
+    if rec is None:
+        return None
+    return OverlayDir("plugin", Path(str(rec["path"])), str(rec["digest"]), dict(rec.get("files") or {}),
+                      tuple(rec.get("entry_points") or ()))
+
+
+def check_session_overlays(d: str | Path, changes: Mapping[str, Any],
+                           entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """See the module docstring; ``entries``: the session's ledger entries. Returns what was checked."""
+    value = str(changes.get(PLUGIN_KNOB, "none"))
+    if value == "none":
+        return []
+    d = Path(d)
+    rec = _recorded(value, entries)
+    if rec is None:
+        raise EngineOverlayError(f"{d}: no server start of the session recorded the plugin overlay of "
+                                 f"{PLUGIN_KNOB}={value}; the session's files can't show which kernel it ran")
+    name = Path(str(rec.get("path"))).name
+    copies = sorted(p for p in d.rglob(name) if p.is_dir())
+    if not copies:
+        raise EngineOverlayError(f"{d}: the session's plugin overlay {name} ({PLUGIN_KNOB}={value}) is missing")
+    for c in copies:  # every copy the session kept (a sweep's servers keep their own)
+        verify_overlay(OverlayDir("plugin", c, str(rec["digest"]), dict(rec.get("files") or {})))
+    with tempfile.TemporaryDirectory(prefix="inferloom-overlay-rebuild-") as tmp:
+        rebuilt = _build(Path(tmp), value)
+        check_rebuilt(rebuilt, rec)
+    return [{"knob": {PLUGIN_KNOB: value}, "digest": rebuilt.digest, "copies": [str(c.relative_to(d)) for c in copies],
+             "files": len(rebuilt.files)}]
