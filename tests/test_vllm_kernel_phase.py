@@ -131,7 +131,7 @@ def test_the_phase_runs_the_descriptors_backend_unless_its_knob_is_pinned_or_abs
     from inferloom.spec import load_spec
     from inferloom.workloads.vllm_knobs import vllm_knobs
 
-    def resolved(pinned=None, knobs=None, backend="auto"):
+    def resolved(pinned=None, knobs=None, backend="plugin"):
         spec = load_spec(None, {"framework": "vllm", "device": "cpu", "model": "llama-tiny", "kernels.backend": backend,
                                 **({"pinned": pinned} if pinned else {})})
         ctx = SimpleNamespace(options=SimpleNamespace(kernel_backend=None), spec=spec,
@@ -144,6 +144,8 @@ def test_the_phase_runs_the_descriptors_backend_unless_its_knob_is_pinned_or_abs
         b, why = resolved(**kw)
         assert b is None and "pinned by the spec or not in the adapter's knob space" in why  # no budget kept for it
     assert resolved(backend="none")[0] is None
+    b, why = resolved(backend="auto")  # opt-in: auto keeps no share of a server session for plugins
+    assert b is None and not isinstance(b, VLLMPluginBackend)
     b, why = resolved(backend="torch")  # the in-process backends rewrite no server
     assert b is None and "torch" in why
 

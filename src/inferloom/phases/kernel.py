@@ -75,7 +75,10 @@ def kernel_backend(ctx: SessionContext, st: SessionState) -> tuple[Any, str]:
         return given, f"backend {given.name} (given to the coordinator)"
     work = workload_of(ctx.spec, st.device, st.stack)
     fw = framework(ctx.spec.framework)
-    own = _engines.kernel_backend(fw) if ctx.spec.kernels.backend == "auto" else None
+    # the engine's own backend (a server's plugin overlay) is opt-in: it keeps kernels.budget_share of the session
+    own = _engines.kernel_backend(fw) if ctx.spec.kernels.backend == "plugin" else None
+    if ctx.spec.kernels.backend == "plugin" and own is None:
+        return None, f"backend plugin: the {fw.name} engine takes no kernel plugins"
     if own is not None:  # the engine delivers kernels itself (a server's plugin overlay)
         mine = set(own.knobs())  # its candidates switch only these: none measurable, no phase (and no budget kept)
         free = mine & {k.name for k in ctx.knobs} - set(ctx.spec.pinned)

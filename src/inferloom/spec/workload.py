@@ -126,9 +126,11 @@ class ProtocolSpec(_Strict):
 
 
 class KernelSpec(_Strict):
-    backend: Literal["auto", "none", "torch", "catalog"] = Field(
+    backend: Literal["auto", "none", "torch", "catalog", "plugin"] = Field(
         "auto", description="KERNEL phase backend: auto (catalog on CUDA, torch on CPU, none for the synthetic "
-        "adapter), none (skip the phase), torch (torch's fused ops), catalog (inferloom's Triton kernels, CUDA)")
+        "adapter and for servers), none (skip the phase), torch (torch's fused ops), catalog (inferloom's Triton "
+        "kernels, CUDA), plugin (a server's own kernel plugins, e.g. vLLM's register_oot replacements: opt-in, "
+        "since it keeps kernels.budget_share of the session for them)")
     min_share: float = Field(0.02, ge=0.0, le=1.0, description="a category below this share of the profiled run is not targeted")
     min_speedup: float = _n(1.05, 0.0, 100.0, "microbenchmark speed-up a kernel must reach over the op it replaces "
                             "(below 1 lets a kernel slower on its op through to the end-to-end measurement, which "
