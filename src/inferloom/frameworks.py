@@ -94,14 +94,14 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               preflight=("source_repo",), deploy="inferloom.workloads.deploy:custom_deploy"),
     # an OpenAI-compatible vLLM server as a subprocess, from its own Python environment
     Framework("vllm", "inferloom.workloads.vllm_adapter:from_spec", server=True,
-              profile_skip=SERVER_PROFILE_SKIPPED, stack_precision="inferloom.workloads.vllm_knobs:stack_precision",
+              profile_skip=SERVER_PROFILE_SKIPPED, stack_precision="inferloom.workloads.server_precision:stack_precision",
               preflight=("model_dir", "server_env", "chat_prompts"), deploy="inferloom.workloads.deploy:vllm_deploy",
               kernel_backend="inferloom.workloads.vllm_kernel_backend:VLLMPluginBackend",
               session_overlays="inferloom.workloads.vllm_kernel_overlays:check_session_overlays"),
     # an SGLang server (python -m sglang.launch_server) as a subprocess, from its own Python environment (issue 32)
     Framework("sglang", "inferloom.workloads.sglang_adapter:from_spec", server=True,
               profile_skip="the server runs out of process; a session spends no server start on a profile",
-              stack_precision="inferloom.workloads.sglang_knobs:stack_precision",
+              stack_precision="inferloom.workloads.server_precision:stack_precision",
               preflight=("model_dir", "server_env", "chat_prompts"),
               deploy="inferloom.workloads.sglang_deploy:sglang_deploy"),
     # a diffusers text-to-image pipeline in this process, with the image quality contract (docs/diffusers.md)

@@ -1,13 +1,27 @@
 """A full log-probability row rebuilt from a server's top-k (plus the scored token): the k known
 log-probabilities kept, the rest of the probability mass spread uniformly over the other tokens, the row
-renormalized (``log_softmax``). Shared by the server probes (``vllm_probes``, ``sglang_probes``)."""
+renormalized (``log_softmax``); and :func:`each_prompt`, how a probe sends one request per prompt. Shared by
+the server probes (``vllm_probes``, ``sglang_probes``)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-__all__ = ["topk_row"]
+__all__ = ["topk_row", "each_prompt"]
+
+_P = TypeVar("_P")
+_R = TypeVar("_R")
+
+
+def each_prompt(one: Callable[[_P], _R], prompts: Sequence[_P], concurrency: int) -> list[_R]:
+    """``one(p)`` for every prompt, in prompt order: one at a time for ``concurrency`` <= 1 (the same
+    batches on every server), else at most ``concurrency`` requests in flight."""
+    if concurrency <= 1:
+        return [one(p) for p in prompts]
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(prompts))) as ex:
+        return list(ex.map(one, prompts))
 
 
 def topk_row(entry: Mapping[int, float], vocab_size: int) -> Any:

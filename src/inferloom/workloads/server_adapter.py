@@ -68,6 +68,12 @@ class ServerAdapter:
     aa_quality_sets = ("eval", "heldout")  # AAQuality: outputs vary between identical servers (batch-dependent kernels)
     to_launch: ToLaunch
     start_hooks: StartHooks
+    # the engine's quality probes and recovery table (its module functions, as staticmethods): the
+    # five probe methods and recovery_options below call them with this adapter's server and settings
+    probe_greedy: Callable[..., list[list[int]]]
+    probe_score: Callable[..., Any]
+    score_note: str  # how the probe's scores approximate the full distribution (score_approximation)
+    recovery_table: Callable[..., list[dict[str, Any]]]
 
     def __init__(self, spec: WorkloadSpec, log_dir: str | Path | None = None,
                  progress: Callable[[str], None] | None = None) -> None:
@@ -311,6 +317,34 @@ class ServerAdapter:
                 "device": self.device, "traffic_prompts": self._texts.source,
                 "python_version": platform.python_version(), "cpu_count": os.cpu_count(),
                 "dtype": self.spec.dtype, "server_flags": flags, "memory_share": self._memory.record()}
+
+    # ------------------------------------------------------------- quality
+    def greedy(self, handle: ServerHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """Greedy continuations through the server (its batching, cache, speculation), one request per
+        prompt, ``quality.concurrency`` in flight (1: each prompt alone, the same batches on every server)."""
+        return type(self).probe_greedy(handle.server.base_url, handle.id, prompts, max_new_tokens,
+                                       self.spec.serving.request_timeout_s, self.spec.quality.concurrency)
+
+    @property
+    def score_approximation(self) -> str:
+        return self.score_note
+
+    def score(self, handle: ServerHandle, prompts: list[list[int]], continuations: list[list[int]]) -> Any:
+        return type(self).probe_score(handle.server.base_url, handle.id, prompts, continuations, self.vocab_size(),
+                                      self.spec.serving.request_timeout_s, self.spec.quality.concurrency)
+
+    def greedy_batched(self, handle: ServerHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """All prompts in one request: the batched path (``BatchedProbes``)."""
+        return type(self).probe_greedy(handle.server.base_url, handle.id, prompts, max_new_tokens,
+                                       self.spec.serving.request_timeout_s, None)
+
+    def score_batched(self, handle: ServerHandle, prompts: list[list[int]], continuations: list[list[int]]) -> Any:
+        return type(self).probe_score(handle.server.base_url, handle.id, prompts, continuations, self.vocab_size(),
+                                      self.spec.serving.request_timeout_s, None)
+
+    def recovery_options(self, kind: str, stock: dict[str, Any]) -> list[dict[str, Any]]:
+        """Flag or environment changes that address a failure kind, least invasive first."""
+        return type(self).recovery_table(kind, stock, self.device, self._knobs, self.rejected_flags)
 
     # ------------------------------------------------------------- release
     def release(self, handle: ServerHandle) -> None:

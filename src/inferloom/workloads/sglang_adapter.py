@@ -53,6 +53,10 @@ class SGLangAdapter(ServerAdapter):
     seqs_knob = "max_running_requests"
     to_launch = staticmethod(to_launch)
     start_hooks = SGLANG_START
+    probe_greedy = staticmethod(greedy_continuations)
+    probe_score = staticmethod(score_logprobs)
+    score_note = SCORE_APPROXIMATION
+    recovery_table = staticmethod(recovery_options)
 
     # ------------------------------------------------------- the engine's
     def static_knobs(self) -> list[Knob]:
@@ -96,33 +100,6 @@ class SGLangAdapter(ServerAdapter):
                                "install SGLang in that environment or point serving.python at one that has it",
                                kind="unsupported")
         return super()._start(cfg, reason)
-
-    # ------------------------------------------------------------- quality
-    def greedy(self, handle: ServerHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        """Greedy continuations through ``/generate``, one request per prompt, ``quality.concurrency`` in flight."""
-        return greedy_continuations(handle.server.base_url, handle.id, prompts, max_new_tokens,
-                                    self.spec.serving.request_timeout_s, self.spec.quality.concurrency)
-
-    @property
-    def score_approximation(self) -> str:
-        return SCORE_APPROXIMATION
-
-    def score(self, handle: ServerHandle, prompts: list[list[int]], continuations: list[list[int]]) -> Any:
-        return score_logprobs(handle.server.base_url, handle.id, prompts, continuations, self.vocab_size(),
-                              self.spec.serving.request_timeout_s, self.spec.quality.concurrency)
-
-    def greedy_batched(self, handle: ServerHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        """All prompts in one request: the batched path (``BatchedProbes``)."""
-        return greedy_continuations(handle.server.base_url, handle.id, prompts, max_new_tokens,
-                                    self.spec.serving.request_timeout_s, None)
-
-    def score_batched(self, handle: ServerHandle, prompts: list[list[int]], continuations: list[list[int]]) -> Any:
-        return score_logprobs(handle.server.base_url, handle.id, prompts, continuations, self.vocab_size(),
-                              self.spec.serving.request_timeout_s, None)
-
-    def recovery_options(self, kind: str, stock: dict[str, Any]) -> list[dict[str, Any]]:
-        """Flag changes that address a failure kind, least invasive first."""
-        return recovery_options(kind, stock, self.device, self._knobs, self.rejected_flags)
 
 
 def from_spec(spec: WorkloadSpec) -> SGLangAdapter:

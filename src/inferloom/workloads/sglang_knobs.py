@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Collection, Mapping, Sequence
 
 from inferloom.workloads.base import Knob
+from inferloom.workloads.server_precision import stack_precision  # noqa: F401  (re-exported)
 
 __all__ = ["sglang_knobs", "to_launch", "VERBATIM_CHOICES", "ENV_FALLBACK", "PRECISION_KNOBS", "stack_precision",
            "recovery_options", "CUDA_ROCM"]
@@ -114,21 +115,6 @@ def to_launch(cfg: Mapping[str, Any], server_flags: Collection[str] | None = Non
         flag("--speculative-algorithm", "ngram_speculative_tokens", "NGRAM")
         flag("--speculative-num-draft-tokens", "ngram_speculative_tokens", str(k))
     return args, {}, origin
-
-
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
-
-
-def stack_precision(cfg: Mapping[str, Any], model_dtype: str) -> dict[str, Any]:
-    """At which precision an SGLang configuration runs (weights, KV cache, activations and their bytes)."""
-    dt = str(cfg.get("dtype", "auto"))
-    act = model_dtype if dt == "auto" else dt
-    weights = "fp8" if cfg.get("quantization") == "fp8" else act
-    kv = str(cfg.get("kv_cache_dtype", "auto"))
-    kv = act if kv == "auto" else ("fp8" if kv.startswith("fp8") else kv)
-    return {"weights": weights, "kv_cache": kv, "activations": act,
-            "weight_bytes": _BYTES.get(weights, 2), "kv_bytes": _BYTES.get(kv, 2), "activation_bytes": _BYTES.get(act, 2),
-            "label": f"{weights} weights, {kv} KV cache, {act} activations"}
 
 
 def recovery_options(kind: str, stock: Mapping[str, Any], device: str, knobs: Sequence[Knob],

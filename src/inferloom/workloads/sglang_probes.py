@@ -24,11 +24,10 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from inferloom.workloads.base import AdapterError
-from inferloom.workloads.logprob_rows import topk_row
+from inferloom.workloads.logprob_rows import each_prompt, topk_row
 from inferloom.workloads.sglang_launch import TOP_K
 
 __all__ = ["SCORE_APPROXIMATION", "post_json", "flush_cache", "issue", "greedy_continuations", "score_logprobs",
@@ -74,10 +73,7 @@ def issue(body: dict[str, Any], prompts: Sequence[Sequence[int]], concurrency: i
         out = post({**body, "input_ids": list(p)})
         return out[0] if isinstance(out, list) else out
 
-    if concurrency <= 1:
-        return [one(p) for p in prompts]
-    with ThreadPoolExecutor(max_workers=min(concurrency, len(prompts))) as ex:
-        return list(ex.map(one, prompts))
+    return each_prompt(one, prompts, concurrency)
 
 
 def greedy_continuations(base_url: str, server_id: str, prompts: list[list[int]], max_new_tokens: int,
@@ -151,12 +147,7 @@ def score_logprobs(base_url: str, server_id: str, prompts: list[list[int]], cont
     else:  # one request per prompt: each its own logprob_start_len
         def one(i: int) -> dict[str, Any]:
             return issue({**base, "logprob_start_len": len(prompts[i]) - 1}, [seqs[i]], 1, post)[0]
-        n = 1 if concurrency is None else concurrency
-        if n <= 1:
-            answers = [one(i) for i in range(len(seqs))]
-        else:
-            with ThreadPoolExecutor(max_workers=min(n, len(seqs))) as ex:
-                answers = list(ex.map(one, range(len(seqs))))
+        answers = each_prompt(one, range(len(seqs)), 1 if concurrency is None else concurrency)
     for i, a in enumerate(answers):
         for t, entry in enumerate(score_rows(a, seqs[i], len(prompts[i]), T)):
             res[i, t] = topk_row(entry, vocab_size)

@@ -52,6 +52,10 @@ class VLLMAdapter(ServerAdapter):
     seqs_knob = "max_num_seqs"
     to_launch = staticmethod(to_launch)
     start_hooks = VLLM_START
+    probe_greedy = staticmethod(greedy_continuations)
+    probe_score = staticmethod(score_logprobs)
+    score_note = SCORE_APPROXIMATION
+    recovery_table = staticmethod(recovery_options)
 
     overlays: tuple[OverlayDir, ...] = ()  # engine overlays the next servers start with (set_overlays)
 
@@ -102,34 +106,6 @@ class VLLMAdapter(ServerAdapter):
         except EngineOverlayError as exc:
             self._stop(handle)
             raise AdapterError(f"vLLM server {handle.id}: {exc}", kind="engine_overlay") from None
-
-    # ------------------------------------------------------------- quality
-    def greedy(self, handle: VLLMHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        """Greedy continuations through the server (its cache, speculation), one request per prompt,
-        ``quality.concurrency`` in flight (1: each prompt alone, the same batches on every server)."""
-        return greedy_continuations(handle.server.base_url, handle.id, prompts, max_new_tokens,
-                                    self.spec.serving.request_timeout_s, self.spec.quality.concurrency)
-
-    @property
-    def score_approximation(self) -> str:
-        return SCORE_APPROXIMATION
-
-    def score(self, handle: VLLMHandle, prompts: list[list[int]], continuations: list[list[int]]) -> Any:
-        return score_logprobs(handle.server.base_url, handle.id, prompts, continuations, self.vocab_size(),
-                              self.spec.serving.request_timeout_s, self.spec.quality.concurrency)
-
-    def greedy_batched(self, handle: VLLMHandle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        """All prompts in one request: the batched path (``BatchedProbes``)."""
-        return greedy_continuations(handle.server.base_url, handle.id, prompts, max_new_tokens,
-                                    self.spec.serving.request_timeout_s, None)
-
-    def score_batched(self, handle: VLLMHandle, prompts: list[list[int]], continuations: list[list[int]]) -> Any:
-        return score_logprobs(handle.server.base_url, handle.id, prompts, continuations, self.vocab_size(),
-                              self.spec.serving.request_timeout_s, None)
-
-    def recovery_options(self, kind: str, stock: dict[str, Any]) -> list[dict[str, Any]]:
-        """Flag or environment changes that address a failure kind, least invasive first."""
-        return recovery_options(kind, stock, self.device, self._knobs, self.rejected_flags)
 
 
 def from_spec(spec: WorkloadSpec) -> VLLMAdapter:

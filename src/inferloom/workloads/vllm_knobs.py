@@ -14,6 +14,7 @@ import json
 from typing import Any, Collection, Mapping, Sequence
 
 from inferloom.workloads.base import AdapterError, Knob
+from inferloom.workloads.server_precision import stack_precision  # noqa: F401  (re-exported)
 from inferloom.workloads.vllm_kernel_overlays import plugin_knob
 
 __all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES", "PRECISION_KNOBS",
@@ -159,24 +160,6 @@ def to_launch(cfg: Mapping[str, Any], server_flags: Collection[str] | None = Non
             env["VLLM_ATTENTION_BACKEND"] = str(cfg["attention_backend"])
             origin["VLLM_ATTENTION_BACKEND"] = ("attention_backend", cfg["attention_backend"])
     return args, env, origin
-
-
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
-
-
-def stack_precision(cfg: Mapping[str, Any], model_dtype: str) -> dict[str, Any]:
-    """At which precision a vLLM configuration runs: weights (``fp8`` when
-    quantized at load), KV cache and activations, each with its bytes per
-    element (for the roofline: fp8 weights halve the weight bytes), and a label
-    for reports, e.g. ``"fp8 weights, bfloat16 KV cache, bfloat16 activations"``."""
-    dt = str(cfg.get("dtype", "auto"))
-    act = model_dtype if dt == "auto" else dt
-    weights = "fp8" if cfg.get("quantization") == "fp8" else act
-    kv = str(cfg.get("kv_cache_dtype", "auto"))
-    kv = act if kv == "auto" else ("fp8" if kv.startswith("fp8") else kv)
-    return {"weights": weights, "kv_cache": kv, "activations": act,
-            "weight_bytes": _BYTES.get(weights, 2), "kv_bytes": _BYTES.get(kv, 2), "activation_bytes": _BYTES.get(act, 2),
-            "label": f"{weights} weights, {kv} KV cache, {act} activations"}
 
 
 def recovery_options(kind: str, stock: Mapping[str, Any], device: str, knobs: Sequence[Knob],

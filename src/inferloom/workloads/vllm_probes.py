@@ -24,11 +24,10 @@ import json
 import uuid
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from inferloom.workloads.base import AdapterError
-from inferloom.workloads.logprob_rows import topk_row
+from inferloom.workloads.logprob_rows import each_prompt, topk_row
 from inferloom.workloads.vllm_launch import SERVED_NAME, TOP_K
 
 __all__ = ["SCORE_APPROXIMATION", "post_completions", "issue", "greedy_continuations", "score_logprobs"]
@@ -68,10 +67,7 @@ def issue(body: dict[str, Any], prompts: Sequence[Sequence[int]], concurrency: i
     def one(p: Sequence[int]) -> dict[str, Any]:
         return post({**body, "prompt": [list(p)], "cache_salt": salt})["choices"][0]
 
-    if concurrency <= 1:
-        return [one(p) for p in prompts]
-    with ThreadPoolExecutor(max_workers=min(concurrency, len(prompts))) as ex:
-        return list(ex.map(one, prompts))
+    return each_prompt(one, prompts, concurrency)
 
 
 def greedy_continuations(base_url: str, server_id: str, prompts: list[list[int]], max_new_tokens: int,
