@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.models.presets import PRESETS
 from inferloom.models.tokenizer import cache_root
@@ -37,7 +37,7 @@ from inferloom.workloads.vllm_plugins import overlay_env
 from inferloom.workloads.vllm_launch import launch_command
 
 __all__ = ["vllm_deploy", "transformers_deploy", "diffusers_deploy", "synthetic_deploy", "custom_deploy",
-           "shell_command", "preset_server_dir"]
+           "shell_command", "preset_server_dir", "command_section"]
 
 #: what inferloom itself sets per launch and a user sets for themselves
 _OWN_FLAGS = ("--host", "--port")
@@ -95,22 +95,29 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
     # of a distribution named "vllm"), so there, and wherever the distribution is unknown, the exact form leads
     cli = spec.serving.module == "vllm.entrypoints.openai.api_server" and dist.startswith("vllm ")
     command = serve if cli else exact
-    knobs = [f"`{f}` from knob `{k}={v}`" for f, (k, v) in origin.items()]
     notes = [f"Exactly what inferloom ran (its server environment's Python): `{exact}`." if cli else
              f"The same with vLLM's own command line (`vllm serve`, where the server is the `vllm` distribution; "
              f"{dist or 'a server whose distribution was not recorded'} ran it as above): `{serve}`."]
-    notes.append("Knob flags: " + ("; ".join(knobs) if knobs else "none (the final stack is the server's defaults)")
-                 + (f"; pinned by the spec: {', '.join(f'`{k}={v}`' for k, v in spec.pinned.items())}"
-                    if spec.pinned else "") + ".")
-    if plugin is not None:
-        notes.append(f"`PYTHONPATH` is the session's kernel plugin overlay (`{PLUGIN_KNOB}={cfg[PLUGIN_KNOB]}`, "
-                     f"digest {plugin.digest[:16]}): vLLM loads it through its `vllm.general_plugins` entry point.")
+    extra = [] if plugin is None else [
+        f"`PYTHONPATH` is the session's kernel plugin overlay (`{PLUGIN_KNOB}={cfg[PLUGIN_KNOB]}`, "
+        f"digest {plugin.digest[:16]}): vLLM loads it through its `vllm.general_plugins` entry point."]
+    return command_section(command, notes, origin, spec, entries, cfg, extra)
+
+
+def command_section(code: str, notes: list[str], origin: Mapping[str, Any], spec: Any,
+                    entries: list[dict[str, Any]], cfg: Mapping[str, Any], extra: Sequence[str] = ()) -> dict[str, Any]:
+    """A server's Deploy section: ``code`` with the engine's own ``notes``, then the notes every server shares
+    (which knob gave which flag, the spec's pins; ``extra``; a preset's random weights; the memory share)."""
+    knobs = [f"`{f}` from knob `{k}={v}`" for f, (k, v) in origin.items()]
+    notes = [*notes, "Knob flags: " + ("; ".join(knobs) if knobs else "none (the final stack is the server's defaults)")
+             + (f"; pinned by the spec: {', '.join(f'`{k}={v}`' for k, v in spec.pinned.items())}"
+                if spec.pinned else "") + ".", *extra]
     if spec.model in PRESETS:
         notes.append(f"`{spec.model}` is a preset: random weights written to that directory for the session.")
     mem = _memory_note(entries, config_key(cfg))
     if mem:
         notes.append(mem)
-    return {"kind": "command", "lang": "sh", "code": command, "notes": notes,
+    return {"kind": "command", "lang": "sh", "code": code, "notes": notes,
             "intro": ["The final stack as the server command (add your own `--host` and `--port`; "
                       "`--served-model-name` is the name clients ask for):"]}
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from inferloom.models.presets import PRESETS
-from inferloom.workloads.base import config_key
-from inferloom.workloads.deploy import _memory_note, _server_flags, _without_own, preset_server_dir, shell_command
+from inferloom.workloads.deploy import _server_flags, _without_own, command_section, preset_server_dir, shell_command
 from inferloom.workloads.sglang_launch import launch_command
 
 __all__ = ["sglang_deploy"]
@@ -27,16 +26,5 @@ def sglang_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, An
     env = dict(spec.serving.env)  # what launch_command adds to the inherited environment (SGLANG_LOG_MS: logs only)
     exact = shell_command(env, argv)
     serve = shell_command(env, ["sglang", "serve", *argv[3:]])
-    knobs = [f"`{f}` from knob `{k}={v}`" for f, (k, v) in origin.items()]
-    notes = [f"The same with SGLang's own command line (its recommended entry point, the same parser): `{serve}`.",
-             "Knob flags: " + ("; ".join(knobs) if knobs else "none (the final stack is the server's defaults)")
-             + (f"; pinned by the spec: {', '.join(f'`{k}={v}`' for k, v in spec.pinned.items())}"
-                if spec.pinned else "") + "."]
-    if spec.model in PRESETS:
-        notes.append(f"`{spec.model}` is a preset: random weights written to that directory for the session.")
-    mem = _memory_note(entries, config_key(cfg))
-    if mem:
-        notes.append(mem)
-    return {"kind": "command", "lang": "sh", "code": exact, "notes": notes,
-            "intro": ["The final stack as the server command (add your own `--host` and `--port`; "
-                      "`--served-model-name` is the name clients ask for):"]}
+    notes = [f"The same with SGLang's own command line (its recommended entry point, the same parser): `{serve}`."]
+    return command_section(exact, notes, origin, spec, entries, cfg)
