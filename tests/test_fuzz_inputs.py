@@ -404,6 +404,9 @@ SPEC_CASES = {
     "duplicate_key": ((HEAD + "seed: 1\nseed: 2\n").encode(), "duplicate key 'seed' at line 5 (first at line 4)"),
     "nan": ((HEAD + "protocol:\n  min_gain: .nan\n").encode(), "is not finite"),
     "concurrency": ((HEAD + "traffic:\n  concurrency: 100000\n").encode(), "traffic.concurrency"),
+    # CI's fuzz run found it (2026-12-03): an unhashable framework reached a dict lookup before validation
+    "framework_list": (b"model: llama-tiny\nframework: []\ndevice: cpu\n", "framework"),
+    "framework_map": (b"model: llama-tiny\nframework: {vllm: 1}\ndevice: cpu\n", "framework"),
 }
 
 

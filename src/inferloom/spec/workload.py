@@ -187,13 +187,14 @@ class WorkloadSpec(_Strict):
     @classmethod
     def _server_module_default(cls, data: Any) -> Any:
         """``serving.module`` defaults to the server framework's own (SGLang: ``sglang.launch_server``)."""
-        if not isinstance(data, dict) or data.get("framework") not in _SERVER_MODULES:
+        framework = data.get("framework") if isinstance(data, dict) else None
+        if not isinstance(framework, str) or framework not in _SERVER_MODULES:
             return data
         serving = data.get("serving")
         if serving is None:
             serving = {}
         if isinstance(serving, dict) and "module" not in serving:
-            return {**data, "serving": {**serving, "module": _SERVER_MODULES[data["framework"]]}}
+            return {**data, "serving": {**serving, "module": _SERVER_MODULES[framework]}}
         return data
 
     @model_validator(mode="before")
