@@ -35,7 +35,7 @@ def test_the_vllm_descriptor_names_the_plugin_backend_and_the_overlay_check():
 
 def test_the_candidate_runs_the_overlays_own_source_through_the_correctness_gate():
     b = VLLMPluginBackend()
-    assert b.unavailable(WORK) is None and b.fixed_order() == FIXED_ORDER == ("normalization",)
+    assert b.unavailable(WORK) is None and b.fixed_order() == FIXED_ORDER == ("normalization", "elementwise")
     (c,) = b.propose([Target("normalization", UNPROFILED, True, "fixed order")], WORK)
     assert c.config_changes == {KO.PLUGIN_KNOB: "torch_rmsnorm"} and c.dtype == "auto"
     res = correctness(c, "cpu")
@@ -63,11 +63,13 @@ def test_a_session_measures_the_plugin_candidate_end_to_end_from_the_fixed_order
     entries = L.read_entries(tmp_path / "s")
     targets = next(e for e in entries if e["kind"] == "kernel_targets")
     assert "fixed order" in targets["profile_source"] and targets["profile_seq"] is None
-    assert [(t["category"], t["share"], t["picked"]) for t in targets["targets"]] == [("normalization", UNPROFILED, True)]
-    assert any("fixed order instead: normalization" in m for m in lines)
-    gates = {e["gate"]: e["passed"] for e in entries if e["kind"] == "kernel_gate"}
-    assert gates == {"correctness": True, "microbenchmark": True}  # min_speedup 0.01: any measured speed passes
-    (t,) = [t for t in st.trials if t.agent == "kernel:vllm_plugin"]
+    assert [(t["category"], t["share"], t["picked"]) for t in targets["targets"]] == [
+        ("normalization", UNPROFILED, True), ("elementwise", UNPROFILED, True)]
+    assert any("fixed order instead: normalization, elementwise" in m for m in lines)
+    gates = {e["gate"]: e["passed"] for e in entries if e["kind"] == "kernel_gate" and e["candidate"] == "plugin-torch-rmsnorm"}
+    # the guards first (a plugin runs where only the quality contract watches it); min_speedup 0.01: any speed passes
+    assert gates == {"reward_hacking_guards": True, "correctness": True, "microbenchmark": True}
+    (t, *_) = [t for t in st.trials if t.agent == "kernel:vllm_plugin"]
     assert t.changes == {KO.PLUGIN_KNOB: "torch_rmsnorm"} and t.kept and t.verdict != "amdahl_suspect"
     assert st.stack[KO.PLUGIN_KNOB] == "torch_rmsnorm"  # the ledger's trial config carries the knob's value
     # verify --remeasure asks the descriptor's overlay check before anything runs: with vLLM's check, this
@@ -162,3 +164,25 @@ def test_the_deploy_command_puts_the_sessions_plugin_overlay_on_pythonpath(tmp_p
     assert f"PYTHONPATH={ov.path.absolute()}" in dep["code"] and "VLLM_CACHE_ROOT=" in dep["code"]
     assert any("kernel plugin overlay" in n and ov.digest[:16] in n for n in dep["notes"])
     assert "PYTHONPATH" not in vllm_deploy(spec, {}, {}, entries)["code"]
+
+
+def test_the_silu_mul_candidate_passes_the_guards_and_correctness_and_a_wrong_one_is_refused():
+    from inferloom.phases.kernel import reward_hacking_guards
+    from inferloom.workloads import vllm_kernel_backend as KB
+
+    b = VLLMPluginBackend()
+    (c,) = b.propose([Target("elementwise", 0.07, True, "profiled")], WORK)
+    assert c.id == "plugin-torch-silu-mul" and c.config_changes == {KO.PLUGIN_KNOB: "torch_silu_mul"}
+    assert c.shapes[0] == {"tokens": 4, "intermediate": 512}  # llama-tiny's intermediate_size, the decode batch
+    assert reward_hacking_guards(c, "cpu").passed and correctness(c, "cpu").passed
+    wrong = KO.REPLACEMENTS["torch_silu_mul"].build().source.replace(".mul_(", ".mul_(1.02 * ")
+    bad = type(c)(**{**c.__dict__, "implementation": KB._silu_impl(wrong, "wrong")})
+    assert correctness(bad, "cpu").rule == "kernel_incorrect"
+    # a replacement that hands back its input's memory is caught by the guards, not by correctness
+    alias = "def forward(self, x):\n    d = x.shape[-1] // 2\n    return x[..., :d].mul_(0).add_(1)\n"
+    hacked = type(c)(**{**c.__dict__, "implementation": KB._silu_impl(alias, "alias")})
+    assert reward_hacking_guards(hacked, "cpu").rule in ("kernel_modifies_input", "kernel_incorrect")
+    # the Triton catalog's replacements are offered on CUDA only
+    cuda = [x.id for x in b.propose([Target("elementwise", 0.07, True, "p"), Target("normalization", 0.03, True, "p")],
+                                    {**WORK, "device": "cuda"})]
+    assert cuda == ["plugin-torch-silu-mul", "plugin-triton-silu-mul", "plugin-torch-rmsnorm", "plugin-triton-rmsnorm"]

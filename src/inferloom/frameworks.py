@@ -22,9 +22,10 @@ from inferloom.errors import InferloomError
 
 __all__ = ["Framework", "FRAMEWORKS", "UnknownFramework", "framework", "described", "SERVER_PROFILE_SKIPPED"]
 
-#: why a server session records no kernel profile of its own (the roofline is still placed)
-SERVER_PROFILE_SKIPPED = ("the server runs out of process; a session spends no server start on a profile: "
-                          "benchmarks/vllm_profile_stock.py takes a kernel-level one through vLLM's own profiler")
+#: why a server session records no kernel profile of its own unless its KERNEL phase will use one (the
+#: roofline is still placed): phases/server_profile.py decides, the descriptor's ``server_profile`` takes it
+SERVER_PROFILE_SKIPPED = ("the server runs out of process; a session spends a server start on a profile only when "
+                          "its KERNEL phase runs the engine's own backend (kernels.backend: plugin)")
 
 
 class UnknownFramework(InferloomError, ValueError):
@@ -77,6 +78,10 @@ class Framework:
     #: --remeasure`` rebuilds the engine overlays the final stack names and checks them against the session's
     #: files (sha256); None: the framework has none
     session_overlays: str | None = None
+    #: a lazy ``"module:attr"`` target ``(spec, config, trace_dir, log_dir, progress) -> profile dict``: a server
+    #: that profiles itself (vLLM's ``/start_profile``); PRELUDE takes it for the KERNEL phase's targets when that
+    #: phase will run the engine's own backend (phases/server_profile.py); None: no server profile
+    server_profile: str | None = None
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -97,7 +102,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               profile_skip=SERVER_PROFILE_SKIPPED, stack_precision="inferloom.workloads.server_precision:stack_precision",
               preflight=("model_dir", "server_env", "chat_prompts"), deploy="inferloom.workloads.deploy:vllm_deploy",
               kernel_backend="inferloom.workloads.vllm_kernel_backend:VLLMPluginBackend",
-              session_overlays="inferloom.workloads.vllm_kernel_overlays:check_session_overlays"),
+              session_overlays="inferloom.workloads.vllm_kernel_overlays:check_session_overlays",
+              server_profile="inferloom.workloads.vllm_profile:profile_stack"),
     # an SGLang server (python -m sglang.launch_server) as a subprocess, from its own Python environment (issue 32)
     Framework("sglang", "inferloom.workloads.sglang_adapter:from_spec", server=True,
               profile_skip="the server runs out of process; a session spends no server start on a profile",

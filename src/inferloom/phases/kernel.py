@@ -10,7 +10,8 @@ One tick does one thing, so a kill at any point resumes cleanly:
    with why it was picked or passed over). No backend or no target: the
    phase is skipped with its reason.
 2. per candidate: its claim is recorded ``unverified`` (``kernel_claim``);
-   the correctness gate, then the microbenchmark gate (``kernel_gate``
+   for a ``guarded`` backend (a server's plugin) the reward-hacking guards,
+   then the correctness gate, then the microbenchmark gate (``kernel_gate``
    entries; a failure is a refusal with the gate's rule); then the paired
    end-to-end measurement with the quality contract against the stack, like
    any FRAMEWORK trial (same Critic, same keep rule). A measured gain larger
@@ -28,7 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 from inferloom.kernels.base import KernelCandidate, Target, workload_of
-from inferloom.kernels.gates import correctness, microbenchmark
+from inferloom.kernels.gates import GateResult, correctness, microbenchmark
+from inferloom.kernels.guards import reward_hacking_guards as _guards
 from inferloom.kernels.registry import resolve_backend
 from inferloom.kernels.select import select_targets
 from inferloom.measure.profile import profile_config
@@ -39,6 +41,7 @@ from inferloom.phases.common import jsonable as _jsonable
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.context import SessionContext
 from inferloom.phases.roofline import PROFILE
+from inferloom.phases import server_profile
 from inferloom.phases.kernel_llm import author_categories, author_entries, author_step
 from inferloom.phases.kernel_trial import AMDAHL_TOLERANCE, KERNEL_CLAIM, KERNEL_GATE
 from inferloom.phases.kernel_trial import decided as _decided
@@ -95,12 +98,20 @@ def _stack_categories(ctx: SessionContext, st: SessionState) -> tuple[dict[str, 
         return ctx.adapter.profile_categories(st.stack), None, "the synthetic adapter's declared profile"
     prof = st.extra.profile
     if st.stack == st.stock_config and prof is not None and isinstance(prof.categories, dict) and prof.categories:
-        return prof.categories, prof.ledger_seq, "stock's PRELUDE profile"
+        return prof.categories, prof.ledger_seq, "stock's PRELUDE profile" + (" (the server's own profiler)" if
+                                                                              framework(ctx.spec.framework).profile_skip else "")
     skip = framework(ctx.spec.framework).profile_skip
-    if skip:  # no profile of the stack can be taken in process (a server's PRELUDE records none)
-        return None, None, f"the session has no profile of the stack: {skip}"
     key = _key("profile-kernel", st.session_id, st.cycle)
-    found = ctx.ledger.find(key)
+    if skip:  # a server: its own profiler, when PRELUDE took one of stock (phases/server_profile.py)
+        if prof is None or prof.skipped or prof.error or prof.ledger_seq is None:
+            why = (prof.skipped or f"stock's profile failed ({prof.error})") if prof else skip
+            return None, prof.ledger_seq if prof else None, f"the session has no profile of the server: {why}"
+        wanted, why = server_profile.decide(ctx, st, *kernel_backend(ctx, st))
+        if not wanted:
+            return None, None, f"no profile of the current stack (it differs from stock): {why}"
+        found = server_profile.take(ctx, st, st.stack, key, "the current stack", why, cycle=st.cycle)
+    else:
+        found = ctx.ledger.find(key)
     if found is None:
         ctx.progress("KERNEL: profiling one untimed run of the current stack (torch.profiler)")
         try:
@@ -152,6 +163,18 @@ def _candidates(ctx: SessionContext, st: SessionState, ks: KernelProgress) -> li
     targets = [Target(**t.model_dump()) for t in ks.targets]
     work = workload_of(ctx.spec, st.device, ks.stack_at_start or st.stack)
     return list(backend.propose(targets, work)) if backend is not None else []
+
+
+def reward_hacking_guards(cand: KernelCandidate, device: str) -> GateResult:
+    """The guards (kernels/guards.py) as the first gate of a ``guarded`` backend's candidates, at the shapes
+    the candidate declares and shapes moved from them."""
+    return _guards(cand, device, cand.shapes)
+
+
+def _gates(backend: Any) -> tuple[Any, ...]:
+    """The gates a backend's candidates pass, in order: the guards first for a ``guarded`` backend (one whose
+    kernels run where only the end-to-end quality contract watches them: a server's plugin)."""
+    return ((reward_hacking_guards,) if getattr(backend, "guarded", False) else ()) + (correctness, microbenchmark)
 
 
 def _refuse(ctx: SessionContext, st: SessionState, cand_id: str, rule: str, why: str, agent: str) -> None:
@@ -211,7 +234,7 @@ def kernel_step(ctx: SessionContext, st: SessionState) -> None:
                "unverified)")
     device = st.device
     results = {}
-    for gate in (correctness, microbenchmark):
+    for gate in _gates(kernel_backend(ctx, st)[0]):
         gkey = _key("kernel-gate", st.session_id, st.cycle, cand.id, gate.__name__)
         found = ctx.ledger.find(gkey)
         if found is None:

@@ -29,6 +29,8 @@ from inferloom.phases.common import seed_base as _seed_base
 from inferloom.phases.common import step_key as _key
 from inferloom.measure.compare import compare, reference_sets, stock_references
 from inferloom.phases.context import SessionContext
+from inferloom.phases import server_profile as SP
+from inferloom.phases.kernel import kernel_backend
 from inferloom.phases.roofline import PROFILE, ROOFLINE, kept_roofline, roofline_for, roofline_skip
 from inferloom.phases.trial import execute_trial, run_trial
 from inferloom.session import ledger as L
@@ -188,8 +190,19 @@ def _finish_replay(ctx: SessionContext, st: SessionState, proposal: dict[str, An
 def profile_step(ctx: SessionContext, st: SessionState) -> None:
     """A profile of one untimed stock run, the device's ceilings, and where stock sits under them."""
     fw = framework(ctx.spec.framework)
-    if fw.profile_skip is not None:  # a server's kernel profile is a script's (its roofline still places stock)
-        st.extra.profile = ProfileSummary(skipped=fw.profile_skip)
+    if fw.profile_skip is not None:  # a server profiles itself only for its KERNEL phase (phases/server_profile.py)
+        wanted, why = SP.decide(ctx, st, *kernel_backend(ctx, st))
+        if not wanted:
+            st.extra.profile = ProfileSummary(skipped=why)
+            ctx.ledger.append(PROFILE, {"skipped": why, "server": True}, key=_key("profile", st.session_id))
+            ctx.progress(f"PRELUDE: no profile of stock: {why}")
+        else:
+            found = SP.take(ctx, st, st.stock_config, _key("profile", st.session_id), "stock", why)
+            p = found.get("profile") or {}
+            st.extra.profile = ProfileSummary(ledger_seq=found["seq"], categories=_jsonable(p.get("categories")),
+                                              error=p.get("error"))
+            ctx.progress("PRELUDE: server profile of stock: " + (f"failed ({p['error']})" if p.get("error") else ", ".join(
+                f"{c} {v['share'] * 100:.1f}%" for c, v in (p.get("categories") or {}).items() if v.get("share"))))
     else:
         ctx.progress("PRELUDE: profiling one untimed stock run (torch.profiler)")
         prof: dict[str, Any]

@@ -106,6 +106,8 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
         p = prof.get("profile") or {}
         out["profile"] = {"categories": p.get("categories"), "top_ops": (p.get("top_ops") or [])[:8],
                           "wall_s": p.get("wall_s"), "error": p.get("error"), "ledger_seq": prof["seq"]}
+        if prof.get("skipped"):  # a server session that took no profile of its own, and why
+            out["profile"]["skipped"] = prof["skipped"]
     roofs = [e for e in entries if e["kind"] == "roofline"]
     if roofs:
         stock_r = next((e for e in roofs if "stock" in e), {})

@@ -185,6 +185,8 @@ def _profile(b: dict[str, Any]) -> str:
     if not pr:
         return _absent("The ledger has no profile entry: this session ran no profiler. The synthetic adapter runs no "
                        "operators, so PRELUDE skips profiling for it (sessions from before profiling existed have none either).")
+    if pr.get("skipped"):
+        return _absent(f"No profile of stock: {esc(pr['skipped'])} {_cite(pr.get('ledger_seq'))}.")
     if pr.get("error") or not pr.get("categories"):
         why = f"the profiler failed: {esc(pr.get('error'))}" if pr.get("error") else "the profile recorded no categories"
         return _absent(f"No breakdown: {why} {_cite(pr.get('ledger_seq'))}.")

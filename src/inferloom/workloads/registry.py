@@ -9,7 +9,8 @@ from typing import Any, Mapping
 
 from inferloom.frameworks import FRAMEWORKS, Framework, framework
 
-__all__ = ["ADAPTERS", "make_adapter", "resolve", "stack_precision", "deploy"]
+__all__ = ["ADAPTERS", "make_adapter", "resolve", "stack_precision", "deploy", "kernel_backend", "session_overlays",
+           "server_profile"]
 
 #: framework name -> its adapter's lazy target (the descriptors' ``adapter`` field)
 ADAPTERS: dict[str, str] = {name: f.adapter for name, f in FRAMEWORKS.items()}
@@ -50,3 +51,12 @@ def session_overlays(fw: Framework, d: Any, changes: Mapping[str, Any], entries:
     the session's files and records (the descriptor's ``session_overlays`` target; raises an InferloomError
     naming a missing or changed file); [] where the framework names none."""
     return list(resolve(fw.session_overlays)(d, changes, entries)) if fw.session_overlays else []
+
+
+def server_profile(fw: Framework, spec: Any, config: Mapping[str, Any], trace_dir: Any, log_dir: Any,
+                   progress: Any) -> dict[str, Any]:
+    """A profile of ``config`` through the server's own profiler (the descriptor's ``server_profile`` target);
+    ValueError where the framework names none."""
+    if not fw.server_profile:
+        raise ValueError(f"framework {fw.name}: no server profile")
+    return dict(resolve(fw.server_profile)(spec, config, trace_dir, log_dir, progress))

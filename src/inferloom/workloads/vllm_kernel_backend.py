@@ -1,25 +1,30 @@
 """The KERNEL phase's backend for vLLM servers: ``register_oot`` replacements delivered through the plugin
 overlay (``vllm_plugins``), switched on end to end by the knob ``kernel_plugin`` (``vllm_kernel_overlays``).
 
-The framework descriptor names it (``Framework.kernel_backend``); ``spec.kernels.backend: auto`` runs it.
+The framework descriptor names it (``Framework.kernel_backend``); ``spec.kernels.backend: plugin`` runs it.
 
-* Targets: the server's own profile when the session has one; a server's PRELUDE records none
-  (``frameworks.SERVER_PROFILE_SKIPPED``), so the phase falls back to :data:`FIXED_ORDER` (the categories
-  this backend has replacements for, in that order; the progress line says so) with no time share: no
-  Amdahl bound is claimed for them.
-* Candidates (:data:`~inferloom.workloads.vllm_kernel_overlays.REPLACEMENTS`): ``plugin-torch-rmsnorm``
-  (target ``normalization``; ``kernel_plugin=torch_rmsnorm``): vLLM's RMSNorm (``ir.ops.rms_norm`` /
-  ``fused_add_rms_norm``, its native composition: the stock op on CPU) -> ``F.rms_norm`` over float32
-  (``vllm_replacements.torch_rmsnorm``).
+* Targets: the server's own profile (PRELUDE takes one through vLLM's profiler when this backend will run:
+  ``workloads/vllm_profile.py``, ``phases/server_profile.py``), its categories' shares picked like any
+  profile's, so the Amdahl bound is claimed from a measured share. Without one (the profile skipped or
+  failed: the ledger's ``profile`` entry says why), :data:`FIXED_ORDER` (the categories this backend has
+  replacements for, in that order; the ``kernel_targets`` entry says so) with no time share: no Amdahl
+  bound is claimed for them.
+* Candidates (:data:`~inferloom.workloads.vllm_kernel_overlays.REPLACEMENTS`, those for the device):
+  RMSNorm (target ``normalization``: ``torch_rmsnorm``; on CUDA also the catalog's ``triton_rmsnorm``) and
+  SiluAndMul (target ``elementwise``: ``torch_silu_mul``; on CUDA also ``triton_silu_mul``).
+* ``guarded``: the KERNEL phase runs the reward-hacking guards (``kernels/guards.py``) on these candidates
+  before the correctness gate: a plugin runs inside the server, where only the end-to-end quality contract
+  watches it, and the guards cost a few small tensors.
 * The gates run the replacement's own source (the bytes the overlay carries) in this process on small
   tensors, before any server starts: the module is executed, its ``forward`` called with a stand-in layer
-  (``weight``, ``variance_epsilon``; ``stock_forward`` = vLLM's composition), with a residual (the
-  decoder's fused add) at the decode and a prefill shape; the baseline the microbenchmark races is vLLM
-  0.32's ``fused_add_rms_norm`` composition op for op, the reference float64.
+  (RMSNorm: ``weight``, ``variance_epsilon``, a residual as the decoder's fused add; ``stock_forward`` =
+  vLLM's composition) at the decode and a prefill shape; the baseline the microbenchmark races is vLLM
+  0.32's native op for op (``fused_add_rms_norm``; ``SiluAndMul.forward_native``), the reference float64.
 """
 
 from __future__ import annotations
 
+import linecache
 import types
 from typing import Any, Callable, Mapping, Sequence
 
@@ -28,10 +33,15 @@ from inferloom.models.presets import parse_dtype
 from inferloom.workloads.vllm_kernel_overlays import PLUGIN_KNOB, REPLACEMENTS
 
 __all__ = ["VLLMPluginBackend", "FIXED_ORDER", "vllm_rmsnorm", "rmsnorm_reference", "rmsnorm_inputs",
-           "replacement_forward", "PREFILL_TOKENS_CHECKED"]
+           "vllm_silu_mul", "silu_mul_reference", "silu_mul_inputs", "replacement_forward", "PREFILL_TOKENS_CHECKED",
+           "TOLERANCES"]
 
 #: the categories the backend tries, in this order, when the session has no profile of the server
-FIXED_ORDER: tuple[str, ...] = ("normalization",)
+FIXED_ORDER: tuple[str, ...] = ("normalization", "elementwise")
+#: the correctness gate's tolerance by the checked dtype (two roundings to the dtype dominate in half precision)
+TOLERANCES: dict[str, dict[str, float]] = {"float32": {"rel_l2": 1e-5, "max_rel": 1e-5},
+                                           "float16": {"rel_l2": 2e-3, "max_rel": 4e-3},
+                                           "bfloat16": {"rel_l2": 1e-2, "max_rel": 2e-2}}
 PREFILL_TOKENS_CHECKED = 256
 _EPS = 1e-6
 
@@ -67,10 +77,41 @@ def rmsnorm_reference(hidden_states: Any, residual: Any, weight: Any, eps: float
     return weight.to(torch.float64) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
+def silu_mul_inputs(shape: Mapping[str, int], dtype: str, device: str, seed: int) -> tuple[dict[str, Any], Any]:
+    """``x`` ``[tokens, 2 * intermediate]`` ~ 2 N(0, 1) (the gate/up GEMM's output), ``out`` ``[tokens, intermediate]``."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(int(seed))
+    t, i = int(shape["tokens"]), int(shape["intermediate"])
+    x = (2.0 * torch.randn(t, 2 * i, generator=g)).to(device=device, dtype=parse_dtype(dtype))
+    return {"x": x}, torch.empty(t, i, dtype=x.dtype, device=device)
+
+
+def vllm_silu_mul(x: Any) -> Any:
+    """vLLM 0.32's ``SiluAndMul.forward_native`` (the stock op on x86 CPUs)."""
+    import torch.nn.functional as F
+
+    d = x.shape[-1] // 2
+    return F.silu(x[..., :d]) * x[..., d:]
+
+
+def silu_mul_reference(x: Any) -> Any:
+    """The truth in float64."""
+    import torch
+    import torch.nn.functional as F
+
+    y = x.to(torch.float64)
+    d = y.shape[-1] // 2
+    return F.silu(y[..., :d]) * y[..., d:]
+
+
 def replacement_forward(source: str, name: str) -> Callable[..., Any]:
     """The ``forward`` of a replacement's source, executed as its own module (as the plugin imports it)."""
     mod = types.ModuleType(f"inferloom_gate_{name}")
-    exec(compile(source, f"<kernel_plugin {name}>", "exec"), mod.__dict__)  # noqa: S102 - inferloom's own source
+    filename = f"<kernel_plugin {name}>"
+    # the source's lines where inspect finds them: triton.jit reads its kernel's source (a file in the server)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), mod.__dict__)  # noqa: S102 - inferloom's own source
     return mod.forward
 
 
@@ -86,6 +127,16 @@ def _rmsnorm_impl(source: str, name: str) -> Callable[..., Any]:
     return implementation
 
 
+def _silu_impl(source: str, name: str) -> Callable[..., Any]:
+    fwd = replacement_forward(source, name)
+
+    def implementation(x: Any, out: Any) -> Any:
+        layer = types.SimpleNamespace(stock_forward=vllm_silu_mul)
+        out.copy_(fwd(layer, x))
+        return out
+    return implementation
+
+
 def _checked_dtype(dtype: str, cfg: Mapping[str, Any]) -> str:
     """The dtype the gates' tensors have: the stack's, or for ``auto`` (vLLM: the checkpoint's) the model
     config's ``torch_dtype`` / ``dtype``, bfloat16 where it names none (vLLM's CPU default for half)."""
@@ -95,16 +146,27 @@ def _checked_dtype(dtype: str, cfg: Mapping[str, Any]) -> str:
     return named if named in ("float32", "bfloat16", "float16") else "bfloat16"
 
 
-def _inputs_at(tensors: str) -> Callable[..., tuple[dict[str, Any], Any]]:
+def _inputs_at(tensors: str, make: Callable[..., tuple[dict[str, Any], Any]]) -> Callable[..., tuple[dict[str, Any], Any]]:
     def make_inputs(shape: Mapping[str, int], dtype: str, device: str, seed: int) -> tuple[dict[str, Any], Any]:
-        return rmsnorm_inputs(shape, tensors if dtype == "auto" else dtype, device, seed)
+        return make(shape, tensors if dtype == "auto" else dtype, device, seed)
     return make_inputs
+
+
+#: per op: (the gate's implementation from the source, the baseline, the reference, the inputs, the shape's
+#: width key and the model config's field for it)
+_OPS: dict[str, tuple[Callable[[str, str], Callable[..., Any]], Callable[..., Any], Callable[..., Any],
+                      Callable[..., tuple[dict[str, Any], Any]], str, str]] = {
+    "RMSNorm": (_rmsnorm_impl, vllm_rmsnorm, rmsnorm_reference, rmsnorm_inputs, "hidden", "hidden_size"),
+    "SiluAndMul": (_silu_impl, vllm_silu_mul, silu_mul_reference, silu_mul_inputs, "intermediate",
+                   "intermediate_size"),
+}
 
 
 class VLLMPluginBackend:
     """See the module docstring."""
 
     name = "vllm_plugin"
+    guarded = True  # the KERNEL phase runs the reward-hacking guards first (kernels/guards.py)
 
     def unavailable(self, workload: Mapping[str, Any]) -> str | None:
         device = str(workload.get("device"))
@@ -134,21 +196,22 @@ class VLLMPluginBackend:
         device, dtype = str(workload.get("device")), str(workload["dtype"])
         cfg = model_config(str(workload["model"]))
         tensors = _checked_dtype(dtype, cfg)
-        hidden, b = int(cfg["hidden_size"]), int(workload["batch"])
+        b = int(workload["batch"])
+        prefill = min(b * int(workload["input_len"]), PREFILL_TOKENS_CHECKED)
         out = []
-        for cat in picked:
+        for cat in picked:  # hottest first (the profile's order), then the replacements' order
             for value, r in REPLACEMENTS.items():
-                if r.category != cat or device not in r.devices or r.op != "RMSNorm":
+                if r.category != cat or device not in r.devices or r.op not in _OPS:
                     continue
+                impl, base, ref, inputs, width, field = _OPS[r.op]
+                w = int(cfg[field])
                 src = r.build()
-                shapes = ({"tokens": b, "hidden": hidden},
-                          {"tokens": min(b * int(workload["input_len"]), PREFILL_TOKENS_CHECKED), "hidden": hidden})
                 out.append(KernelCandidate(
                     id=f"plugin-{value.replace('_', '-')}", target=cat, op=f"vLLM {r.op} (register_oot, {r.stock})",
-                    implementation=_rmsnorm_impl(src.source, value), baseline=vllm_rmsnorm,
-                    reference=rmsnorm_reference, make_inputs=_inputs_at(tensors), shapes=shapes, dtype=dtype,
-                    claimed_speedup=r.claimed_speedup, config_changes={PLUGIN_KNOB: value},
-                    tolerance={"rel_l2": 1e-2, "max_rel": 2e-2},
+                    implementation=impl(src.source, value), baseline=base, reference=ref,
+                    make_inputs=_inputs_at(tensors, inputs), shapes=({"tokens": b, width: w}, {"tokens": prefill, width: w}),
+                    dtype=dtype, claimed_speedup=r.claimed_speedup, config_changes={PLUGIN_KNOB: value},
+                    tolerance=dict(TOLERANCES.get(tensors, TOLERANCES["bfloat16"])),
                     notes=f"{r.notes}; delivered as a vllm.general_plugins overlay on the server's PYTHONPATH; "
                           f"claim x{r.claimed_speedup} (a guess, unverified)"))
         return out

