@@ -47,6 +47,18 @@ def test_the_candidate_runs_the_overlays_own_source_through_the_correctness_gate
     assert correctness(bad, "cpu").rule == "kernel_incorrect"
     assert b.propose([Target("normalization", UNPROFILED, True, "x")],
                      {**WORK, "stack": {KO.PLUGIN_KNOB: "torch_rmsnorm"}}) == []  # already in the stack
+    assert b.merge({KO.PLUGIN_KNOB: "torch_silu_mul"}, c.config_changes) == {KO.PLUGIN_KNOB: "torch_rmsnorm+torch_silu_mul"}
+    assert b.merge({KO.PLUGIN_KNOB: "none"}, c.config_changes) == c.config_changes
+
+
+def test_a_combined_value_builds_one_overlay_with_each_replacement(tmp_path):
+    knob = KO.plugin_knob()
+    assert "torch_rmsnorm+torch_silu_mul" in knob.choices and "torch_rmsnorm+triton_rmsnorm" not in knob.choices
+    (ov,) = KO.overlays_for({KO.PLUGIN_KNOB: "torch_rmsnorm+torch_silu_mul"}, tmp_path)
+    assert ov.info["ops"] == ["RMSNorm", "SiluAndMul"] and ov.to_dict()["knob"] == {KO.PLUGIN_KNOB: "torch_rmsnorm+torch_silu_mul"}
+    assert KO.combine("torch_rmsnorm+torch_silu_mul", "triton_rmsnorm") == "triton_rmsnorm+torch_silu_mul"
+    with pytest.raises(VP.EngineOverlayError, match="no such replacement 'nope'"):
+        KO.overlays_for({KO.PLUGIN_KNOB: "torch_rmsnorm+nope"}, tmp_path)
 
 
 def test_a_session_measures_the_plugin_candidate_end_to_end_from_the_fixed_order(tmp_path, monkeypatch):
@@ -69,8 +81,10 @@ def test_a_session_measures_the_plugin_candidate_end_to_end_from_the_fixed_order
     gates = {e["gate"]: e["passed"] for e in entries if e["kind"] == "kernel_gate" and e["candidate"] == "plugin-torch-rmsnorm"}
     # the guards first (a plugin runs where only the quality contract watches it); min_speedup 0.01: any speed passes
     assert gates == {"reward_hacking_guards": True, "correctness": True, "microbenchmark": True}
-    (t, *_) = [t for t in st.trials if t.agent == "kernel:vllm_plugin"]
+    (t, t2, *_) = [t for t in st.trials if t.agent == "kernel:vllm_plugin"]
     assert t.changes == {KO.PLUGIN_KNOB: "torch_rmsnorm"} and t.kept and t.verdict != "amdahl_suspect"
+    # the next op's replacement is measured with the kept one in the same overlay, not swapped for it
+    assert t2.changes == {KO.PLUGIN_KNOB: "torch_rmsnorm+torch_silu_mul"} and not t2.kept
     assert st.stack[KO.PLUGIN_KNOB] == "torch_rmsnorm"  # the ledger's trial config carries the knob's value
     # verify --remeasure asks the descriptor's overlay check before anything runs: with vLLM's check, this
     # session (the synthetic adapter starts no server, so no start recorded the overlay) is exit 2

@@ -212,7 +212,10 @@ def kernel_step(ctx: SessionContext, st: SessionState) -> None:
         return
     cand = cands[i]
     agent = f"kernel:{ks.backend}"
-    if all(st.stack.get(k) == v for k, v in cand.config_changes.items()):
+    backend = kernel_backend(ctx, st)[0]
+    merge = getattr(backend, "merge", None)  # a backend whose knob values combine (a server's plugin: one overlay)
+    changes = dict(merge(st.stack, cand.config_changes) if callable(merge) else cand.config_changes)
+    if all(st.stack.get(k) == v for k, v in changes.items()):
         ctx.progress(f"KERNEL candidate {i + 1}/{len(cands)}: {cand.id} is already in the stack")
         ks.next = i + 1
         return
@@ -222,7 +225,7 @@ def kernel_step(ctx: SessionContext, st: SessionState) -> None:
         ks.next = i + 1
         return
     # can it be measured at all (knob space, phase, pinned, measured before)? Checked before the gates spend time.
-    proposal, rule, why = validate_proposal({"action": "try_kernel", "changes": dict(cand.config_changes),
+    proposal, rule, why = validate_proposal({"action": "try_kernel", "changes": changes,
                                              "source": agent, "candidate": cand.id}, "KERNEL", agent_view(st), ctx.knobs)
     if rule:
         _refuse(ctx, st, cand.id, rule, why, agent)
@@ -234,7 +237,7 @@ def kernel_step(ctx: SessionContext, st: SessionState) -> None:
                "unverified)")
     device = st.device
     results = {}
-    for gate in _gates(kernel_backend(ctx, st)[0]):
+    for gate in _gates(backend):
         gkey = _key("kernel-gate", st.session_id, st.cycle, cand.id, gate.__name__)
         found = ctx.ledger.find(gkey)
         if found is None:

@@ -11,7 +11,10 @@ The framework descriptor names it (``Framework.kernel_backend``); ``spec.kernels
   bound is claimed for them.
 * Candidates (:data:`~inferloom.workloads.vllm_kernel_overlays.REPLACEMENTS`, those for the device):
   RMSNorm (target ``normalization``: ``torch_rmsnorm``; on CUDA also the catalog's ``triton_rmsnorm``) and
-  SiluAndMul (target ``elementwise``: ``torch_silu_mul``; on CUDA also ``triton_silu_mul``).
+  SiluAndMul (target ``elementwise``: ``torch_silu_mul``; on CUDA also ``triton_silu_mul``). One plugin
+  carries one replacement per op: :meth:`VLLMPluginBackend.merge` adds a candidate's replacement to the
+  plugin the stack already loads (a RMSNorm kept, then a SiluAndMul measured with it:
+  ``torch_rmsnorm+torch_silu_mul``); an op the stack's plugin already replaces is not proposed again.
 * ``guarded``: the KERNEL phase runs the reward-hacking guards (``kernels/guards.py``) on these candidates
   before the correctness gate: a plugin runs inside the server, where only the end-to-end quality contract
   watches it, and the guards cost a few small tensors.
@@ -30,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.kernels.base import KernelCandidate, Target, model_config
 from inferloom.models.presets import parse_dtype
-from inferloom.workloads.vllm_kernel_overlays import PLUGIN_KNOB, REPLACEMENTS
+from inferloom.workloads.vllm_kernel_overlays import PLUGIN_KNOB, REPLACEMENTS, combine
 
 __all__ = ["VLLMPluginBackend", "FIXED_ORDER", "vllm_rmsnorm", "rmsnorm_reference", "rmsnorm_inputs",
            "vllm_silu_mul", "silu_mul_reference", "silu_mul_inputs", "replacement_forward", "PREFILL_TOKENS_CHECKED",
@@ -188,11 +191,18 @@ class VLLMPluginBackend:
         """The knobs its candidates switch (the KERNEL phase skips it when the spec pins them all)."""
         return frozenset({PLUGIN_KNOB})
 
+    def merge(self, stack: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+        """A candidate's changes against ``stack``: its replacement added to the plugin the stack already
+        loads (a candidate kept earlier in the phase), not swapped for it (``vllm_kernel_overlays.combine``)."""
+        out = dict(changes)
+        if PLUGIN_KNOB in out:
+            out[PLUGIN_KNOB] = combine(str(stack.get(PLUGIN_KNOB, "none")), str(out[PLUGIN_KNOB]))
+        return out
+
     def propose(self, targets: Sequence[Target], workload: Mapping[str, Any]) -> list[KernelCandidate]:
         picked = [t.category for t in targets if t.picked]
         stack = workload.get("stack", {})
-        if str(stack.get(PLUGIN_KNOB, "none")) != "none":
-            return []  # one plugin per stack (the knob's one value): nothing more to switch on
+        have = {REPLACEMENTS[v].op for v in str(stack.get(PLUGIN_KNOB, "none")).split("+") if v in REPLACEMENTS}
         device, dtype = str(workload.get("device")), str(workload["dtype"])
         cfg = model_config(str(workload["model"]))
         tensors = _checked_dtype(dtype, cfg)
@@ -201,8 +211,8 @@ class VLLMPluginBackend:
         out = []
         for cat in picked:  # hottest first (the profile's order), then the replacements' order
             for value, r in REPLACEMENTS.items():
-                if r.category != cat or device not in r.devices or r.op not in _OPS:
-                    continue
+                if r.category != cat or device not in r.devices or r.op not in _OPS or r.op in have:
+                    continue  # an op the stack's plugin already replaces is not replaced again
                 impl, base, ref, inputs, width, field = _OPS[r.op]
                 w = int(cfg[field])
                 src = r.build()

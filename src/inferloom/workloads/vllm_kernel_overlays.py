@@ -2,7 +2,9 @@
 overlay (``vllm_plugins``) built from its value, and the check ``verify --remeasure`` makes of it.
 
 * :data:`REPLACEMENTS`: knob value -> :class:`PluginEntry` (the op, the profile category it targets, the
-  devices it runs on, the replacement's source). ``none`` (the default) adds no overlay.
+  devices it runs on, the replacement's source). ``none`` (the default) adds no overlay; several of different
+  ops joined by ``+`` (``torch_rmsnorm+torch_silu_mul``) go into one overlay (:func:`combine` adds one to a
+  stack's value, as the KERNEL phase does for a candidate after another was kept).
 * :func:`plugin_knob`: the knob (``phase: KERNEL``: only the KERNEL phase's backend proposes it;
   ``changes_numerics``: a kernel is judged by the quality contract).
 * :func:`overlays_for`: the overlay a configuration's value builds under a root (content-addressed: the
@@ -29,7 +31,7 @@ from inferloom.workloads.vllm_plugins import (EngineOverlayError, KernelReplacem
 from inferloom.workloads.vllm_replacements import torch_rmsnorm, torch_silu_mul
 from inferloom.workloads.vllm_triton_replacements import triton_rmsnorm, triton_silu_mul
 
-__all__ = ["PLUGIN_KNOB", "PluginEntry", "REPLACEMENTS", "plugin_knob", "overlays_for", "check_session_overlays",
+__all__ = ["PLUGIN_KNOB", "PluginEntry", "REPLACEMENTS", "plugin_knob", "combine", "overlays_for", "check_session_overlays",
            "OVERLAY_DIR", "recorded_plugin"]
 
 PLUGIN_KNOB = "kernel_plugin"
@@ -73,20 +75,41 @@ REPLACEMENTS: dict[str, PluginEntry] = {
 }
 
 
+def _ops_combinations() -> list[str]:
+    """Every knob value but ``none``: one replacement, or several of different ops joined by ``+`` (in
+    :data:`REPLACEMENTS`' order): one overlay carries them all."""
+    out: list[list[str]] = [[]]
+    for op in dict.fromkeys(e.op for e in REPLACEMENTS.values()):
+        out = [c + ([v] if v else []) for c in out for v in (None, *(v for v, e in REPLACEMENTS.items() if e.op == op))]
+    return sorted(("+".join(c) for c in out if c), key=lambda v: (v.count("+"), [list(REPLACEMENTS).index(p) for p in v.split("+")]))
+
+
+def combine(current: str, value: str) -> str:
+    """``current`` (a knob value) with ``value``'s replacements added, each replacing one of the same op."""
+    ops = {REPLACEMENTS[v].op for v in value.split("+") if v in REPLACEMENTS}
+    kept = [v for v in str(current).split("+") if v in REPLACEMENTS and REPLACEMENTS[v].op not in ops]
+    parts = set(kept) | {v for v in value.split("+") if v in REPLACEMENTS}
+    order = list(dict.fromkeys(e.op for e in REPLACEMENTS.values()))  # one per op, in the ops' order
+    return "+".join(sorted(parts, key=lambda v: order.index(REPLACEMENTS[v].op))) or "none"
+
+
 def plugin_knob() -> Knob:
     return Knob(PLUGIN_KNOB, "choice", "none",
-                "a vLLM custom-op replacement (register_oot) the server loads from a generated plugin overlay on its "
-                "PYTHONPATH (vllm.general_plugins), never from its environment: " + ", ".join(
-                    f"{v} ({e.op}, {e.category})" for v, e in REPLACEMENTS.items()),
-                choices=("none", *REPLACEMENTS), applies_to=frozenset().union(*(e.devices for e in REPLACEMENTS.values())),
+                "vLLM custom-op replacements (register_oot) the server loads from a generated plugin overlay on its "
+                "PYTHONPATH (vllm.general_plugins), never from its environment; several of different ops joined by "
+                "'+': " + ", ".join(f"{v} ({e.op}, {e.category})" for v, e in REPLACEMENTS.items()),
+                choices=("none", *_ops_combinations()),
+                applies_to=frozenset().union(*(e.devices for e in REPLACEMENTS.values())),
                 changes_numerics=True, phase="KERNEL")
 
 
 def _build(root: Path, value: str) -> OverlayDir:
-    entry = REPLACEMENTS.get(value)
-    if entry is None:
-        raise EngineOverlayError(f"{PLUGIN_KNOB}={value!r}: no such replacement ({', '.join(REPLACEMENTS)})")
-    ov = build_plugin_overlay(root, [entry.build()])
+    names = value.split("+")
+    unknown = [v for v in names if v not in REPLACEMENTS]
+    if unknown:
+        raise EngineOverlayError(f"{PLUGIN_KNOB}={value!r}: no such replacement {unknown[0]!r} "
+                                 f"({', '.join(REPLACEMENTS)}; several joined by '+')")
+    ov = build_plugin_overlay(root, [REPLACEMENTS[v].build() for v in names])
     return dataclasses.replace(ov, info={**ov.info, "knob": {PLUGIN_KNOB: value}})
 
 
