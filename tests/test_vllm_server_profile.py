@@ -60,12 +60,12 @@ def test_the_profile_is_taken_only_when_the_plugin_backend_runs_and_its_cost_fit
     assert not ok and "will not use one (backend plugin: its knobs are pinned)" in why
     ctx, st = _ctx(tmp_path / "b", share=0.1)
     ok, why = SP.decide(ctx, st, b, "x")
-    assert not ok and "~180 s" in why and "kernels.server_profile: on takes it anyway" in why  # 120 s start estimate
-    ctx, st = _ctx(tmp_path / "c", mode="on", share=0.1)
+    assert not ok and "~180 s" in why and "kernels.server_profile: always takes it anyway" in why  # 120 s start estimate
+    ctx, st = _ctx(tmp_path / "c", mode="always", share=0.1)
     assert SP.decide(ctx, st, b, "x")[0]
-    ctx, st = _ctx(tmp_path / "d", mode="off")
+    ctx, st = _ctx(tmp_path / "d", mode="never")
     ok, why = SP.decide(ctx, st, b, "x")
-    assert not ok and "kernels.server_profile: off" in why
+    assert not ok and "kernels.server_profile: never" in why
 
 
 class _Server(SyntheticAdapter):
@@ -98,7 +98,7 @@ def _session(tmp_path, monkeypatch, mode, profile):
 
 
 def test_a_session_picks_the_plugin_targets_from_its_server_profile(tmp_path, monkeypatch):
-    st, entries, calls, lines = _session(tmp_path, monkeypatch, "on", recorded_profile())
+    st, entries, calls, lines = _session(tmp_path, monkeypatch, "always", recorded_profile())
     assert calls and calls[0] == st.stock_config  # PRELUDE profiled stock once
     prof = next(e for e in entries if e["kind"] == "profile")
     assert prof["server"] and prof["profile"]["categories"]["elementwise"]["share"] > 0.02
@@ -116,17 +116,17 @@ def test_a_session_picks_the_plugin_targets_from_its_server_profile(tmp_path, mo
 
 
 def test_without_a_profile_the_phase_takes_the_fixed_order_and_says_why(tmp_path, monkeypatch):
-    st, entries, calls, lines = _session(tmp_path, monkeypatch, "off", recorded_profile())
+    st, entries, calls, lines = _session(tmp_path, monkeypatch, "never", recorded_profile())
     assert not calls
     prof = next(e for e in entries if e["kind"] == "profile")
-    assert "kernels.server_profile: off" in prof["skipped"]
+    assert "kernels.server_profile: never" in prof["skipped"]
     targets = next(e for e in entries if e["kind"] == "kernel_targets")
     assert "fixed order instead: " + ", ".join(FIXED_ORDER) in targets["profile_source"]
     assert all(t["share"] == -1.0 for t in targets["targets"])
 
 
 def test_a_failed_server_profile_is_recorded_and_the_fixed_order_used(tmp_path, monkeypatch):
-    st, entries, calls, lines = _session(tmp_path, monkeypatch, "on", RuntimeError("warm-up run failed: boom"))
+    st, entries, calls, lines = _session(tmp_path, monkeypatch, "always", RuntimeError("warm-up run failed: boom"))
     prof = next(e for e in entries if e["kind"] == "profile")
     assert "boom" in prof["profile"]["error"]
     targets = next(e for e in entries if e["kind"] == "kernel_targets")

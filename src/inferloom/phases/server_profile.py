@@ -7,7 +7,7 @@ A server runs out of process, so its profile costs a server start of its own and
 plugin``), and ``kernels.server_profile`` says how: ``auto`` when its estimated cost (the session's
 slowest server start so far, or :data:`DEFAULT_START_S`, plus the trace's flush,
 ``measure.server_profile.TRACE_FLUSH_S``) is at most half the KERNEL phase's share of the budget
-(``kernels.budget_share`` of the session's minutes), ``on`` always then, ``off`` never. Without one the
+(``kernels.budget_share`` of the session's minutes), ``always`` then, ``never`` not at all. Without one the
 phase falls back to the backend's fixed order, claiming no share; the ledger says which and why.
 
 :func:`take` profiles a configuration once per ledger key (resumable: a profile in the ledger is reused);
@@ -51,18 +51,18 @@ def decide(ctx: SessionContext, st: SessionState, backend: Any, backend_why: str
     if not fw.server_profile:
         return False, skip
     mode = ctx.spec.kernels.server_profile
-    if mode == "off":
-        return False, f"{skip} (kernels.server_profile: off)"
+    if mode == "never":
+        return False, f"{skip} (kernels.server_profile: never)"
     own = _engines.kernel_backend(fw)
     if backend is None or own is None or backend.name != own.name:
         return False, f"{skip}; the KERNEL phase will not use one ({backend_why})"
-    if mode == "on":
-        return True, "the KERNEL phase runs the engine's own backend (kernels.server_profile: on)"
+    if mode == "always":
+        return True, "the KERNEL phase runs the engine's own backend (kernels.server_profile: always)"
     cost, allowed = estimate_s(ctx, st), 0.5 * float(ctx.spec.kernels.budget_share) * st.budget.minutes * 60
     if cost > allowed:
         return False, (f"{skip}; a server profile would cost ~{cost:.0f} s (a server start and the trace's flush), "
                        f"over half the KERNEL phase's share of the budget ({allowed:.0f} s): kernels.server_profile: "
-                       "on takes it anyway")
+                       "always takes it anyway")
     return True, (f"the KERNEL phase runs the engine's own backend; ~{cost:.0f} s estimated, within half its share "
                   f"of the budget ({allowed:.0f} s)")
 

@@ -139,11 +139,11 @@ class KernelSpec(_Strict):
         0.35, ge=0.0, lt=1.0, description="share of the session's budget (wall-clock minutes and trials) kept for "
         "the KERNEL phase when a kernel backend applies: FRAMEWORK ends once the rest is used (0: FRAMEWORK may use "
         "it all)")
-    server_profile: Literal["auto", "on", "off"] = Field(
+    server_profile: Literal["auto", "always", "never"] = Field(
         "auto", description="a server's profile for the KERNEL phase's targets (vLLM's own profiler: one more "
         "server start and a trace, ~1-2 min on a CPU), taken in PRELUDE only when the phase runs the engine's own "
         "backend (backend: plugin): auto (when its estimated cost is at most half the KERNEL phase's budget "
-        "share), on (always then), off (never: the backend's fixed order, no Amdahl bound)")
+        "share), always (then), never (the backend's fixed order, no Amdahl bound)")
 
 
 class ServingSpec(_Strict):
