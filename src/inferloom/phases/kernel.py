@@ -105,7 +105,7 @@ def _stack_categories(ctx: SessionContext, st: SessionState) -> tuple[dict[str, 
     if skip:  # a server: its own profiler, when PRELUDE took one of stock (phases/server_profile.py)
         if prof is None or prof.skipped or prof.error or prof.ledger_seq is None:
             why = (prof.skipped or f"stock's profile failed ({prof.error})") if prof else skip
-            return None, prof.ledger_seq if prof else None, f"the session has no profile of the server: {why}"
+            return None, prof.ledger_seq if prof else None, f"the session has no profile of the stack: {why}"
         wanted, why = server_profile.decide(ctx, st, *kernel_backend(ctx, st))
         if not wanted:
             return None, None, f"no profile of the current stack (it differs from stock): {why}"

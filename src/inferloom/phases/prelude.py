@@ -190,7 +190,9 @@ def _finish_replay(ctx: SessionContext, st: SessionState, proposal: dict[str, An
 def profile_step(ctx: SessionContext, st: SessionState) -> None:
     """A profile of one untimed stock run, the device's ceilings, and where stock sits under them."""
     fw = framework(ctx.spec.framework)
-    if fw.profile_skip is not None:  # a server profiles itself only for its KERNEL phase (phases/server_profile.py)
+    if fw.profile_skip is not None and not fw.server_profile:  # no operators, the user's own process
+        st.extra.profile = ProfileSummary(skipped=fw.profile_skip)
+    elif fw.profile_skip is not None:  # a server profiles itself only for its KERNEL phase (phases/server_profile.py)
         wanted, why = SP.decide(ctx, st, *kernel_backend(ctx, st))
         if not wanted:
             st.extra.profile = ProfileSummary(skipped=why)
