@@ -9,7 +9,8 @@ The plugin is proven to run inside the server: it registers in the engine's proc
 its trace), its forward is called for every token (the trace's call counter), and a deliberately wrong mode
 of the same kernel (a control file it reads at each call: scale and shift the output) changes the greedy
 outputs so that the quality contract refuses it, while its exact mode passes against stock; a third mode
-runs the library's replacement (vllm_replacements.torch_rmsnorm) and is judged the same way."""
+runs the library's replacement (vllm_replacements.torch_rmsnorm) and is judged the same way; the knob
+``kernel_plugin`` then starts a server with RMSNorm and SiluAndMul replaced (torch_rmsnorm+torch_silu_mul)."""
 
 from __future__ import annotations
 
@@ -147,26 +148,30 @@ def test_the_engine_patch_ran_through_the_overlay_and_is_gone_without_it(servers
 
 
 def test_the_kernel_plugin_knob_starts_its_overlay_and_remeasure_checks_the_sessions_copy(servers):
-    """The KERNEL phase's candidate as a configuration (``kernel_plugin=torch_rmsnorm``, what the ledger
-    records): one more start, the plugin the knob names registered in it and judged against stock by the
-    quality contract; the start record (the session's ``server_start`` entry) carries the overlay with the
-    knob's value, so ``verify --remeasure``'s check rebuilds it, and names a file changed after the start."""
+    """The KERNEL phase's candidates as a configuration (``kernel_plugin=torch_rmsnorm+torch_silu_mul``, what
+    the ledger records once both are in the stack): one more start, both replacements the knob names
+    registered in it (one overlay) and judged against stock by the quality contract; the start record (the
+    session's ``server_start`` entry) carries the overlay with the knob's value, so ``verify --remeasure``'s
+    check rebuilds it, and names a file changed after the start."""
     from inferloom.measure import quality as Q
     from inferloom.workloads import vllm_kernel_overlays as KO
 
     a, stock = servers["a"], servers["stock"]
     a.set_overlays(())
     t0 = time.perf_counter()
-    h = a.prepare({KO.PLUGIN_KNOB: "torch_rmsnorm"})
+    value = "torch_rmsnorm+torch_silu_mul"
+    h = a.prepare({KO.PLUGIN_KNOB: value})
     print(f"kernel_plugin server healthy in {time.perf_counter() - t0:.1f} s")
     (start,) = [s for s in a.take_server_starts() if s.get("overlays")]
     (ov,) = start["overlays"]
-    assert ov["kind"] == "plugin" and ov["knob"] == {KO.PLUGIN_KNOB: "torch_rmsnorm"}
+    assert ov["kind"] == "plugin" and ov["knob"] == {KO.PLUGIN_KNOB: value} and ov["ops"] == ["RMSNorm", "SiluAndMul"]
     assert start["overlays_registered"][ov["digest"][:16]]  # registered in the server's processes
+    assert f"{VP.REGISTERED} RMSNorm,SiluAndMul" in Path(h.notes["log"]).read_text(errors="replace")
     ref = Q.capture_reference(a, stock, "eval", a.prompts(78, 3, 16), 8)
     res = Q.evaluate(a, h, ref, Q.QualityThresholds())
+    print(f"{value}:", res.message, {k: round(v, 4) for k, v in res.values.items()})
     assert res.passed, res.message
-    changes = {KO.PLUGIN_KNOB: "torch_rmsnorm"}
+    changes = {KO.PLUGIN_KNOB: value}
     session = a.log_dir()  # the overlay lies under the adapter's log directory, as under a session's servers/
     (checked,) = KO.check_session_overlays(session, changes, [start])
     assert checked["digest"] == ov["digest"]

