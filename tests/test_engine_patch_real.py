@@ -77,4 +77,5 @@ def test_a_session_measures_an_engine_patch_end_to_end_and_refuses_one_by_its_ru
     state = json.loads((out / "state.json").read_text())
     assert state["phase"] == "DONE"
     assert state["stack"][EP.ENGINE_PATCH_KNOB] == ("02-core-log" if log["kept"] else "none")
-    assert "engine patch" in (out / "report.md").read_text().lower() or outcome
+    report = (out / "report.md").read_text()
+    assert "## Engine source patches" in report and "by rule **outside_allowlist**" in report

