@@ -138,6 +138,13 @@ def test_a_session_judges_each_patch_by_its_gates_then_end_to_end(tmp_path):
     fc = json.loads((Path(exp["out"]) / "final_config.json").read_text())
     assert fc["engine_patches"]["kept"] == ["01-fast-step"]
     assert any("gate" in m and "outside_allowlist" in m for m in lines)
+    # the next session of the workload replays no engine patch from the knowledge base (a name, its file this
+    # session's): the patch goes through its gates again in FRAMEWORK
+    ad2 = PatchableSynthetic(pkg, d, tmp_path / "overlays", knobs=knobs, numerics={}, noise_sd=0.02,
+                             effects={"useless": {True: 1.0}, EP.ENGINE_PATCH_KNOB: {"01-fast-step": 1.3}})
+    again = start(tmp_path / "s2", spec, budget_minutes=10, max_trials=1, adapter=ad2, agents=agents())
+    assert not any(EP.ENGINE_PATCH_KNOB in t.changes for t in again.trials if t.agent == "kb-replay")
+    assert again.trials and again.trials[0].agent == "engine-patches"
     report = (out / "report.md").read_text()
     assert "## Engine source patches" in report and "**kept** as the overlay" in report
     assert "refused at gate policy by rule **outside_allowlist**" in report and "dropped engine_patch=01-fast-step" in report
@@ -203,3 +210,27 @@ def test_the_examples_patches_meet_the_gates_as_its_readme_says():
         with tempfile.TemporaryDirectory() as t:
             ov = EP.build_engine_overlay(t, installed_package(py), "01-core-log", log.data)
             assert list(ov.files) == [CORE]
+
+
+def test_the_deploy_command_starts_the_server_with_the_sessions_source_overlay(tmp_path, monkeypatch):
+    import shlex
+
+    from inferloom.spec import load_spec
+    from inferloom.workloads.deploy import vllm_deploy
+
+    monkeypatch.setenv("INFERLOOM_CACHE", str(tmp_path / "cache"))
+    pkg = _package(tmp_path)
+    d = _patches(tmp_path, pkg.parent)
+    ov = EP.build_engine_overlay(tmp_path / "session" / "servers" / "overlays", pkg, "01-fast-step",
+                                 (d / "01-fast-step.patch").read_bytes())
+    spec = load_spec(None, {"framework": "vllm", "model": "llama-tiny", "device": "cpu",
+                            "serving.python": "/opt/v/bin/python", "serving.engine_patches": str(d)})
+    entries = [{"kind": "server_start", "overlays": [ov.to_dict()]}]
+    dep = vllm_deploy(spec, {EP.ENGINE_PATCH_KNOB: "01-fast-step"}, {}, entries)
+    words = shlex.split(dep["code"])
+    env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
+    assert env["PYTHONPATH"] == str(ov.path.absolute())  # the patched package shadows the installed one
+    assert env["VLLM_CACHE_ROOT"].startswith(str(ov.path.parent))  # its own compile cache
+    assert any(f"{EP.ENGINE_PATCH_KNOB}=01-fast-step" in n and ov.digest[:16] in n for n in dep["notes"])
+    stock = vllm_deploy(spec, {EP.ENGINE_PATCH_KNOB: "none"}, {}, entries)
+    assert "PYTHONPATH" not in stock["code"] and not any("source overlay" in n for n in stock["notes"])
