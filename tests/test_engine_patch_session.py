@@ -148,6 +148,10 @@ def test_a_session_judges_each_patch_by_its_gates_then_end_to_end(tmp_path):
     report = (out / "report.md").read_text()
     assert "## Engine source patches" in report and "**kept** as the overlay" in report
     assert "refused at gate policy by rule **outside_allowlist**" in report and "dropped engine_patch=01-fast-step" in report
+    from inferloom.report.html import render_html
+
+    page = render_html(json.loads((out / "session_breakdown.json").read_text()))
+    assert '<span class="tag good">kept</span> overlay <code>' in page and "dropped engine_patch=01-fast-step" in page
 
 
 def test_remeasure_rebuilds_the_source_overlay_from_the_ledgers_patch_text(tmp_path):
