@@ -9,7 +9,7 @@ from inferloom.phases import strategy as S
 from inferloom.phases.context import WorkloadStrategy
 from inferloom.spec import load_spec
 
-STRATEGIES = [S.ConfigStrategy, S.CustomStrategy, S.ImageStrategy]
+STRATEGIES = [S.ConfigStrategy, S.CustomStrategy, S.ImageStrategy, S.EnginePatchStrategy]
 METHODS = ("bind", "framework_step", "close_measure")
 
 
@@ -40,3 +40,12 @@ def test_the_spec_picks_the_strategy():
     assert isinstance(custom, S.CustomStrategy) and custom.sweep_skip_reason
     image = S.strategy_for(load_spec(None, {"framework": "diffusers", "model": "sd3-tiny"}))
     assert isinstance(image, S.ImageStrategy) and "no traffic grid" in image.sweep_skip_reason
+
+
+def test_a_vllm_spec_with_engine_patches_picks_the_engine_patch_strategy(tmp_path):
+    (tmp_path / "a.patch").write_text("Hypothesis: core.py\n--- a/vllm/v1/engine/core.py\n+++ b/vllm/v1/engine/core.py\n"
+                                      "@@ -1 +1 @@\n-x\n+y\n")
+    vllm = {"framework": "vllm", "model": "llama-tiny"}
+    patched = S.strategy_for(load_spec(None, {**vllm, "serving.engine_patches": str(tmp_path)}))
+    assert isinstance(patched, S.EnginePatchStrategy) and patched.sweep_skip_reason is None
+    assert type(S.strategy_for(load_spec(None, vllm))) is S.ConfigStrategy

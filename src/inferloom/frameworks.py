@@ -102,7 +102,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               profile_skip=SERVER_PROFILE_SKIPPED, stack_precision="inferloom.workloads.server_precision:stack_precision",
               preflight=("model_dir", "server_env", "chat_prompts"), deploy="inferloom.workloads.deploy:vllm_deploy",
               kernel_backend="inferloom.workloads.vllm_kernel_backend:VLLMPluginBackend",
-              session_overlays="inferloom.workloads.vllm_kernel_overlays:check_session_overlays",
+              session_overlays="inferloom.workloads.vllm_engine_patches:check_engine_overlays",
               server_profile="inferloom.workloads.vllm_profile:profile_stack"),
     # an SGLang server (python -m sglang.launch_server) as a subprocess, from its own Python environment (issue 32)
     Framework("sglang", "inferloom.workloads.sglang_adapter:from_spec", server=True,

@@ -148,7 +148,8 @@ def replay_step(ctx: SessionContext, st: SessionState) -> None:
         st.extra.warm_replay = WarmReplay(skipped="no recipe above the confidence threshold", lookup_seq=seq)
         ctx.progress("PRELUDE: warm replay: no recipe for this workload yet")
         return
-    names = {k.name for k in ctx.knobs}
+    # an engine patch (phase PATCH) is a file's name, its content this session's: its gates run in FRAMEWORK
+    names = {k.name for k in ctx.knobs if k.phase != "PATCH"}
     changes = {k: v for k, v in (winner.get("changes") or {}).items() if k in names}
     try:
         cfg = resolve_config(ctx.knobs, {**st.stock_config, **changes}, st.pinned)

@@ -8,6 +8,10 @@
   stack also holds source patches: the workspace is bound at start, FRAMEWORK
   tries source patches first, CLOSE measures in the stock and stack trees and
   runs the rollback drill, and there is no traffic grid to sweep.
+* :class:`EnginePatchStrategy`: a configuration workload with engine source patches
+  (``serving.engine_patches``): FRAMEWORK tries the patches first (each through the patch gates, then measured
+  like any change: :mod:`inferloom.phases.framework_patches`), then the configuration search; CLOSE adds the
+  rollback drill when a patch is kept (:mod:`inferloom.phases.close_engine`).
 * :class:`ImageStrategy`: an image workload (``framework: diffusers``): a
   configuration like the first, whose shape (resolution, steps, batch) its
   spec fixes, so there is no traffic grid to sweep either.
@@ -27,14 +31,16 @@ from typing import Any
 from inferloom.frameworks import framework
 from inferloom.phases.budget import leave_kernel_share
 from inferloom.phases.close import final_compare
+from inferloom.phases.close_engine import engine_close
 from inferloom.phases.context import SessionContext, Step, WorkloadStrategy
 from inferloom.phases.custom import patch_framework_step
 from inferloom.phases.custom_close import custom_close
 from inferloom.phases.custom_workspace import bind_session
 from inferloom.phases.framework import framework_step
+from inferloom.phases.framework_patches import engine_patch_step
 from inferloom.session.state import SessionState
 
-__all__ = ["ConfigStrategy", "CustomStrategy", "ImageStrategy", "strategy_for", "config_search"]
+__all__ = ["ConfigStrategy", "CustomStrategy", "ImageStrategy", "EnginePatchStrategy", "strategy_for", "config_search"]
 
 #: FRAMEWORK's configuration search, behind the coordinator's budget split (KERNEL's share kept for it)
 config_search: Step = leave_kernel_share(framework_step)
@@ -72,6 +78,19 @@ class CustomStrategy:
         custom_close(ctx, st)  # final comparison in the stock and stack trees, then the rollback drill
 
 
+class EnginePatchStrategy(ConfigStrategy):
+    """A configuration workload with engine source patches: the patches first, then the configuration search;
+    the rollback drill at CLOSE."""
+
+    name = "engine-patches"
+
+    def framework_step(self, ctx: SessionContext, st: SessionState) -> None:
+        engine_patch_step(ctx, st, config_search)
+
+    def close_measure(self, ctx: SessionContext, st: SessionState) -> None:
+        engine_close(ctx, st)
+
+
 class ImageStrategy(ConfigStrategy):
     """An image workload: a configuration search; no traffic grid."""
 
@@ -83,4 +102,8 @@ class ImageStrategy(ConfigStrategy):
 def strategy_for(spec: Any) -> WorkloadStrategy:
     """The strategy for ``spec``'s workload."""
     kind = framework(spec.framework).strategy
-    return CustomStrategy() if kind == "custom" else ImageStrategy() if kind == "image" else ConfigStrategy()
+    if kind == "custom":
+        return CustomStrategy()
+    if kind == "image":
+        return ImageStrategy()
+    return EnginePatchStrategy() if spec.serving.engine_patches else ConfigStrategy()

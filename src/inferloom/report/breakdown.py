@@ -205,6 +205,7 @@ def patch_breakdown(entries: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"objective_unit": _unit(entries), "patches": [
         {k: e.get(k) for k in ("id", "title", "gate", "outcome", "rule", "why", "kept", "commit", "ratio", "ci_low",
                                "ci_high", "quality_failed", "measurement_seq")} | {"ledger_seq": e["seq"]}
+        | ({"engine": True, "overlay": e.get("overlay")} if e.get("engine") else {})
         for e in patches]}
     if boxes:  # the weakest one the session ran under (a resume may run elsewhere)
         box = next((e for e in boxes if e.get("mode") == "none"), boxes[-1])
@@ -214,4 +215,5 @@ def patch_breakdown(entries: list[dict[str, Any]]) -> dict[str, Any]:
         out["rollback_drill"] = {k: drill.get(k) for k in ("passed", "why", "reverted", "tree_identical", "ratio",
                                                            "ci_low", "ci_high", "n_pairs", "tolerance", "band",
                                                            "measurement_seq")} | {"ledger_seq": drill["seq"]}
+        out["rollback_drill"] |= {"engine_patch": drill["engine_patch"]} if drill.get("engine_patch") else {}
     return out

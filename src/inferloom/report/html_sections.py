@@ -153,7 +153,9 @@ def _patches(b: dict[str, Any]) -> str | None:
     rows = []
     for p in b.get("patches") or []:
         if p.get("kept"):
-            what = f'<span class="tag good">kept</span> commit <code>{esc(str(p.get("commit"))[:10])}</code>'
+            where = (f'overlay <code>{esc(str((p.get("overlay") or {}).get("digest"))[:12])}</code>' if p.get("engine")
+                     else f'commit <code>{esc(str(p.get("commit"))[:10])}</code>')
+            what = f'<span class="tag good">kept</span> {where}'
         elif p.get("gate") == "measure":
             what = (f'<span class="tag bad">rejected after measurement</span> '
                     f"<code>{esc(p.get('rule') or p.get('outcome'))}</code>")
@@ -174,8 +176,11 @@ def _patches(b: dict[str, Any]) -> str | None:
     if d:
         band = f", stock's own band [{pct_safe(d['band'][0])}, {pct_safe(d['band'][1])}]" if d.get("band") else ""
         out.append(f"<p>Rollback drill: <strong>{'passed' if d.get('passed') else 'FAILED'}</strong>: {esc(d.get('why'))}; "
-                   f"reverted {len(d.get('reverted') or [])} commit(s), tree identical to stock: "
-                   f"{esc(d.get('tree_identical'))}, rolled-back vs stock {pct_safe(d.get('ratio'))} "
+                   + (f"dropped {esc(', '.join(d.get('reverted') or []))} (a stock start without the overlay), "
+                      f"installed files unchanged: {esc(d.get('tree_identical'))}" if d.get("engine_patch") else
+                      f"reverted {len(d.get('reverted') or [])} commit(s), tree identical to stock: "
+                      f"{esc(d.get('tree_identical'))}")
+                   + f", rolled-back vs stock {pct_safe(d.get('ratio'))} "
                    f"[{pct_safe(d.get('ci_low'))}, {pct_safe(d.get('ci_high'))}]{esc(band)} {_cite(d.get('ledger_seq'))}</p>")
     return "".join(out)
 

@@ -132,7 +132,9 @@ def patch_report_lines(b: dict[str, Any]) -> list[str]:
     """The source-patch section of ``report.md`` (custom workloads); empty for other sessions."""
     if "patches" not in b and "rollback_drill" not in b:
         return []
-    lines = ["", "## Source patches (custom workload)", ""]
+    engine = any(p.get("engine") for p in b.get("patches", []))
+    lines = ["", "## Engine source patches (serving.engine_patches)" if engine else "## Source patches (custom workload)",
+             ""]
     if b.get("objective_unit") is not None:
         lines.append(f"- Objective unit (from the entrypoint's results): {b['objective_unit'] or '(none given)'}.")
     if b.get("sandbox"):
@@ -140,7 +142,9 @@ def patch_report_lines(b: dict[str, Any]) -> list[str]:
         lines.append(f"- **{head}**: {detail} (ledger #{b['sandbox']['ledger_seq']}).")
     for p in b.get("patches", []):
         if p.get("kept"):
-            lines.append(f"- `{p['id']}` ({p['title']}): **kept** as commit {str(p.get('commit'))[:10]}, "
+            where = (f"the overlay {str((p.get('overlay') or {}).get('digest'))[:12]}" if p.get("engine") else
+                     f"commit {str(p.get('commit'))[:10]}")
+            lines.append(f"- `{p['id']}` ({p['title']}): **kept** as {where}, "
                          f"{pct(p.get('ratio'))} [{pct(p.get('ci_low'))}, {pct(p.get('ci_high'))}] (ledger #{p['ledger_seq']})")
         elif p.get("gate") == "measure":
             why = "; ".join(p.get("quality_failed") or []) or p.get("outcome")
@@ -153,8 +157,10 @@ def patch_report_lines(b: dict[str, Any]) -> list[str]:
                          f"{p.get('why')} (ledger #{p['ledger_seq']})")
     d = b.get("rollback_drill")
     if d:
-        lines.append(f"- Rollback drill: **{'passed' if d.get('passed') else 'FAILED'}**: {d.get('why')}; reverted "
-                     f"{len(d.get('reverted') or [])} commit(s), tree identical to stock: {d.get('tree_identical')}, "
+        what = (f"dropped {', '.join(d.get('reverted') or [])} (a stock start without the overlay), installed "
+                f"files unchanged: {d.get('tree_identical')}" if d.get("engine_patch") else
+                f"reverted {len(d.get('reverted') or [])} commit(s), tree identical to stock: {d.get('tree_identical')}")
+        lines.append(f"- Rollback drill: **{'passed' if d.get('passed') else 'FAILED'}**: {d.get('why')}; {what}, "
                      f"rolled-back vs stock {pct(d.get('ratio'))} [{pct(d.get('ci_low'))}, {pct(d.get('ci_high'))}], "
                      + (f"stock's own band [{pct(d['band'][0])}, {pct(d['band'][1])}] " if d.get("band") else "")
                      + f"(ledger #{d['ledger_seq']})")

@@ -20,6 +20,7 @@ from inferloom.models.diffusion_presets import DIFFUSION_PRESETS
 from inferloom.spec.custom import CustomKnob, CustomSpec, PatchPolicySpec
 from inferloom.spec.quality import NumericsToleranceSpec, TaskGateSpec
 from inferloom.spec.diffusion import DiffusionSpec
+from inferloom.spec.engine_patches import check_engine_patches
 from inferloom.spec.fields import _n, _Strict, check_bounds, field_default
 from inferloom.spec.llm import AgentsSpec, LLMSpec
 from inferloom.spec.model import MODEL_HELP, resolve_model
@@ -165,9 +166,13 @@ class ServingSpec(_Strict):
     slo_ttft_ms: float | None = _n(None, 0, 3.6e6, "time-to-first-token SLO, ms", gt=True)
     slo_tpot_ms: float | None = _n(None, 0, 3.6e6, "time-per-output-token SLO, ms", gt=True)
     slo_e2el_ms: float | None = _n(None, 0, 3.6e6, "end-to-end latency SLO, ms", gt=True)
+    engine_patches: str | None = Field(None, description="framework: vllm: a directory of engine diffs (.patch / "
+                                       ".diff against vllm/..., e.g. upstream pull requests), each a candidate "
+                                       "through a copy-on-write overlay of the installed package (docs/kernels.md)")
 
     _env_ok = field_validator("env")(classmethod(lambda cls, v: check_serving_env(v)))
     _args_ok = field_validator("extra_args")(classmethod(lambda cls, v: check_extra_args(v)))
+    _patches_ok = field_validator("engine_patches")(classmethod(lambda cls, v: check_engine_patches(v)))
 
 
 class WorkloadSpec(_Strict):
@@ -239,6 +244,13 @@ class WorkloadSpec(_Strict):
                              "measures it")
         if s.arrival == "poisson" and s.request_rate is None:
             raise ValueError("serving.arrival poisson needs serving.request_rate")
+        return self
+
+    @model_validator(mode="after")
+    def _engine_patches_only_vllm(self) -> "WorkloadSpec":
+        if self.serving.engine_patches is not None and self.framework != "vllm":
+            raise ValueError(f"serving.engine_patches needs framework: vllm (patches to the vLLM package), got "
+                             f"{self.framework}")
         return self
 
     @model_validator(mode="after")

@@ -36,13 +36,14 @@ from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_
 
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 from inferloom.workloads.image_hooks import ImageOutputs  # the image generator's hook, listed here too
+from inferloom.workloads.patch_hooks import EnginePatches  # the engine source patches' hook, too
 from inferloom.workloads.quality_hooks import AAQuality, BatchedProbes  # the quality contract's hooks, too
 
 __all__ = [
     "AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter", "resolve_config", "config_key",
     "ServerLogs", "RejectedFlags", "RecoveryOptions", "DeclaredProfile", "OwnQualityGate", "OwnObjective",
     "GreedyLogprobs", "ApproximateScores", "SourceTrees", "ServerReuse", "ImageOutputs", "BatchedProbes", "OPTIONAL_HOOKS",
-    "CrossKnobRules", "AAQuality"
+    "CrossKnobRules", "AAQuality", "EnginePatches"
 ]
 
 Platform = Literal["cpu", "cuda", "rocm"]
@@ -83,8 +84,9 @@ class Knob:
     changes_numerics: bool = False
     # Which phase may change it: FRAMEWORK (serving configuration) or KERNEL
     # (a kernel replacement, proposed only by the KERNEL phase's backend after
-    # its correctness and microbenchmark gates).
-    phase: Literal["FRAMEWORK", "KERNEL"] = "FRAMEWORK"
+    # its correctness and microbenchmark gates), or PATCH (an engine source
+    # patch, proposed only by FRAMEWORK's engine-patch step after the patch gates).
+    phase: Literal["FRAMEWORK", "KERNEL", "PATCH"] = "FRAMEWORK"
 
     def domain_text(self) -> str:
         if self.kind == "bool":
@@ -384,4 +386,4 @@ class CrossKnobRules(Protocol):
 
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
                                     OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ServerReuse,
-                                    CrossKnobRules, ImageOutputs, BatchedProbes, AAQuality)
+                                    CrossKnobRules, ImageOutputs, BatchedProbes, AAQuality, EnginePatches)

@@ -31,6 +31,7 @@ from inferloom.workloads.base import Knob, config_key
 from inferloom.workloads.diffusers_knobs import diffusers_knobs
 from inferloom.workloads.synthetic import from_spec as synthetic_from_spec
 from inferloom.workloads.transformers_knobs import transformers_knobs
+from inferloom.workloads.vllm_engine_patches import ENGINE_PATCH_KNOB, recorded_source
 from inferloom.workloads.vllm_knobs import to_launch
 from inferloom.workloads.vllm_kernel_overlays import PLUGIN_KNOB, recorded_plugin
 from inferloom.workloads.vllm_plugins import overlay_env
@@ -83,8 +84,10 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
     argv, _, origin = launch_command(spec, model, cfg, 0, flags)
     env = {**spec.serving.env, **to_launch(cfg, flags)[1]}  # what launch_command adds to the inherited environment
     plugin = recorded_plugin(cfg, entries)  # a kernel_plugin: its overlay (the session's copy) on PYTHONPATH
-    if plugin is not None:
-        env.update(overlay_env([plugin], env))
+    source = recorded_source(cfg, entries)  # an engine_patch: its source overlay (the session's copy), first
+    overlays = [o for o in (source, plugin) if o is not None]
+    if overlays:
+        env.update(overlay_env(overlays, env))
     argv = _without_own(argv)
     rest = argv[3:]  # less python -m MODULE
     exact = shell_command(env, argv)
@@ -101,6 +104,11 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
     extra = [] if plugin is None else [
         f"`PYTHONPATH` is the session's kernel plugin overlay (`{PLUGIN_KNOB}={cfg[PLUGIN_KNOB]}`, "
         f"digest {plugin.digest[:16]}): vLLM loads it through its `vllm.general_plugins` entry point."]
+    if source is not None:
+        extra.append(f"`PYTHONPATH` starts with the session's engine source overlay (`{ENGINE_PATCH_KNOB}="
+                     f"{cfg[ENGINE_PATCH_KNOB]}`, digest {source.digest[:16]}): the installed vllm package with the "
+                     "patched files, so `import vllm` runs the patch; the installed environment is unchanged "
+                     "(`inferloom export` writes the patch itself under patches/).")
     return command_section(command, notes, origin, spec, entries, cfg, extra)
 
 

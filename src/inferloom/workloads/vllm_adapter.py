@@ -27,18 +27,24 @@ live servers burnt meanwhile (``extra['idle_servers_cpu_s']``, docs/loadgen.md).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from inferloom.patches.parse import PatchRefusal
+from inferloom.patches.policy import PatchPolicy
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.server_adapter import ServerAdapter
 from inferloom.workloads.server_start import MemoryShareOnce as _MemoryShareOnce
 from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_server_flags
+from inferloom.workloads.vllm_engine_patches import (ENGINE_PATCH_KNOB, build_engine_overlay, engine_patch_knob,
+                                                     patch_files)
 from inferloom.workloads.vllm_kernel_overlays import OVERLAY_DIR, overlays_for
 from inferloom.workloads.vllm_knobs import recovery_options, to_launch, vllm_knobs
 from inferloom.workloads.vllm_launch import launch_command, server_distribution
 from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_overlays, overlay_key
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
 from inferloom.workloads.vllm_servers import VLLM_START, MemoryShareOnce, VLLMHandle
+from inferloom.workloads.vllm_source_overlay import engine_patch_policy, installed_package
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -58,11 +64,18 @@ class VLLMAdapter(ServerAdapter):
     recovery_table = staticmethod(recovery_options)
 
     overlays: tuple[OverlayDir, ...] = ()  # engine overlays the next servers start with (set_overlays)
+    engine_patch_knob = ENGINE_PATCH_KNOB  # EnginePatches: serving.engine_patches, one source overlay per value
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._sources: dict[str, OverlayDir] = {}  # engine_patch value -> its source overlay (built once)
+        self._package: Path | None = None  # the installed vllm package (read once)
+        super().__init__(*args, **kwargs)
 
     # ------------------------------------------------------- the engine's
     def static_knobs(self) -> list[Knob]:
         kv = int(self.spec.serving.env.get("VLLM_CPU_KVCACHE_SPACE", 0))  # 0: each server's derived share
-        return vllm_knobs(self.spec.traffic.concurrency, kv)
+        names = list(patch_files(self.spec.serving.engine_patches))
+        return vllm_knobs(self.spec.traffic.concurrency, kv) + ([engine_patch_knob(names)] if names else [])
 
     def probe_flags(self) -> ServerFlags:
         s = self.spec.serving
@@ -93,9 +106,35 @@ class VLLMAdapter(ServerAdapter):
         self.overlays = tuple(overlays)
 
     def overlays_of(self, cfg: Mapping[str, Any]) -> tuple[OverlayDir, ...]:
-        """The overlays a server for ``cfg`` starts with: those set (``set_overlays``) and the one its
-        ``kernel_plugin`` knob names (``vllm_kernel_overlays``, built under the log directory's ``overlays/``)."""
-        return self.overlays + tuple(overlays_for(cfg, self.log_dir() / OVERLAY_DIR))
+        """The overlays a server for ``cfg`` starts with: those set (``set_overlays``), the source overlay its
+        ``engine_patch`` knob names (``vllm_engine_patches``) and the plugin its ``kernel_plugin`` knob names
+        (``vllm_kernel_overlays``), built under the log directory's ``overlays/``."""
+        patch = str(cfg.get(ENGINE_PATCH_KNOB, "none"))
+        try:
+            source = () if patch == "none" else (self._source(patch),)
+        except PatchRefusal as r:
+            raise AdapterError(f"{ENGINE_PATCH_KNOB}={patch}: refused ({r.rule}): {r.why}", kind="engine_overlay") from None
+        return self.overlays + source + tuple(overlays_for(cfg, self.log_dir() / OVERLAY_DIR))
+
+    def _source(self, name: str) -> OverlayDir:
+        if name not in self._sources:
+            files = patch_files(self.spec.serving.engine_patches)
+            if name not in files:
+                raise EngineOverlayError(f"{ENGINE_PATCH_KNOB}={name}: no such patch in serving.engine_patches "
+                                         f"({', '.join(files) or 'none given'})")
+            if self._package is None:
+                self._package = installed_package(self.spec.serving.python)
+            self._sources[name] = build_engine_overlay(self.log_dir() / OVERLAY_DIR, self._package, name,
+                                                       files[name].read_bytes(), files[name])
+        return self._sources[name]
+
+    # EnginePatches: the session's gates ask for the policy, then for the isolated copy itself
+    def engine_patch_policy(self) -> PatchPolicy:
+        return engine_patch_policy("vllm")
+
+    def engine_patch_overlay(self, name: str) -> dict[str, Any]:
+        """The source overlay of patch ``name`` (built once; PatchRefusal with the gate's rule), as recorded."""
+        return self._source(name).to_dict()
 
     def pool_key(self, cfg: Mapping[str, Any]) -> str:
         return super().pool_key(cfg) + overlay_key(self.overlays)
