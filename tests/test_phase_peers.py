@@ -24,6 +24,7 @@ SHARED = {
     "allowlist": "each phase's allowlist of actions and the proposal validation",
     "roofline": "the profile / roofline ledger kinds and a stack's roofline (PRELUDE, trials, KERNEL, CLOSE)",
     "audit": "the platform audit's ledger entry (PRELUDE and CLOSE)",
+    "server_profile": "a server's own profile: whether to take one and taking it (PRELUDE for stock, KERNEL for the stack)",
 }
 
 # the coordinator's own modules: they import the phases and wire them

@@ -42,9 +42,9 @@ def test_targets_from_a_real_vllm_cpu_profile_are_its_measured_shares():
     assert not targets["gemm"].picked and "no kernel for gemm" in targets["gemm"].why
 
 
-def _ctx(tmp_path, mode="auto", share=0.35, starts=()):
+def _ctx(tmp_path, mode="auto", share=0.35, starts=(), **more):
     spec = load_spec(None, {"framework": "vllm", "device": "cpu", "model": "llama-tiny", "kernels.backend": "plugin",
-                            "kernels.server_profile": mode, "kernels.budget_share": share})
+                            "kernels.server_profile": mode, "kernels.budget_share": share, **more})
     ledger = L.Ledger(tmp_path)
     for s in starts:
         ledger.append(L.SERVER_START, {"server_startup_s": s})
@@ -56,9 +56,9 @@ def test_the_profile_is_taken_only_when_the_plugin_backend_runs_and_its_cost_fit
     ctx, st = _ctx(tmp_path / "a", starts=(40.0, 55.0))
     assert SP.estimate_s(ctx, st) == 55.0 + 60.0  # the slowest start so far + the CPU trace flush
     ok, why = SP.decide(ctx, st, b, "backend vllm_plugin")
-    assert ok and "within half its share of the budget (210 s)" in why  # 0.5 * 0.35 * 20 min
+    assert ok and "within half the KERNEL phase's share of the budget (210 s)" in why  # 0.5 * 0.35 * 20 min
     ok, why = SP.decide(ctx, st, None, "backend plugin: its knobs are pinned")
-    assert not ok and "will not use one (backend plugin: its knobs are pinned)" in why
+    assert not ok and "neither the KERNEL phase (backend plugin: its knobs are pinned) nor an engine patch" in why
     ctx, st = _ctx(tmp_path / "b", share=0.1)
     ok, why = SP.decide(ctx, st, b, "x")
     assert not ok and "~180 s" in why and "kernels.server_profile: always takes it anyway" in why  # 120 s start estimate
@@ -67,6 +67,15 @@ def test_the_profile_is_taken_only_when_the_plugin_backend_runs_and_its_cost_fit
     ctx, st = _ctx(tmp_path / "d", mode="never")
     ok, why = SP.decide(ctx, st, b, "x")
     assert not ok and "kernels.server_profile: never" in why
+
+
+def test_two_engine_patches_to_rank_take_the_profile_without_the_plugin_backend(tmp_path):
+    patches = Path(__file__).resolve().parents[1] / "examples" / "vllm-engine-patch-cpu" / "patches"
+    ctx, st = _ctx(tmp_path / "a", starts=(40.0,), **{"serving.engine_patches": str(patches)})
+    ok, why = SP.decide(ctx, st, None, "backend plugin: its knobs are pinned")
+    assert ok and why.startswith("2 engine patches are ranked by it; ~100 s estimated"), why
+    ok, why = SP.decide(ctx, st, VLLMPluginBackend(), "x")
+    assert ok and why.startswith("the KERNEL phase runs the engine's own backend and 2 engine patches"), why
 
 
 class _Server(SyntheticAdapter):

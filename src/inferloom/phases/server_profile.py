@@ -4,7 +4,8 @@ A server runs out of process, so its profile costs a server start of its own and
 (``Framework.server_profile``; vLLM: ``workloads/vllm_profile.py``, its ``/start_profile`` ..
 ``/stop_profile``). Only the KERNEL phase uses it (its targets and the Amdahl bound of each candidate), so
 :func:`decide` takes one only when that phase will run the engine's own backend (``kernels.backend:
-plugin``), and ``kernels.server_profile`` says how: ``auto`` when its estimated cost (the session's
+plugin``) or when FRAMEWORK has two engine patches or more to rank (``serving.engine_patches``,
+``phases/framework_patches.py``), and ``kernels.server_profile`` says how: ``auto`` when its estimated cost (the session's
 slowest server start so far, or :data:`DEFAULT_START_S`, plus the trace's flush,
 ``measure.server_profile.TRACE_FLUSH_S``) is at most half the KERNEL phase's share of the budget
 (``kernels.budget_share`` of the session's minutes), ``always`` then, ``never`` not at all. Without one the
@@ -29,6 +30,7 @@ from inferloom.phases.roofline import PROFILE
 from inferloom.session import ledger as L
 from inferloom.session.state import SessionState
 from inferloom.workloads import registry as _engines
+from inferloom.workloads.vllm_engine_patches import patch_files
 
 __all__ = ["decide", "estimate_s", "take", "PROFILES_DIR", "DEFAULT_START_S"]
 
@@ -54,17 +56,20 @@ def decide(ctx: SessionContext, st: SessionState, backend: Any, backend_why: str
     if mode == "never":
         return False, f"{skip} (kernels.server_profile: never)"
     own = _engines.kernel_backend(fw)
-    if backend is None or own is None or backend.name != own.name:
-        return False, f"{skip}; the KERNEL phase will not use one ({backend_why})"
+    kernel = backend is not None and own is not None and backend.name == own.name
+    patches = len(patch_files(getattr(ctx.spec.serving, "engine_patches", None)))
+    if not kernel and patches < 2:
+        return False, f"{skip}; neither the KERNEL phase ({backend_why}) nor an engine patch order will use one"
+    users = " and ".join(u for u, on in (("the KERNEL phase runs the engine's own backend", kernel),
+                                         (f"{patches} engine patches are ranked by it", patches >= 2)) if on)
     if mode == "always":
-        return True, "the KERNEL phase runs the engine's own backend (kernels.server_profile: always)"
+        return True, f"{users} (kernels.server_profile: always)"
     cost, allowed = estimate_s(ctx, st), 0.5 * float(ctx.spec.kernels.budget_share) * st.budget.minutes * 60
     if cost > allowed:
         return False, (f"{skip}; a server profile would cost ~{cost:.0f} s (a server start and the trace's flush), "
                        f"over half the KERNEL phase's share of the budget ({allowed:.0f} s): kernels.server_profile: "
                        "always takes it anyway")
-    return True, (f"the KERNEL phase runs the engine's own backend; ~{cost:.0f} s estimated, within half its share "
-                  f"of the budget ({allowed:.0f} s)")
+    return True, f"{users}; ~{cost:.0f} s estimated, within half the KERNEL phase's share of the budget ({allowed:.0f} s)"
 
 
 def take(ctx: SessionContext, st: SessionState, config: Mapping[str, Any], key: str, what: str,
