@@ -24,6 +24,7 @@ SHARED = {
     "allowlist": "each phase's allowlist of actions and the proposal validation",
     "roofline": "the profile / roofline ledger kinds and a stack's roofline (PRELUDE, trials, KERNEL, CLOSE)",
     "audit": "the platform audit's ledger entry (PRELUDE and CLOSE)",
+    "backend_choice": "which kernel backend the KERNEL phase runs (KERNEL, PRELUDE's server profile, the budget split)",
     "server_profile": "a server's own profile: whether to take one and taking it (PRELUDE for stock, KERNEL for the stack)",
 }
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from inferloom.phases.context import SessionContext, Step
-from inferloom.phases.kernel import kernel_backend
+from inferloom.phases.backend_choice import kernel_backend
 from inferloom.session.state import Phase, SessionState
 
 __all__ = ["kernel_reserve", "leave_kernel_share"]

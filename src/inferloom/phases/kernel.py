@@ -31,11 +31,11 @@ from typing import Any
 from inferloom.kernels.base import KernelCandidate, Target, workload_of
 from inferloom.kernels.gates import GateResult, correctness, microbenchmark
 from inferloom.kernels.guards import reward_hacking_guards as _guards
-from inferloom.kernels.registry import resolve_backend
 from inferloom.kernels.select import select_targets
 from inferloom.measure.profile import profile_config
 from inferloom.measure.roofline import amdahl_limit
 from inferloom.phases.allowlist import validate_proposal
+from inferloom.phases.backend_choice import kernel_backend
 from inferloom.phases.common import agent_view
 from inferloom.phases.common import jsonable as _jsonable
 from inferloom.phases.common import step_key as _key
@@ -50,7 +50,6 @@ from inferloom.phases.kernel_trial import share as _share
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState
 from inferloom.session.state_models import KernelProgress
-from inferloom.workloads import registry as _engines
 from inferloom.workloads.base import DeclaredProfile, config_key
 from inferloom.frameworks import framework
 
@@ -67,29 +66,6 @@ def _to_sweep(ctx: SessionContext, st: SessionState, why: str, skipped: bool) ->
         ctx.ledger.append(L.PHASE, {"action": "skip_phase", "phase": "KERNEL", "cycle": st.cycle, "reason": why},
                         key=_key("kernel-skip", st.session_id, st.cycle))
     ctx.enter_phase(st, Phase.SWEEP, ("KERNEL skipped: " if skipped else "KERNEL done: ") + why)
-
-
-def kernel_backend(ctx: SessionContext, st: SessionState) -> tuple[Any, str]:
-    """The backend this session's KERNEL phase runs and why, or (None, why it is skipped): the one given to
-    the coordinator, else ``spec.kernels.backend`` resolved for the workload (the coordinator's budget split,
-    phases/budget.py, asks it too: no backend, no share kept for KERNEL)."""
-    given = ctx.options.kernel_backend
-    if given is not None:
-        return given, f"backend {given.name} (given to the coordinator)"
-    work = workload_of(ctx.spec, st.device, st.stack)
-    fw = framework(ctx.spec.framework)
-    # the engine's own backend (a server's plugin overlay) is opt-in: it keeps kernels.budget_share of the session
-    own = _engines.kernel_backend(fw) if ctx.spec.kernels.backend == "plugin" else None
-    if ctx.spec.kernels.backend == "plugin" and own is None:
-        return None, f"backend plugin: the {fw.name} engine takes no kernel plugins"
-    if own is not None:  # the engine delivers kernels itself (a server's plugin overlay)
-        mine = set(own.knobs())  # its candidates switch only these: none measurable, no phase (and no budget kept)
-        free = mine & {k.name for k in ctx.knobs} - set(ctx.spec.pinned)
-        why = None if free else (f"its knobs ({', '.join(sorted(mine))}) are pinned by the spec or not in the "
-                                 "adapter's knob space")
-        why = why or own.unavailable(work)
-        return (None, f"backend {own.name}: {why}") if why else (own, f"backend {own.name} (the {fw.name} engine's own)")
-    return resolve_backend(ctx.spec.kernels.backend, work)
 
 
 def _stack_categories(ctx: SessionContext, st: SessionState) -> tuple[dict[str, Any] | None, int | None, str]:

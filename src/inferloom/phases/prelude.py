@@ -30,7 +30,7 @@ from inferloom.phases.common import step_key as _key
 from inferloom.measure.compare import compare, reference_sets, stock_references
 from inferloom.phases.context import SessionContext
 from inferloom.phases import server_profile as SP
-from inferloom.phases.kernel import kernel_backend
+from inferloom.phases.backend_choice import kernel_backend
 from inferloom.phases.roofline import PROFILE, ROOFLINE, kept_roofline, roofline_for, roofline_skip
 from inferloom.phases.trial import execute_trial, run_trial
 from inferloom.session import ledger as L

@@ -47,7 +47,7 @@ def estimate_s(ctx: SessionContext, st: SessionState) -> float:
 
 def decide(ctx: SessionContext, st: SessionState, backend: Any, backend_why: str) -> tuple[bool, str]:
     """``(take, why)``: whether this session takes a server profile (see the module docstring); ``backend``,
-    ``backend_why``: the KERNEL phase's backend and why (``phases.kernel.kernel_backend``)."""
+    ``backend_why``: the KERNEL phase's backend and why (``phases.backend_choice.kernel_backend``)."""
     fw = framework(ctx.spec.framework)
     skip = fw.profile_skip or "no server profile"
     if not fw.server_profile:
