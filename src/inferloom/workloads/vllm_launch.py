@@ -30,6 +30,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
+from inferloom.models.moe_preset_dir import MARKER, moe_preset_needs
 from inferloom.workloads.base import Knob
 from inferloom.workloads.memory_share import (
     MemoryShare,
@@ -89,6 +90,8 @@ def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], p
             "--host", "127.0.0.1", "--port", str(port), "--seed", str(spec.seed),
             "--max-model-len", str(max_model_len(spec, longest)), "--max-logprobs", str(TOP_K),
             *s.extra_args, *args]
+    if (Path(model_dir) / MARKER).is_file() and "--load-format" not in s.extra_args:  # a config-only MoE preset
+        argv[argv.index("--max-logprobs") + 2:argv.index("--max-logprobs") + 2] = moe_preset_needs(model_dir)
     env = dict(os.environ)
     env.update(s.env)
     env.update(env_k)
