@@ -40,7 +40,7 @@ TUNE_SCRIPT = Path(__file__).with_name("vllm_moe_tune_pass.py")
 PREFILL_CHUNK = 8192  # vLLM V1's max_num_batched_tokens for an OpenAI server on a datacenter GPU
 MAX_BATCH_SIZES = 16
 #: the search's bounds: configs per M, seconds for the whole pass, CUDA-event repeats, calls per repeat
-LIMITS: dict[str, Any] = {"max_configs": 48, "max_seconds": 600.0, "repeats": 5, "iters": 20}
+LIMITS: dict[str, Any] = {"max_configs": 24, "max_seconds": 300.0, "repeats": 5, "iters": 20}
 SCHEMA = 1
 
 
