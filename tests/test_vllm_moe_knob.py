@@ -16,6 +16,7 @@ from inferloom.kb.recipe import winner_from_breakdown
 from inferloom.report.breakdown import engine_tables
 from inferloom.spec import load_spec
 from inferloom.workloads.base import AdapterError, EngineTables
+from inferloom.workloads.deploy import vllm_deploy
 from inferloom.workloads.server_flags import ServerFlags
 from inferloom.workloads.vllm_adapter import VLLMAdapter
 from inferloom.workloads.vllm_launch import check_launchable, launch_command
@@ -81,6 +82,12 @@ def test_tuned_starts_the_server_with_the_folder_and_its_log_must_say_it_was_rea
     assert env["VLLM_TUNED_CONFIG_FOLDER"] == str(ov.path.absolute())
     assert argv[argv.index("--load-format") + 1] == "dummy"  # the config-only preset: the server's own weights
     assert origin["overlays"][0]["tables"] == {NAME: table}  # in the server_start ledger entry
+    dep = vllm_deploy(a.spec, cfg, {"adapter": {"server_distribution": "vllm 0.32.0"}},
+                      [{"kind": "server_start", "overlays": origin["overlays"]}])
+    assert f"VLLM_TUNED_CONFIG_FOLDER={ov.path.absolute()}" in dep["code"]  # the deployed server reads them too
+    assert any("tuned fused-MoE config folder" in n for n in dep["notes"])
+    assert "VLLM_TUNED" not in vllm_deploy(a.spec, stock(a), {}, [{"kind": "server_start",
+                                                                   "overlays": origin["overlays"]}])["code"]
     log = tmp_path / "server.log"
     log.write_text(f"INFO Using configuration from {ov.path.absolute()}/{NAME} for MoE layer.\n")
     first = a.moe().start_record(cfg, log)

@@ -33,6 +33,7 @@ from inferloom.workloads.synthetic import from_spec as synthetic_from_spec
 from inferloom.workloads.transformers_knobs import transformers_knobs
 from inferloom.workloads.vllm_knobs import to_launch
 from inferloom.workloads.vllm_kernel_overlays import PLUGIN_KNOB, recorded_plugin
+from inferloom.workloads.vllm_moe_knob import MOE_KNOB, recorded_folder
 from inferloom.workloads.vllm_plugins import overlay_env
 from inferloom.workloads.vllm_launch import launch_command
 
@@ -83,8 +84,9 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
     argv, _, origin = launch_command(spec, model, cfg, 0, flags)
     env = {**spec.serving.env, **to_launch(cfg, flags)[1]}  # what launch_command adds to the inherited environment
     plugin = recorded_plugin(cfg, entries)  # a kernel_plugin: its overlay (the session's copy) on PYTHONPATH
-    if plugin is not None:
-        env.update(overlay_env([plugin], env))
+    moe = recorded_folder(cfg, entries)  # moe_configs=tuned: the session's config folder
+    if plugin is not None or moe is not None:
+        env.update(overlay_env([o for o in (plugin, moe) if o is not None], env))
     argv = _without_own(argv)
     rest = argv[3:]  # less python -m MODULE
     exact = shell_command(env, argv)
@@ -101,6 +103,10 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
     extra = [] if plugin is None else [
         f"`PYTHONPATH` is the session's kernel plugin overlay (`{PLUGIN_KNOB}={cfg[PLUGIN_KNOB]}`, "
         f"digest {plugin.digest[:16]}): vLLM loads it through its `vllm.general_plugins` entry point."]
+    if moe is not None:
+        extra.append(f"`VLLM_TUNED_CONFIG_FOLDER` is the session's tuned fused-MoE config folder (`{MOE_KNOB}=tuned`, "
+                     f"digest {moe.digest[:16]}; its tables are in the ledger's `server_start` entries and the KB's "
+                     "recipe): tuned on the session's GPU, for that GPU.")
     return command_section(command, notes, origin, spec, entries, cfg, extra)
 
 

@@ -30,7 +30,7 @@ from inferloom.workloads.vllm_moe_configs import (CPU_NOTE, check_configs, confi
 from inferloom.workloads.vllm_moe_tuning import MoETuningError, summary, tune_request, tuned_tables
 from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir
 
-__all__ = ["MOE_KNOB", "moe_knob", "moe_refusal", "MoEConfigs", "recorded_tables"]
+__all__ = ["MOE_KNOB", "moe_knob", "moe_refusal", "MoEConfigs", "recorded_folder"]
 
 MOE_KNOB = "moe_configs"
 
@@ -54,13 +54,16 @@ def moe_refusal(hf_config: Mapping[str, Any] | None, device: str) -> str | None:
     return None
 
 
-def recorded_tables(entries: Any) -> dict[str, Any] | None:
-    """The tables of the last ``moe_configs`` folder the ledger ``entries``' server starts recorded."""
+def recorded_folder(cfg: Mapping[str, Any], entries: Any) -> OverlayDir | None:
+    """The config folder the last server start in the ledger ``entries`` recorded for ``cfg``'s
+    ``moe_configs=tuned`` (its recorded path, the session's copy), or None."""
+    if str(cfg.get(MOE_KNOB, "stock")) == "stock":
+        return None
     found = None
     for e in entries:
         for o in (e.get("overlays") or ()) if isinstance(e, Mapping) else ():
-            if isinstance(o, Mapping) and o.get("kind") == "moe_configs" and isinstance(o.get("tables"), Mapping):
-                found = dict(o["tables"])
+            if isinstance(o, Mapping) and o.get("kind") == "moe_configs" and (o.get("knob") or {}).get(MOE_KNOB):
+                found = OverlayDir("moe_configs", Path(str(o["path"])), str(o["digest"]), dict(o.get("files") or {}))
     return found
 
 
