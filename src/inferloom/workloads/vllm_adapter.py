@@ -75,7 +75,9 @@ class VLLMAdapter(ServerAdapter):
 
     def filter(self, knobs: list[Knob], flags: ServerFlags) -> tuple[list[Knob], dict[str, str], dict[str, str]]:
         kept, dropped, notes = filter_knobs(knobs, flags)
-        why = moe_refusal(self._hf_config() if self.device == "cuda" else None, self.device)
+        # moe_configs off CUDA is refused at launch like every CUDA-only knob (applies_to); on CUDA, a dense
+        # model drops it with the reason
+        why = moe_refusal(self._hf_config(), self.device) if self.device == "cuda" else None
         if why is not None and any(k.name == MOE_KNOB for k in kept):
             kept, dropped = [k for k in kept if k.name != MOE_KNOB], {**dropped, MOE_KNOB: why}
         return kept, dropped, notes
