@@ -132,3 +132,28 @@ def test_the_kb_keeps_the_tables_and_a_later_session_writes_them_again(fake, tmp
     with pytest.raises(Exception, match="BLOCK_SIZE_N"):
         later.replay_tables({MOE_KNOB: {NAME: {"1": {**json.loads((ov.path / NAME).read_text())["1"],
                                                      "BLOCK_SIZE_N": 48}}}})
+
+
+def test_remeasure_runs_the_sessions_tables_not_a_new_tuning(tmp_path, monkeypatch):
+    """verify --remeasure's fresh process hands the final stack's recorded tables to the adapter before it
+    measures (stand-ins for the ledger, adapter and bench: the rest of remeasure has its own tests)."""
+    from inferloom.evidence import remeasure as R
+
+    tables = {MOE_KNOB: {NAME: {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64,
+                                      "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}}}}
+
+    class Adapter:
+        got, closed = None, False
+
+        def replay_tables(self, t):
+            self.got = t
+
+        def close(self):
+            self.closed = True
+
+    made = Adapter()
+    monkeypatch.setattr(R.L, "read_entries", lambda d: [])
+    monkeypatch.setattr(R, "breakdown_from_ledger", lambda e: {"final_engine_tables": tables})
+    monkeypatch.setattr(R._engines, "make_adapter", lambda spec: made)
+    monkeypatch.setattr(R, "run_bench", lambda spec, changes, adapter, progress: {"tables": adapter.got})
+    assert R._bench_final(tmp_path, None, {MOE_KNOB: "tuned"}) == {"tables": tables} and made.closed
