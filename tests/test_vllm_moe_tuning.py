@@ -164,3 +164,14 @@ def test_the_pass_reads_its_stock_configs_from_the_installed_vllm(tmp_path):
         assert g["source"] == "default" and g["n"] == 24 and g["size"] > 24
         assert g["first"] == {k: g["stock"][k] for k in P.KEYS}  # the stock config is always timed first
     assert got["1"]["first"]["BLOCK_SIZE_M"] < got["8192"]["first"]["BLOCK_SIZE_M"]  # vLLM's heuristic grows with M
+
+
+def test_the_pass_script_imports_nothing_of_inferloom():
+    """It runs in the server's Python, where inferloom is not installed."""
+    import ast
+
+    tree = ast.parse(T.TUNE_SCRIPT.read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names and not any(str(n).startswith("inferloom") for n in names)
+    assert {"torch", "triton", "vllm"} & names  # the kernel's own packages, imported inside CudaBench
