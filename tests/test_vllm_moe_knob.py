@@ -157,3 +157,43 @@ def test_remeasure_runs_the_sessions_tables_not_a_new_tuning(tmp_path, monkeypat
     monkeypatch.setattr(R._engines, "make_adapter", lambda spec: made)
     monkeypatch.setattr(R, "run_bench", lambda spec, changes, adapter, progress: {"tables": adapter.got})
     assert R._bench_final(tmp_path, None, {MOE_KNOB: "tuned"}) == {"tables": tables} and made.closed
+
+
+class _Server:
+    def __init__(self, log_path):
+        self.log_path, self.stopped = log_path, False
+
+    def alive(self):
+        return not self.stopped
+
+    def stop(self):
+        self.stopped = True
+        return {"stopped": True}
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_a_tuned_server_whose_moe_layers_read_another_config_is_stopped_and_refused(fake, tmp_path, monkeypatch, ours):
+    from inferloom.workloads import server_adapter as SA
+    from inferloom.workloads.vllm_servers import VLLMHandle
+
+    a = adapter(tmp_path, fake)
+    cfg = {**stock(a), MOE_KNOB: "tuned"}
+    (ov,) = a.overlays_of(cfg)
+    logf = tmp_path / "server.log"
+    logf.write_text(f"INFO Using configuration from {ov.path.absolute()}/{NAME} for MoE layer.\n" if ours else
+                    "WARNING Using default MoE config. Performance might be sub-optimal! Config file not found\n")
+    servers = []
+
+    def fake_start(hid, c, cid, launch, port, log_path, *x, **k):
+        servers.append(_Server(logf))
+        return VLLMHandle(hid, c, cid, servers[-1], 1.0, notes={"log": str(logf)}), {"server_startup_s": 1.0}
+
+    monkeypatch.setattr(SA, "start_server", fake_start)
+    monkeypatch.setattr(a, "launch_argv", lambda c, port: ([], {}, {}))
+    if ours:
+        _, record = a._start(cfg, "new")
+        assert record["moe_config_source"]["source"] == "tuned" and "moe_tuning" in record
+    else:
+        with pytest.raises(AdapterError, match="read default configs") as ei:
+            a._start(cfg, "new")
+        assert ei.value.kind == "engine_overlay" and servers[0].stopped

@@ -142,7 +142,8 @@ class VLLMAdapter(ServerAdapter):
     def after_start(self, handle: VLLMHandle, record: dict[str, Any]) -> None:
         try:  # vLLM starts without a plugin it could not load: such a server would measure stock kernels
             record.update(check_overlays(self.overlays_of(handle.config), handle.server.log_path))
-            record.update(self.moe().start_record(handle.config, handle.server.log_path))
+            if str(handle.config.get(MOE_KNOB, "stock")) != "stock":  # its MoE layers must have read the folder
+                record.update(self.moe().start_record(handle.config, handle.server.log_path))
         except EngineOverlayError as exc:
             self._stop(handle)
             raise AdapterError(f"vLLM server {handle.id}: {exc}", kind="engine_overlay") from None
