@@ -20,14 +20,11 @@ from pathlib import Path
 from inferloom.models.moe_presets import MOE_PRESETS
 from inferloom.models.tokenizer import build_tokenizer, cache_root, save_tokenizer
 
-__all__ = ["MARKER", "moe_preset_dir", "moe_preset_needs"]
+__all__ = ["MARKER", "SERVER_ARGS", "moe_preset_dir"]
 
 MARKER = "INFERLOOM_CONFIG_ONLY.json"
-
-
-def moe_preset_needs(name: str) -> list[str]:
-    """The server arguments a session on the preset needs (its weights are the server's own)."""
-    return ["--load-format", "dummy"]
+#: what a server of a config-only directory needs: its weights are its own (seeded random)
+SERVER_ARGS: tuple[str, ...] = ("--load-format", "dummy")
 
 
 def moe_preset_dir(name: str) -> Path:
@@ -52,7 +49,7 @@ def moe_preset_dir(name: str) -> Path:
         cfg.save_pretrained(str(tmp))
         save_tokenizer(tok, tmp)
         (tmp / MARKER).write_text(json.dumps({"preset": name, "weights": "none: the server's own random weights",
-                                              "server_args": moe_preset_needs(name)}, indent=1) + "\n")
+                                              "server_args": list(SERVER_ARGS)}, indent=1) + "\n")
         if d.exists():  # a half-written one from an interrupted run
             shutil.rmtree(d)
         os.replace(tmp, d)
