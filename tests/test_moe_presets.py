@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,25 @@ def test_a_dense_model_costs_what_it_did():
     m = C.step_costs("llama-3.1-8b", batch=4, context_len=512, dtype_bytes=2.0)
     assert m["model"]["num_experts"] is None and m["model"]["active_parameters"] == m["model"]["parameters"]
     assert m["decode_step"]["bytes_breakdown"]["weights"] == m["model"]["weights_read_bytes"] + 2.0 * 4 * 4096
+
+
+def test_the_preset_is_a_config_only_model_directory_a_session_can_name(tmp_path, monkeypatch):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from inferloom.models.moe_preset_dir import MARKER
+    from inferloom.spec import load_spec
+
+    monkeypatch.setenv("INFERLOOM_CACHE", str(tmp_path))
+    spec = load_spec(None, {"framework": "vllm", "model": "olmoe-1b-7b", "device": "cpu"})
+    d = spec.model
+    assert d.endswith("olmoe-1b-7b-config-only") and (tmp_path / "server-models" / "olmoe-1b-7b-config-only").is_dir()
+    cfg = AutoConfig.from_pretrained(d)
+    assert (type(cfg).__name__, cfg.architectures, cfg.num_experts, cfg.num_experts_per_tok) == \
+        ("OlmoeConfig", ["OlmoeForCausalLM"], 64, 8)
+    assert MC.moe_shape(cfg.to_dict()) == (64, 1024) and cfg.hidden_size == OLMOE["hidden_size"]
+    tok = AutoTokenizer.from_pretrained(d)
+    assert len(tok) <= cfg.vocab_size and tok("a b c")["input_ids"]
+    files = {p.name for p in Path(d).iterdir()}
+    assert MARKER in files and not any(f.endswith((".safetensors", ".bin")) for f in files)  # no 14 GB written
+    again = load_spec(None, {"framework": "vllm", "model": "olmoe-1b-7b", "device": "cpu"})
+    assert again.model == d

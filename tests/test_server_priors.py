@@ -63,3 +63,14 @@ def test_sglang_gets_the_same_roofline_priors_in_its_own_values():
     assert dict(vllm["fp8-kv-cache"].changes) == {"kv_cache_dtype": "fp8"}  # vLLM's value, as before
     p = RuleOrchestrator().propose(_state(knobs, 0.70))
     assert p["action"] == "try_config" and p["changes"] == {"quantization": "fp8"} and "fp8-weights" in p["rationale"]
+
+
+def test_an_moe_model_gets_the_tuned_fused_moe_configs_prior_and_a_dense_one_does_not(tmp_path, monkeypatch):
+    from inferloom.spec.model import resolve_model
+
+    monkeypatch.setenv("INFERLOOM_CACHE", str(tmp_path))
+    olmoe = {**H200, "model": resolve_model("olmoe-1b-7b")}
+    moe = {p.name: p for p in server_priors(olmoe)}
+    assert dict(moe["tuned-moe-configs"].changes) == {"moe_configs": "tuned"}
+    assert 0 < moe["tuned-moe-configs"].predicted_gain < moe["fp8-weights"].predicted_gain
+    assert "tuned-moe-configs" not in {p.name for p in server_priors(H200)}

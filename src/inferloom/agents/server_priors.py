@@ -53,6 +53,14 @@ def decode_shares(workload: Mapping[str, Any]) -> dict[str, float] | None:
             "activations": b["activations"] / total}
 
 
+def _is_moe(workload: Mapping[str, Any]) -> bool:
+    try:
+        c = step_costs(str(workload["model"]), 1, 16, 2)
+    except (KeyError, ValueError, OSError, TypeError):
+        return False
+    return bool(c["model"].get("num_experts"))
+
+
 def server_priors(workload: Mapping[str, Any], stock_fraction: float | None = None,
                   kv_fp8: str = "fp8") -> list[Prior]:
     """The server GPU priors for ``workload``, ranked by predicted gain (see the module docstring);
@@ -85,6 +93,12 @@ def server_priors(workload: Mapping[str, Any], stock_fraction: float | None = No
         ("fa3-attention", {"attention_backend": "fa3"}, 0.02,
          "SGLang's FlashAttention-3 backend on Hopper; attention is a small share at 384-token context (guess)"),
     ]
+    if _is_moe(workload):  # vLLM's knob moe_configs: the fused-MoE kernel's tiles tuned on the device
+        cands.append(("tuned-moe-configs", {"moe_configs": "tuned"}, 0.1 * w,
+                      f"weights are {w * 100:.0f}% of a decode step's bytes and the experts' share is read by vLLM's "
+                      "fused-MoE Triton kernel, which runs a default config where the installed vLLM ships none "
+                      "for the shape; tiles tuned on the device for the traffic's batch sizes (guess: 10% of that "
+                      "share; the tuning pass runs once, docs/kernels.md)"))
     cands.sort(key=lambda c: -c[2])
     return [Prior(name, changes, round(gain, 4), why, _CUDA, rank=1.0 + i)
             for i, (name, changes, gain, why) in enumerate(cands)]

@@ -43,6 +43,7 @@ from inferloom.session import ledger as L
 from inferloom.session.manifest import manifest_spec, read_manifest
 from inferloom.session.state import Phase, load_state
 from inferloom.workloads import registry as _engines
+from inferloom.workloads.base import EngineTables
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -110,6 +111,21 @@ def _kernel_sandbox(d: Path, changes: dict[str, Any]) -> Sandbox | None:
         raise RemeasureError(f"{exc}; nothing was run") from None
 
 
+def _bench_final(d: Path, spec: Any, changes: dict[str, Any]) -> dict[str, Any]:
+    """The final stack against stock; the tables its engine overlays carried (vLLM's tuned fused-MoE configs:
+    the breakdown's ``final_engine_tables``) are handed to the adapter (``EngineTables``), so the servers
+    run the session's tables, not a new tuning."""
+    adapter = _engines.make_adapter(spec)
+    try:
+        tables = breakdown_from_ledger(L.read_entries(d)).get("final_engine_tables")
+        if tables and isinstance(adapter, EngineTables):
+            adapter.replay_tables(tables)
+        return run_bench(spec, changes, adapter=adapter,
+                         progress=lambda m: print(f"remeasure: {m}", file=sys.stderr, flush=True))
+    finally:
+        adapter.close()
+
+
 def _child(args: list[str]) -> int:
     """The fresh process: measure the final stack of the session against stock; write the result JSON."""
     ap = argparse.ArgumentParser(prog="python -m inferloom.evidence.remeasure")
@@ -125,7 +141,7 @@ def _child(args: list[str]) -> int:
     if framework(spec.framework).own_code:
         res = _custom_child(Path(a.dir).absolute(), spec)
     else:
-        res = run_bench(spec, changes, progress=lambda m: print(f"remeasure: {m}", file=sys.stderr, flush=True))
+        res = _bench_final(Path(a.dir), spec, changes)
     res["pid"] = os.getpid()
     if written.registered():  # the kernels of the session's files this process registered (after their sha256)
         res["written_kernels"] = list(written.registered())

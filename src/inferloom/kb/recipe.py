@@ -6,7 +6,9 @@ comparison of the final stack against stock (``final.ledger_seq`` and
 ``n_pairs`` present) whose protocol verdict is ``keep``, whose held-out
 quality passed (``quality_passed is True``), with a finite ratio and interval,
 and a recorded final configuration that differs from stock
-(:func:`winner_from_breakdown`). Anything else is a session without a winner:
+(:func:`winner_from_breakdown`). Tables the final stack's engine overlays carried (vLLM's tuned fused-MoE
+configs: the breakdown's ``final_engine_tables``) go with the winner as ``evidence.engine_tables``, their
+content (a later session's warm replay writes them out again). Anything else is a session without a winner:
 its lessons and failures are still recorded.
 
 Between two valid winners the better is the one with the higher rank
@@ -107,6 +109,8 @@ def winner_from_breakdown(b: Mapping[str, Any], session_id: str, now: float) -> 
                      "ledger_seq": f.get("ledger_seq"), "quality_failed": f.get("quality_failed") or [],
                      "stop_reason": b.get("stop_reason")},
     }
+    if isinstance(b.get("final_engine_tables"), Mapping) and b["final_engine_tables"]:
+        winner["evidence"]["engine_tables"] = dict(b["final_engine_tables"])  # the content, not a path
     return winner, "keep", "paired final comparison kept, held-out quality passed"
 
 

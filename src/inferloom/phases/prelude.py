@@ -46,7 +46,8 @@ from inferloom.session.state_models import (
 )
 from inferloom.phases.audit import record_audit
 from inferloom.spec import objective_label
-from inferloom.workloads.base import AAQuality, ConfigError, ServerReuse, config_key, resolve_config
+from inferloom.errors import InferloomError
+from inferloom.workloads.base import AAQuality, ConfigError, EngineTables, ServerReuse, config_key, resolve_config
 
 __all__ = ["prelude_step", "replay_step", "profile_step", "KB_LOOKUP", "SERVER_PROFILE_SKIPPED"]
 
@@ -125,6 +126,7 @@ def replay_step(ctx: SessionContext, st: SessionState) -> None:
     """The warm replay: look the workload up in the knowledge base and measure the best recipe against stock."""
     if st.pending_action is not None and st.pending_action.action == "warm_replay":
         p = dict(st.pending_action.params)
+        _replay_tables(ctx, p.get("engine_tables"))  # a resumed replay hands the recipe's tables over again
         _finish_replay(ctx, st, p, execute_trial(ctx, st, p, st.pending_action.key, agent="kb-replay",
                                                min_ratio=p.get("min_ratio")))
         return
@@ -166,10 +168,28 @@ def replay_step(ctx: SessionContext, st: SessionState) -> None:
                 "rationale": f"recipe #{chosen.id} (confidence {res.confidence:.2f}) recorded x{recorded:.3f}",
                 "recipe_id": chosen.id, "recipe_key": chosen.key.to_dict(), "winner_session": winner.get("session_id"),
                 "min_ratio": min_ratio, "lookup_seq": seq}
+    tables = (winner.get("evidence") or {}).get("engine_tables")
+    if tables:
+        if not isinstance(ctx.adapter, EngineTables):
+            st.extra.warm_replay = WarmReplay(skipped="the recipe's engine tables can't be given to this engine",
+                                              lookup_seq=seq)
+            return
+        try:
+            _replay_tables(ctx, tables)
+        except InferloomError as exc:
+            st.extra.warm_replay = WarmReplay(skipped=f"the recipe's engine tables are unusable: {exc}", lookup_seq=seq)
+            return
+        proposal["engine_tables"] = tables
     ctx.progress(f"PRELUDE: warm replay of recipe #{chosen.id}: {proposal['changes']} (recorded x{recorded:.3f})")
     k = _key("warm_replay", st.session_id)
     _finish_replay(ctx, st, proposal, run_trial(ctx, st, proposal, k, action="warm_replay", agent="kb-replay",
                                               min_ratio=min_ratio))
+
+
+def _replay_tables(ctx: SessionContext, tables: Any) -> None:
+    """The tables a recipe kept with its winner (``EngineTables``), written again by the adapter from them."""
+    if tables and isinstance(ctx.adapter, EngineTables):
+        ctx.adapter.replay_tables(tables)
 
 
 def _finish_replay(ctx: SessionContext, st: SessionState, proposal: dict[str, Any], trial: Trial) -> None:

@@ -13,7 +13,7 @@ from inferloom.measure.metrics import median_objective
 from inferloom.report.llm_usage import llm_breakdown
 
 __all__ = ["BREAKDOWN_SCHEMA_VERSION", "TIME_CATEGORIES", "breakdown_from_ledger", "patch_breakdown",
-           "server_starts", "stock_never_ran"]
+           "server_starts", "stock_never_ran", "engine_tables"]
 
 BREAKDOWN_SCHEMA_VERSION = 1
 #: "where the time went", in report order (``server_startup`` only when the ledger has server starts)
@@ -97,6 +97,9 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     out["stop_reason"] = close["stop_reason"] if close else None
     out["final_config"] = close["final_config"] if close else None
     out["stock_config"] = close["stock_config"] if close else None
+    tables = engine_tables(entries, out["final_config"])
+    if tables:  # only then: a session without them keeps exactly its keys
+        out["final_engine_tables"] = tables
     out["close_ledger_seq"] = close["seq"] if close else None
     out["sweep"] = [{"point": m.get("point"), "cycle": m.get("cycle"), "ratio": _decision(m).get("ratio"),
                      "ci_low": _decision(m).get("ci_low"), "ci_high": _decision(m).get("ci_high"),
@@ -138,6 +141,21 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     never = stock_never_ran(entries)
     if never is not None:  # only then: a session that measured stock has the breakdown it always had
         out["stock_never_ran"] = never
+    return out
+
+
+def engine_tables(entries: list[dict[str, Any]], final: dict[str, Any] | None) -> dict[str, Any]:
+    """The tables the final stack's engine overlays carried (knob -> tables: vLLM's tuned fused-MoE configs),
+    from the last server start that recorded each; {} when the final stack has none. The KB keeps them."""
+    out: dict[str, Any] = {}
+    for e in entries:
+        if e["kind"] != L.SERVER_START or not final:
+            continue
+        for o in e.get("overlays") or ():
+            knob = o.get("knob") if isinstance(o, dict) else None
+            if isinstance(knob, dict) and isinstance(o.get("tables"), dict) and \
+                    all(final.get(k) == v for k, v in knob.items()):
+                out.update({k: o["tables"] for k in knob})
     return out
 
 

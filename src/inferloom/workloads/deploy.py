@@ -34,6 +34,7 @@ from inferloom.workloads.transformers_knobs import transformers_knobs
 from inferloom.workloads.vllm_engine_patches import ENGINE_PATCH_KNOB, recorded_source
 from inferloom.workloads.vllm_knobs import to_launch
 from inferloom.workloads.vllm_kernel_overlays import PLUGIN_KNOB, recorded_plugin
+from inferloom.workloads.vllm_moe_knob import MOE_KNOB, recorded_folder
 from inferloom.workloads.vllm_plugins import overlay_env
 from inferloom.workloads.vllm_launch import launch_command
 
@@ -85,7 +86,8 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
     env = {**spec.serving.env, **to_launch(cfg, flags)[1]}  # what launch_command adds to the inherited environment
     plugin = recorded_plugin(cfg, entries)  # a kernel_plugin: its overlay (the session's copy) on PYTHONPATH
     source = recorded_source(cfg, entries)  # an engine_patch: its source overlay (the session's copy), first
-    overlays = [o for o in (source, plugin) if o is not None]
+    moe = recorded_folder(cfg, entries)  # moe_configs=tuned: the session's config folder
+    overlays = [o for o in (source, plugin, moe) if o is not None]
     if overlays:
         env.update(overlay_env(overlays, env))
     argv = _without_own(argv)
@@ -109,6 +111,10 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
                      f"{cfg[ENGINE_PATCH_KNOB]}`, digest {source.digest[:16]}): the installed vllm package with the "
                      "patched files, so `import vllm` runs the patch; the installed environment is unchanged "
                      "(`inferloom export` writes the patch itself under patches/).")
+    if moe is not None:
+        extra.append(f"`VLLM_TUNED_CONFIG_FOLDER` is the session's tuned fused-MoE config folder (`{MOE_KNOB}=tuned`, "
+                     f"digest {moe.digest[:16]}; its tables are in the ledger's `server_start` entries and the KB's "
+                     "recipe): tuned on the session's GPU, for that GPU.")
     return command_section(command, notes, origin, spec, entries, cfg, extra)
 
 

@@ -26,12 +26,14 @@ live servers burnt meanwhile (``extra['idle_servers_cpu_s']``, docs/loadgen.md).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from inferloom.patches.parse import PatchRefusal
 from inferloom.patches.policy import PatchPolicy
+from inferloom.errors import InferloomError
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.server_adapter import ServerAdapter
 from inferloom.workloads.server_start import MemoryShareOnce as _MemoryShareOnce
@@ -41,6 +43,7 @@ from inferloom.workloads.vllm_engine_patches import (ENGINE_PATCH_KNOB, build_en
 from inferloom.workloads.vllm_kernel_overlays import OVERLAY_DIR, overlays_for
 from inferloom.workloads.vllm_knobs import recovery_options, to_launch, vllm_knobs
 from inferloom.workloads.vllm_launch import launch_command, server_distribution
+from inferloom.workloads.vllm_moe_knob import MOE_KNOB, MoEConfigs, moe_refusal
 from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_overlays, overlay_key
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
 from inferloom.workloads.vllm_servers import VLLM_START, MemoryShareOnce, VLLMHandle
@@ -64,6 +67,7 @@ class VLLMAdapter(ServerAdapter):
     recovery_table = staticmethod(recovery_options)
 
     overlays: tuple[OverlayDir, ...] = ()  # engine overlays the next servers start with (set_overlays)
+    _moe: MoEConfigs | None = None
     engine_patch_knob = ENGINE_PATCH_KNOB  # EnginePatches: serving.engine_patches, one source overlay per value
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -82,7 +86,35 @@ class VLLMAdapter(ServerAdapter):
         return probe_server_flags(s.python, s.module, self._distribution(), {**os.environ, **s.env})
 
     def filter(self, knobs: list[Knob], flags: ServerFlags) -> tuple[list[Knob], dict[str, str], dict[str, str]]:
-        return filter_knobs(knobs, flags)
+        kept, dropped, notes = filter_knobs(knobs, flags)
+        # moe_configs off CUDA is refused at launch like every CUDA-only knob (applies_to); on CUDA, a dense
+        # model drops it with the reason
+        why = moe_refusal(self._hf_config(), self.device) if self.device == "cuda" else None
+        if why is not None and any(k.name == MOE_KNOB for k in kept):
+            kept, dropped = [k for k in kept if k.name != MOE_KNOB], {**dropped, MOE_KNOB: why}
+        return kept, dropped, notes
+
+    def _hf_config(self) -> dict[str, Any] | None:
+        try:
+            return json.loads((Path(self.model_dir()) / "config.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def moe(self) -> MoEConfigs:
+        """The fused-MoE config folders of the knob ``moe_configs`` (``vllm_moe_knob``)."""
+        if self._moe is None:
+            s, t = self.spec.serving, self.spec.traffic
+            chunk = next((int(b) for a, b in zip(s.extra_args, s.extra_args[1:]) if a == "--max-num-batched-tokens"
+                          and str(b).isdigit()), None)
+            self._moe = MoEConfigs(s.python, self._hf_config(), str(self.spec.dtype), t.concurrency, t.input_len,
+                                   chunk, s.env.get("VLLM_TUNED_CONFIG_FOLDER"), self.distribution,
+                                   self.log_dir() / OVERLAY_DIR, self.progress)
+        return self._moe
+
+    def replay_tables(self, tables: Mapping[str, Any]) -> None:
+        """``EngineTables``: the fused-MoE configs a KB recipe kept (``{moe_configs: {file: table}}``)."""
+        if isinstance(tables.get(MOE_KNOB), Mapping):
+            self.moe().replay(tables[MOE_KNOB])
 
     def make_memory(self) -> _MemoryShareOnce:
         return MemoryShareOnce(self.spec, self.device, self.model_dir, lambda m: self.progress(m))
@@ -107,14 +139,20 @@ class VLLMAdapter(ServerAdapter):
 
     def overlays_of(self, cfg: Mapping[str, Any]) -> tuple[OverlayDir, ...]:
         """The overlays a server for ``cfg`` starts with: those set (``set_overlays``), the source overlay its
-        ``engine_patch`` knob names (``vllm_engine_patches``) and the plugin its ``kernel_plugin`` knob names
-        (``vllm_kernel_overlays``), built under the log directory's ``overlays/``."""
+        ``engine_patch`` knob names (``vllm_engine_patches``), the plugin its ``kernel_plugin`` knob names
+        (``vllm_kernel_overlays``) and the fused-MoE config folder its ``moe_configs`` names
+        (``vllm_moe_knob``), built under the log directory's ``overlays/``."""
         patch = str(cfg.get(ENGINE_PATCH_KNOB, "none"))
         try:
             source = () if patch == "none" else (self._source(patch),)
         except PatchRefusal as r:
             raise AdapterError(f"{ENGINE_PATCH_KNOB}={patch}: refused ({r.rule}): {r.why}", kind="engine_overlay") from None
-        return self.overlays + source + tuple(overlays_for(cfg, self.log_dir() / OVERLAY_DIR))
+        root = self.log_dir() / OVERLAY_DIR
+        try:  # a failed tuning pass fails this candidate, not the session
+            moe = self.moe().overlays(cfg, root) if str(cfg.get(MOE_KNOB, "stock")) != "stock" else []
+        except InferloomError as exc:
+            raise AdapterError(f"{MOE_KNOB}={cfg[MOE_KNOB]}: {exc}", kind="engine_overlay") from None
+        return self.overlays + source + tuple(overlays_for(cfg, root)) + tuple(moe)
 
     def _source(self, name: str) -> OverlayDir:
         if name not in self._sources:
@@ -142,6 +180,8 @@ class VLLMAdapter(ServerAdapter):
     def after_start(self, handle: VLLMHandle, record: dict[str, Any]) -> None:
         try:  # vLLM starts without a plugin it could not load: such a server would measure stock kernels
             record.update(check_overlays(self.overlays_of(handle.config), handle.server.log_path))
+            if str(handle.config.get(MOE_KNOB, "stock")) != "stock":  # its MoE layers must have read the folder
+                record.update(self.moe().start_record(handle.config, handle.server.log_path))
         except EngineOverlayError as exc:
             self._stop(handle)
             raise AdapterError(f"vLLM server {handle.id}: {exc}", kind="engine_overlay") from None

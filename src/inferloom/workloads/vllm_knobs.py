@@ -16,6 +16,7 @@ from typing import Any, Collection, Mapping, Sequence
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.server_precision import stack_precision  # noqa: F401  (re-exported)
 from inferloom.workloads.vllm_kernel_overlays import plugin_knob
+from inferloom.workloads.vllm_moe_knob import moe_knob
 
 __all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES", "PRECISION_KNOBS",
            "stack_precision", "recovery_options"]
@@ -100,6 +101,7 @@ def vllm_knobs(concurrency: int, kv_space_gib: int = 0) -> list[Knob]:
              "the flag, which is then learned and never proposed again",
              low=1, high=16, applies_to=ALL, changes_numerics=True),
         plugin_knob(),  # KERNEL phase: a register_oot replacement through a plugin overlay (no flag)
+        moe_knob(),  # tuned fused-MoE configs through VLLM_TUNED_CONFIG_FOLDER (no flag; CUDA, MoE models)
     ]
 
 

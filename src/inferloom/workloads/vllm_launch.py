@@ -7,7 +7,8 @@
   configuration: fixed flags (model, served name, host/port, seed, context
   length, ``--max-logprobs``), the spec's ``serving.extra_args`` and the knob
   flags (``vllm_knobs.to_launch``), with ``origin`` tracing each flag to its
-  knob.
+  knob; a config-only MoE preset directory (``models/moe_preset_dir``) also
+  ``--load-format dummy`` unless the spec sets a load format.
 * :func:`check_launchable`: refuses, before any launch, a knob set off its
   default on a device it does not apply to, or a flag the installed server
   rejected earlier in the session.
@@ -30,6 +31,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
+from inferloom.models.moe_preset_dir import MARKER, SERVER_ARGS
 from inferloom.workloads.base import Knob
 from inferloom.workloads.memory_share import (
     MemoryShare,
@@ -89,6 +91,8 @@ def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], p
             "--host", "127.0.0.1", "--port", str(port), "--seed", str(spec.seed),
             "--max-model-len", str(max_model_len(spec, longest)), "--max-logprobs", str(TOP_K),
             *s.extra_args, *args]
+    if (Path(model_dir) / MARKER).is_file() and "--load-format" not in s.extra_args:  # a config-only MoE preset
+        argv[argv.index("--max-logprobs") + 2:argv.index("--max-logprobs") + 2] = SERVER_ARGS
     env = dict(os.environ)
     env.update(s.env)
     env.update(env_k)

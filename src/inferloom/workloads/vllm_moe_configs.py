@@ -92,7 +92,7 @@ def check_configs(configs: Mapping[Any, Mapping[str, Any]]) -> dict[str, dict[st
         if bad:
             raise EngineOverlayError(f"fused-MoE config for M={batch}: {', '.join(bad)} must be positive "
                                      "integers (block sizes and num_warps powers of two)")
-        out[str(batch)] = {k: int(c[k]) for k in c}
+        out[str(batch)] = {k: int(c[k]) for k in (*CONFIG_KEYS, "SPLIT_K") if k in c}  # one key order: one digest
     return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
 
 
