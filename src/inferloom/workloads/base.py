@@ -42,7 +42,7 @@ __all__ = [
     "AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter", "resolve_config", "config_key",
     "ServerLogs", "RejectedFlags", "RecoveryOptions", "DeclaredProfile", "OwnQualityGate", "OwnObjective",
     "GreedyLogprobs", "ApproximateScores", "SourceTrees", "ServerReuse", "ImageOutputs", "BatchedProbes", "OPTIONAL_HOOKS",
-    "CrossKnobRules", "AAQuality"
+    "CrossKnobRules", "AAQuality", "SourceRungs"
 ]
 
 Platform = Literal["cpu", "cuda", "rocm"]
@@ -84,7 +84,7 @@ class Knob:
     # Which phase may change it: FRAMEWORK (serving configuration) or KERNEL
     # (a kernel replacement, proposed only by the KERNEL phase's backend after
     # its correctness and microbenchmark gates).
-    phase: Literal["FRAMEWORK", "KERNEL"] = "FRAMEWORK"
+    phase: Literal["FRAMEWORK", "KERNEL", "ENABLEMENT"] = "FRAMEWORK"  # ENABLEMENT: the ladder's rungs 3-5 only
 
     def domain_text(self) -> str:
         if self.kind == "bool":
@@ -278,6 +278,17 @@ class RecoveryOptions(Protocol):
 
 
 @runtime_checkable
+class SourceRungs(Protocol):
+    """ENABLEMENT rungs 3-5 (docs/enablement.md). ``source_rungs(rung)``: ``(candidates, why none)``: rung 3's in-tree
+    engine patches, rung 4's alternate engine environments or rung 5's upstream diffs, each ``{"name", "change"
+    (knobs over stock), "what"}``; ``rung_stack(config)``: what its server runs beyond its flags (overlay, python)."""
+
+    def source_rungs(self, rung: int) -> tuple[list[dict[str, Any]], str]: ...
+
+    def rung_stack(self, config: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
 class DeclaredProfile(Protocol):
     """An adapter that runs no operators declares its pretend profile.
 
@@ -384,4 +395,4 @@ class CrossKnobRules(Protocol):
 
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
                                     OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ServerReuse,
-                                    CrossKnobRules, ImageOutputs, BatchedProbes, AAQuality)
+                                    CrossKnobRules, ImageOutputs, BatchedProbes, AAQuality, SourceRungs)

@@ -58,6 +58,7 @@ class VLLMAdapter(ServerAdapter):
     recovery_table = staticmethod(recovery_options)
 
     overlays: tuple[OverlayDir, ...] = ()  # engine overlays the next servers start with (set_overlays)
+    launches_overlays = True  # overlays_of (the enablement rung's source overlay too) goes through launch_command
 
     # ------------------------------------------------------- the engine's
     def static_knobs(self) -> list[Knob]:
@@ -94,8 +95,9 @@ class VLLMAdapter(ServerAdapter):
 
     def overlays_of(self, cfg: Mapping[str, Any]) -> tuple[OverlayDir, ...]:
         """The overlays a server for ``cfg`` starts with: those set (``set_overlays``) and the one its
-        ``kernel_plugin`` knob names (``vllm_kernel_overlays``, built under the log directory's ``overlays/``)."""
-        return self.overlays + tuple(overlays_for(cfg, self.log_dir() / OVERLAY_DIR))
+        ``kernel_plugin`` knob names (``vllm_kernel_overlays``, built under the log directory's ``overlays/``), after
+        the source overlay of the stock's enablement rung (``engine_ladder``), if any."""
+        return self.ladder_overlays(cfg) + self.overlays + tuple(overlays_for(cfg, self.log_dir() / OVERLAY_DIR))
 
     def pool_key(self, cfg: Mapping[str, Any]) -> str:
         return super().pool_key(cfg) + overlay_key(self.overlays)
