@@ -133,6 +133,9 @@ def test_rung_3_recovers_stock_and_the_session_runs_on_that_stack(tmp_path):
     later = a.starts[a.starts.index({PATCH_KNOB: "fix.patch", ENV_KNOB: "none"}):]
     assert all(s[PATCH_KNOB] == "fix.patch" for s in later)  # every later server on the rung's stack
     assert all(t.config.get(PATCH_KNOB, "fix.patch") == "fix.patch" for t in st.trials)
+    report = (tmp_path / "s" / "report.md").read_text()
+    assert "## Enablement: stock failed, the ladder" in report
+    assert "- rung 3 (in-tree patch) `fix.patch`, start healthy" in report and "does_not_apply" in report
 
 
 def test_the_rungs_climb_in_order_and_stop_at_the_first_that_works(tmp_path):

@@ -26,7 +26,7 @@ from inferloom.workloads.base import AdapterError, ConfigError, RecoveryOptions,
 __all__ = ["RUNGS", "FAILURE_KINDS", "NEXT_RUNG", "REBUILD_ON_PAPER", "enablement_step", "climb", "recovery_options",
            "rung_probe"]
 
-RUNGS = ("read-only diagnosis", "flag or environment change", "source patch", "alternate environment",
+RUNGS = ("read-only diagnosis", "flag or environment change", "in-tree patch", "alternate environment",
          "upstream diff", "rebuild")
 #: rung 6, written down and never run (docs/enablement.md, "Rung 6")
 REBUILD_ON_PAPER = ("written down, not run: rebuild the engine's compiled components (vLLM: its _C / _moe_C custom-op "
