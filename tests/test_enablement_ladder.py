@@ -1,5 +1,6 @@
 """The enablement ladder with classified failures (no server needed)."""
 
+import pytest
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.session import ledger as L
 from inferloom.phases.enablement import RUNGS
@@ -109,8 +110,8 @@ class FakeServer(SyntheticAdapter):
             {"env": {"python": "/envs/vllm-9.9/bin/python"}} if config[ENV_KNOB] != "none" else {}
 
 
-def _ladder(tmp_path, adapter):
-    st = start(tmp_path / "s", SPEC, budget_minutes=5, max_trials=1, adapter=adapter, agents=agents(), kb_url=None)
+def _ladder(tmp_path, adapter, spec=SPEC):
+    st = start(tmp_path / "s", spec, budget_minutes=5, max_trials=1, adapter=adapter, agents=agents(), kb_url=None)
     rungs = [e for e in L.read_entries(tmp_path / "s") if e["kind"] == L.ENABLEMENT_RUNG]
     return st, rungs
 
@@ -161,3 +162,26 @@ def test_nothing_works_every_rung_recorded_and_rung_6_on_paper(tmp_path):
     assert all("duration_s" in r and r["start"] for r in rungs[2:6])
     assert rungs[-1]["outcome"] == REBUILD_ON_PAPER and "not run" in REBUILD_ON_PAPER
     assert "rungs 1-5 did not recover it" in st.stop_reason and "docs/enablement.md" in st.stop_reason
+
+
+def test_verify_remeasure_pins_the_recovered_stock_and_checks_the_patch_it_ran(tmp_path):
+    """``verify --remeasure``'s stock is the recovered one (its enablement knobs pinned), not the stock that failed;
+    the patch file the rung recorded must still be the file the session ran."""
+    import hashlib
+
+    from inferloom.evidence.remeasure import RemeasureError, final_stack
+
+    patch = tmp_path / "fix.patch"
+    patch.write_text("--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-a\n+b\n")
+    a = FakeServer(works={PATCH_KNOB: "fix.patch"})
+    a.rung_stack = lambda cfg: {"overlay": {"patch_file": str(patch),
+                                            "patch_file_sha256": hashlib.sha256(patch.read_bytes()).hexdigest()}} \
+        if cfg[PATCH_KNOB] != "none" else {}
+    spec = SPEC.model_copy(update={"pinned": {"kv_space": 8}})  # the one trial left: fast_path (+20%), kept
+    st, _ = _ladder(tmp_path, a, spec)
+    assert st.stack["fast_path"] is True and st.stack[PATCH_KNOB] == "fix.patch"
+    spec, changes, _ = final_stack(tmp_path / "s")
+    assert spec.pinned[PATCH_KNOB] == "fix.patch" and PATCH_KNOB not in changes
+    patch.write_text(patch.read_text() + "+c\n")
+    with pytest.raises(RemeasureError, match="recovered stock can't be re-measured: .*fix.patch"):
+        final_stack(tmp_path / "s")
