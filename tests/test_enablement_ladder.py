@@ -1,12 +1,16 @@
 """The enablement ladder with classified failures (no server needed)."""
 
+import json
+
 import pytest
+
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.session import ledger as L
 from inferloom.phases.enablement import RUNGS
 from inferloom.phases.runner import start
 from inferloom.spec import load_spec
 from inferloom.workloads.base import AdapterError, Knob
+from inferloom.verify import verify_session
 from inferloom.workloads.synthetic import SyntheticAdapter
 
 SPEC = load_spec(None, {"model": "llama-tiny", "framework": "synthetic", "device": "cpu",
@@ -134,6 +138,11 @@ def test_rung_3_recovers_stock_and_the_session_runs_on_that_stack(tmp_path):
     later = a.starts[a.starts.index({PATCH_KNOB: "fix.patch", ENV_KNOB: "none"}):]
     assert all(s[PATCH_KNOB] == "fix.patch" for s in later)  # every later server on the rung's stack
     assert all(t.config.get(PATCH_KNOB, "fix.patch") == "fix.patch" for t in st.trials)
+    stock_seq = next(e["seq"] for e in L.read_entries(tmp_path / "s")
+                     if e["kind"] == L.MEASUREMENT and e.get("action") == "measure_stock" and e.get("protocol"))
+    bd = json.loads((tmp_path / "s" / "session_breakdown.json").read_text())
+    assert bd["stock"]["ledger_seq"] == stock_seq  # the recovered stock's, not the failed measurement before it
+    assert not verify_session(tmp_path / "s").mismatches
     report = (tmp_path / "s" / "report.md").read_text()
     assert "## Enablement: stock failed, the ladder" in report
     assert "- rung 3 (in-tree patch) `fix.patch`, start healthy" in report and "does_not_apply" in report

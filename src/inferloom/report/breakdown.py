@@ -48,7 +48,9 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     proposals = {e.get("trial"): e for e in entries if e["kind"] == L.PROPOSAL}
     refusals = [e for e in entries if e["kind"] == L.REFUSAL]
     close = next((e for e in entries if e["kind"] == L.CLOSE), None)
-    stock = next((m for m in meas if m.get("action") == "measure_stock"), None)
+    # the stock that ran (after ENABLEMENT, a failed stock measurement comes first: no protocol, verdict failed)
+    stock = next((m for m in meas if m.get("action") == "measure_stock" and m.get("protocol")
+                  and m.get("verdict") != "failed"), None)
     final = next((m for m in meas if m.get("action") == "final_compare"), None)
     out: dict[str, Any] = {"schema_version": BREAKDOWN_SCHEMA_VERSION}
     by_seq = {m["seq"]: m for m in meas}
