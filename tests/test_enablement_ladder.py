@@ -1,11 +1,16 @@
 """The enablement ladder with classified failures (no server needed)."""
 
+import json
+
+import pytest
+
 from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
 from inferloom.session import ledger as L
 from inferloom.phases.enablement import RUNGS
 from inferloom.phases.runner import start
 from inferloom.spec import load_spec
 from inferloom.workloads.base import AdapterError, Knob
+from inferloom.verify import verify_session
 from inferloom.workloads.synthetic import SyntheticAdapter
 
 SPEC = load_spec(None, {"model": "llama-tiny", "framework": "synthetic", "device": "cpu",
@@ -67,3 +72,125 @@ def test_vllm_recovery_options_per_failure_kind(tmp_path):
     assert {"enforce_eager": True} in a.recovery_options("startup_timeout", stock)
     assert {"dtype": "float32"} in a.recovery_options("missing_kernel", stock)
     assert a.recovery_options("model_config", stock) == []
+
+
+# ---------------------------------------------------------------- rungs 3-5 (SourceRungs), a fake server adapter
+from inferloom.phases.enablement import REBUILD_ON_PAPER  # noqa: E402
+from inferloom.workloads.base import SourceRungs  # noqa: E402
+from inferloom.workloads.engine_ladder import ENV_KNOB, PATCH_KNOB  # noqa: E402
+
+PATCHES = {"a-stale.patch": 3, "fix.patch": 3, "upstream-pr-1.patch": 5}
+LADDER_KNOBS = KNOBS + [Knob(PATCH_KNOB, "choice", "none", "rung 3/5", choices=("none", *PATCHES), phase="ENABLEMENT"),
+                        Knob(ENV_KNOB, "choice", "none", "rung 4", choices=("none", "vllm-9.9"), phase="ENABLEMENT")]
+
+
+class FakeServer(SyntheticAdapter):
+    """A server whose stock crashes at start; ``works``: the rung change that makes it start (or none);
+    ``bad_quality``: a change whose server starts but whose quality probe raises."""
+
+    def __init__(self, works=None, bad_quality=None):
+        super().__init__(effects={"fast_path": {True: 1.2}}, numerics={}, knobs=LADDER_KNOBS, noise_sd=0.02,
+                         fail_quality={k: {v: "garbage outputs"} for k, v in (bad_quality or {}).items()})
+        self.works, self.bad_quality, self.starts = works or {}, bad_quality or {}, []
+
+    def prepare(self, config):
+        self.starts.append({k: config[k] for k in (PATCH_KNOB, ENV_KNOB)})
+        if config[PATCH_KNOB] == "a-stale.patch":
+            raise AdapterError("engine patch a-stale.patch: refused (does_not_apply): git apply refused it",
+                               kind="patch_refused")
+        if not any(config.get(k) == v for k, v in self.works.items()) and not (
+                self.bad_quality and config[PATCH_KNOB] in self.bad_quality.values()):
+            raise AdapterError("server exited with code 1 (crash)", kind="crash")
+        return super().prepare(config)
+
+    def source_rungs(self, rung):
+        if rung == 4:
+            return [{"name": "vllm-9.9", "change": {ENV_KNOB: "vllm-9.9"}, "what": "vllm-9.9 from the wheelhouse"}], ""
+        c = [{"name": n, "change": {PATCH_KNOB: n}, "what": n} for n, r in PATCHES.items() if r == rung]
+        return c, "" if c else "none"
+
+    def rung_stack(self, config):
+        return {"overlay": {"patch_file": config[PATCH_KNOB]}} if config[PATCH_KNOB] != "none" else \
+            {"env": {"python": "/envs/vllm-9.9/bin/python"}} if config[ENV_KNOB] != "none" else {}
+
+
+def _ladder(tmp_path, adapter, spec=SPEC):
+    st = start(tmp_path / "s", spec, budget_minutes=5, max_trials=1, adapter=adapter, agents=agents(), kb_url=None)
+    rungs = [e for e in L.read_entries(tmp_path / "s") if e["kind"] == L.ENABLEMENT_RUNG]
+    return st, rungs
+
+
+def test_the_fake_server_offers_the_source_rungs_hook():
+    assert isinstance(FakeServer(), SourceRungs) and not isinstance(Failing("crash"), SourceRungs)
+
+
+def test_rung_3_recovers_stock_and_the_session_runs_on_that_stack(tmp_path):
+    a = FakeServer(works={PATCH_KNOB: "fix.patch"})
+    st, rungs = _ladder(tmp_path, a)
+    assert [(r["rung"], r.get("candidate")) for r in rungs] == [(1, None), (2, None), (3, "a-stale.patch"),
+                                                                 (3, "fix.patch")]
+    stale, fix = rungs[2], rungs[3]
+    assert stale["start"] == "patch_refused" and "does_not_apply" in stale["outcome"] and "duration_s" in stale
+    assert fix["start"] == "healthy" and fix["quality_probe"]["passed"] and fix["outcome"].startswith("runs")
+    assert fix["stack"] == {"overlay": {"patch_file": "fix.patch"}} and fix["tried"] == "fix.patch"
+    assert st.stock_config[PATCH_KNOB] == "fix.patch" and st.extra.enablement_changes == {PATCH_KNOB: "fix.patch"}
+    assert st.extra.stock_objective.median > 0  # PRELUDE measured the recovered stock
+    later = a.starts[a.starts.index({PATCH_KNOB: "fix.patch", ENV_KNOB: "none"}):]
+    assert all(s[PATCH_KNOB] == "fix.patch" for s in later)  # every later server on the rung's stack
+    assert all(t.config.get(PATCH_KNOB, "fix.patch") == "fix.patch" for t in st.trials)
+    stock_seq = next(e["seq"] for e in L.read_entries(tmp_path / "s")
+                     if e["kind"] == L.MEASUREMENT and e.get("action") == "measure_stock" and e.get("protocol"))
+    bd = json.loads((tmp_path / "s" / "session_breakdown.json").read_text())
+    assert bd["stock"]["ledger_seq"] == stock_seq  # the recovered stock's, not the failed measurement before it
+    assert not verify_session(tmp_path / "s").mismatches
+    report = (tmp_path / "s" / "report.md").read_text()
+    assert "## Enablement: stock failed, the ladder" in report
+    assert "- rung 3 (in-tree patch) `fix.patch`, start healthy" in report and "does_not_apply" in report
+
+
+def test_the_rungs_climb_in_order_and_stop_at_the_first_that_works(tmp_path):
+    st, rungs = _ladder(tmp_path, FakeServer(works={ENV_KNOB: "vllm-9.9"}))
+    assert [r["rung"] for r in rungs] == [1, 2, 3, 3, 4]  # both patches first, the wheelhouse next; 5, 6 not reached
+    assert rungs[-1]["stack"]["env"]["python"] == "/envs/vllm-9.9/bin/python"
+    assert st.stock_config[ENV_KNOB] == "vllm-9.9" and st.stock_config[PATCH_KNOB] == "none"
+
+
+def test_a_rung_whose_start_works_but_whose_quality_probe_fails_is_not_taken(tmp_path):
+    a = FakeServer(works={PATCH_KNOB: "upstream-pr-1.patch"}, bad_quality={PATCH_KNOB: "fix.patch"})
+    st, rungs = _ladder(tmp_path, a)
+    fix = next(r for r in rungs if r.get("candidate") == "fix.patch")
+    assert fix["start"] == "healthy" and not fix["quality_probe"]["passed"]
+    assert "quality probe failed" in fix["outcome"] and "garbage outputs" in fix["outcome"]
+    assert [r["rung"] for r in rungs] == [1, 2, 3, 3, 4, 5]
+    assert st.stock_config[PATCH_KNOB] == "upstream-pr-1.patch"
+
+
+def test_nothing_works_every_rung_recorded_and_rung_6_on_paper(tmp_path):
+    st, rungs = _ladder(tmp_path, FakeServer())
+    assert [r["rung"] for r in rungs] == [1, 2, 3, 3, 4, 5, 6]
+    assert all("duration_s" in r and r["start"] for r in rungs[2:6])
+    assert rungs[-1]["outcome"] == REBUILD_ON_PAPER and "not run" in REBUILD_ON_PAPER
+    assert "rungs 1-5 did not recover it" in st.stop_reason and "docs/enablement.md" in st.stop_reason
+
+
+def test_verify_remeasure_pins_the_recovered_stock_and_checks_the_patch_it_ran(tmp_path):
+    """``verify --remeasure``'s stock is the recovered one (its enablement knobs pinned), not the stock that failed;
+    the patch file the rung recorded must still be the file the session ran."""
+    import hashlib
+
+    from inferloom.evidence.remeasure import RemeasureError, final_stack
+
+    patch = tmp_path / "fix.patch"
+    patch.write_text("--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-a\n+b\n")
+    a = FakeServer(works={PATCH_KNOB: "fix.patch"})
+    a.rung_stack = lambda cfg: {"overlay": {"patch_file": str(patch),
+                                            "patch_file_sha256": hashlib.sha256(patch.read_bytes()).hexdigest()}} \
+        if cfg[PATCH_KNOB] != "none" else {}
+    spec = SPEC.model_copy(update={"pinned": {"kv_space": 8}})  # the one trial left: fast_path (+20%), kept
+    st, _ = _ladder(tmp_path, a, spec)
+    assert st.stack["fast_path"] is True and st.stack[PATCH_KNOB] == "fix.patch"
+    spec, changes, _ = final_stack(tmp_path / "s")
+    assert spec.pinned[PATCH_KNOB] == "fix.patch" and PATCH_KNOB not in changes
+    patch.write_text(patch.read_text() + "+c\n")
+    with pytest.raises(RemeasureError, match="recovered stock can't be re-measured: .*fix.patch"):
+        final_stack(tmp_path / "s")

@@ -238,3 +238,24 @@ def test_the_deploy_command_starts_the_server_with_the_sessions_source_overlay(t
     assert any(f"{EP.ENGINE_PATCH_KNOB}=01-fast-step" in n and ov.digest[:16] in n for n in dep["notes"])
     stock = vllm_deploy(spec, {EP.ENGINE_PATCH_KNOB: "none"}, {}, entries)
     assert "PYTHONPATH" not in stock["code"] and not any("source overlay" in n for n in stock["notes"])
+
+
+def test_a_stock_recovered_on_an_enablement_rung_tries_no_engine_patch(tmp_path):
+    """Stock that started only on the ladder's rung 3-5 (its own source overlay, or another environment's
+    python): FRAMEWORK's engine patches would shadow that overlay, so the step records why it skips them, once,
+    and hands the tick to the configuration search."""
+    from types import SimpleNamespace
+
+    from inferloom.phases import framework_patches as FP
+
+    assert FP.rung_stack({"enablement_patch": "none", "enablement_env": "none", "x": 1}) is None
+    assert FP.rung_stack({"enablement_patch": "fix-llama.patch"}) == "enablement_patch=fix-llama.patch"
+    assert FP.rung_stack({"enablement_env": "vllm-0.33"}) == "enablement_env=vllm-0.33"
+    ledger, said, searched = L.Ledger(tmp_path), [], []
+    ctx = SimpleNamespace(ledger=ledger, progress=said.append)
+    st = SimpleNamespace(pending_action=None, stock_config={"enablement_patch": "fix-llama.patch"}, session_id="s")
+    for _ in range(2):
+        FP.engine_patch_step(ctx, st, lambda c, s: searched.append(s))
+    skipped = ledger.entries(FP.ORDER)
+    assert len(skipped) == 1 and skipped[0]["how"] == "skipped" and "enablement_patch=fix-llama.patch" in skipped[0]["why"]
+    assert len(searched) == 2 and len(said) == 1 and not ledger.entries(FP.PATCH)

@@ -9,7 +9,7 @@ API = {
                                  "resolve_config", "config_key", "ServerLogs", "RejectedFlags", "RecoveryOptions",
                                  "DeclaredProfile", "OwnQualityGate", "OwnObjective", "GreedyLogprobs",
                                  "ApproximateScores", "SourceTrees", "ServerReuse", "OPTIONAL_HOOKS", "CrossKnobRules",
-                                 "ImageOutputs", "BatchedProbes", "AAQuality", "EnginePatches", "EngineTables"},
+                                 "ImageOutputs", "BatchedProbes", "AAQuality", "EnginePatches", "EngineTables", "SourceRungs"},
     "inferloom.phases.context": {"Agents", "SessionOptions", "SessionContext", "WorkloadStrategy", "Step", "Progress"},
     "inferloom.phases.trial": {"Guard", "noise_floor_gain", "propose", "begin", "run_trial", "execute_trial",
                                "trial_record", "verdict_entry"},

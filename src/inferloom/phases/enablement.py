@@ -1,24 +1,38 @@
 """ENABLEMENT: entered only when the stock baseline fails. Classify the
 failure, then climb the ladder from least to most invasive; each rung and its
-result goes into the ledger. Rungs 1 (read-only diagnosis) and 2 (flag or
-environment change) work now; rungs 3-6 are declared, and a session that
-would need them stops with that stated as its reason. Recovered: back to
-PRELUDE to measure the new stock; not recovered: CLOSE."""
+result goes into the ledger (what was tried, the start's classified outcome,
+the duration, the quality probe, the stack it ran on). Rung 1: read-only
+diagnosis; rung 2: a flag or environment change; rungs 3-5 (an adapter with
+:class:`~inferloom.workloads.base.SourceRungs`, a server engine's
+``engine_ladder``): an in-tree engine patch, an alternate environment from a
+wheelhouse, an upstream diff, each started and probed; the first whose server
+starts, runs and passes :func:`rung_probe` is the new stock (its knobs, and so
+its overlay or python, carry into every later server). Rung 6 (rebuilding
+compiled components) is written down, never run (docs/enablement.md).
+Recovered: back to PRELUDE to measure the new stock; not recovered: CLOSE."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from inferloom.measure.quality import capture_reference, quality_prompt_sets, self_consistency
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.context import SessionContext
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState
-from inferloom.workloads.base import AdapterError, ConfigError, RecoveryOptions, resolve_config
+from inferloom.workloads.base import AdapterError, ConfigError, RecoveryOptions, SourceRungs, resolve_config
 
-__all__ = ["RUNGS", "FAILURE_KINDS", "NEXT_RUNG", "enablement_step", "climb", "recovery_options"]
+__all__ = ["RUNGS", "FAILURE_KINDS", "NEXT_RUNG", "REBUILD_ON_PAPER", "enablement_step", "climb", "recovery_options",
+           "rung_probe"]
 
-RUNGS = ("read-only diagnosis", "flag or environment change", "source patch", "alternate environment",
+RUNGS = ("read-only diagnosis", "flag or environment change", "in-tree patch", "alternate environment",
          "upstream diff", "rebuild")
+#: rung 6, written down and never run (docs/enablement.md, "Rung 6")
+REBUILD_ON_PAPER = ("written down, not run: rebuild the engine's compiled components (vLLM: its _C / _moe_C custom-op "
+                    "extensions, from its csrc/ for the device's architecture: TORCH_CUDA_ARCH_LIST=9.0 for an H200) "
+                    "with the toolchain its torch was built with, in a fresh virtualenv, then rung 4 with the wheel it "
+                    "gives: docs/enablement.md")
 
 # What a failed stock launch or run is classified as (server adapters classify
 # from the launch log: inferloom.workloads.server_process.classify_failure), and
@@ -82,35 +96,117 @@ def climb(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
             ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "change": change, "outcome": f"invalid: {exc}"},
                             key=_key("rung2", st.session_id, i))
             continue
-        ok, err = _smoke(ctx, cfg)
+        ok, err, _start, _ = _smoke(ctx, cfg)
+        ctx.record_server_starts()
         ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "change": change,
                                             "outcome": "runs" if ok else f"still fails: {err}"},
                         key=_key("rung2", st.session_id, i))
         ctx.progress(f"ENABLEMENT rung 2 {change}: {'runs' if ok else 'still fails'}")
         if ok:
+            st.extra.enablement_changes = {k: cfg[k] for k in cfg if cfg[k] != st.stock_config.get(k)}
             return cfg
     if not options:
         ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "failure_kind": kind,
                                             "outcome": f"no flag or environment change is known for '{kind}'"},
                         key=_key("rung2-none", st.session_id))
     need = NEXT_RUNG.get(kind, 3)
-    for r in range(3, 7):  # declared, not implemented: recorded so the ledger shows the whole ladder
-        ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": r, "name": RUNGS[r - 1], "failure_kind": kind,
-                                            "outcome": "declared, not available in this version"
-                                            + (": this failure needs it; stopping" if r == need else "")},
-                        key=_key(f"rung{r}", st.session_id))
-    st.stop_reason = (f"enablement: stock fails ({kind}: {str(error)[:300]}); rungs 1-2 did not recover "
-                      f"it and it needs rung {need} ({RUNGS[need - 1]}), which is not available yet")
+    if isinstance(ctx.adapter, SourceRungs):
+        for rung in (3, 4, 5):
+            found = _source_rung(ctx, st, rung, kind)
+            if found is not None:
+                return found
+    else:
+        for r in (3, 4, 5):
+            _record(ctx, st, r, "none", {"failure_kind": kind, "outcome": "nothing to try: the engine has no source "
+                                         "rungs (SourceRungs)"})
+    _record(ctx, st, 6, "paper", {"failure_kind": kind, "outcome": REBUILD_ON_PAPER})
+    st.stop_reason = (f"enablement: stock fails ({kind}: {str(error)[:300]}); rungs 1-5 did not recover it (its "
+                      f"classification points at rung {need} ({RUNGS[need - 1]})); rung 6 ({RUNGS[5]}) is written down, "
+                      "not run: docs/enablement.md")
     return None
 
 
-def _smoke(ctx: SessionContext, cfg: dict[str, Any]) -> tuple[bool, str | None]:
+def _record(ctx: SessionContext, st: SessionState, rung: int, tag: Any, body: dict[str, Any]) -> None:
+    ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": rung, "name": RUNGS[rung - 1], **body},
+                      key=_key(f"rung{rung}", st.session_id, tag))
+
+
+def _source_rung(ctx: SessionContext, st: SessionState, rung: int, kind: str) -> dict[str, Any] | None:
+    """Rung 3, 4 or 5: each candidate started on stock's configuration; the first whose server starts, runs and
+    passes the rung's quality probe is the new stock (recorded with its stack), else None."""
+    cands, why = ctx.adapter.source_rungs(rung)
+    if not cands:
+        _record(ctx, st, rung, "none", {"failure_kind": kind, "outcome": f"nothing to try: {why}"})
+        ctx.progress(f"ENABLEMENT rung {rung} ({RUNGS[rung - 1]}): nothing to try: {why}")
+        return None
+    for c in cands:
+        ctx.progress(f"ENABLEMENT rung {rung} ({RUNGS[rung - 1]}): trying {c['what']}")
+        t0 = time.perf_counter()
+        body: dict[str, Any] = {"tried": c["what"], "candidate": c["name"], "change": c["change"]}
+        try:
+            cfg = resolve_config(ctx.knobs, {**st.stock_config, **c["change"]}, st.pinned)
+        except ConfigError as exc:
+            cfg, ok, err, start = None, False, f"invalid: {exc}", "invalid"
+        else:
+            ok, err, start, probe = _smoke(ctx, cfg, probe=True)
+            body["quality_probe"] = probe
+        body.update({"start": start, "duration_s": round(time.perf_counter() - t0, 3)})
+        passed = ok and bool((body.get("quality_probe") or {}).get("passed"))
+        body["outcome"] = ("runs; quality probe passed" if passed else f"still fails: {err}" if not ok
+                           else f"runs, but the quality probe failed: {body['quality_probe'].get('why')}")
+        if ok and cfg is not None:
+            try:
+                body["stack"] = ctx.adapter.rung_stack(cfg)
+            except AdapterError as exc:
+                body["stack"] = {"error": str(exc)}
+        ctx.record_server_starts()
+        _record(ctx, st, rung, c["name"], {"failure_kind": kind, **body})
+        ctx.progress(f"ENABLEMENT rung {rung} {c['name']}: {body['outcome'][:300]} ({body['duration_s']:.1f} s)")
+        if passed and cfg is not None:
+            st.extra.enablement_changes = {k: cfg[k] for k in cfg if cfg[k] != st.stock_config.get(k)}
+            return cfg
+    return None
+
+
+def _smoke(ctx: SessionContext, cfg: dict[str, Any], probe: bool = False
+           ) -> tuple[bool, str | None, str, dict[str, Any] | None]:
+    """Start ``cfg`` and run it once: ``(runs, error, the start's classified outcome, the quality probe's
+    verdict when ``probe``)``. The start's outcome: ``healthy``, or the kind its failure was classified as
+    (a server's: ``server_process.classify_failure`` over its log; ``patch_refused``, ``engine_env``)."""
     try:
         h = ctx.adapter.prepare(cfg)
     except AdapterError as exc:
-        return False, str(exc)
+        return False, str(exc), exc.kind, None
     try:
         rec = ctx.adapter.run(h, 1)
-        return rec.success, rec.error
+        if not rec.success:
+            return False, rec.error, "healthy", None
+        return True, None, "healthy", (rung_probe(ctx, h) if probe else None)
     finally:
         ctx.adapter.release(h)
+
+
+def rung_probe(ctx: SessionContext, handle: Any) -> dict[str, Any]:
+    """The quality probe of a rung's server (stock never ran, so there is no stock output to compare with):
+    on the eval prompts, its greedy continuations and its teacher-forced log-probs of them must be well formed
+    (every prompt answered at full length, finite log-probs), agree with each other (the greedy token is the
+    argmax of its own forward pass at least ``quality.min_greedy_agreement`` of the time: a patch that breaks
+    decode against prefill fails), and not be one token repeated everywhere (a server that computes nothing)."""
+    q = ctx.spec.quality
+    try:
+        prompts = quality_prompt_sets(ctx.spec, ctx.adapter)["eval"]
+        ref = capture_reference(ctx.adapter, handle, "eval", prompts, q.continuation_len)
+        lp = ref.logprobs
+        checks = {
+            "answered": len(ref.continuations) == len(prompts) and all(len(c) == q.continuation_len
+                                                                       for c in ref.continuations),
+            "finite": bool(lp.max(-1).values.isfinite().all()),
+        }
+        agree = 1.0 - self_consistency(ref)["stock_path_flip_rate"]
+        checks["self_consistent"] = agree >= q.min_greedy_agreement
+        checks["not_constant"] = len({t for c in ref.continuations for t in c}) > 1
+    except Exception as exc:  # noqa: BLE001 - a probe that raises is a failed probe (recorded), not a crash
+        return {"passed": False, "why": f"the probe raised {type(exc).__name__}: {str(exc)[:300]}"}
+    failed = [k for k, v in checks.items() if not v]
+    return {"passed": not failed, "checks": checks, "greedy_self_agreement": agree, "prompts": len(prompts),
+            "why": ("failed: " + ", ".join(failed)) if failed else "all checks passed"}

@@ -32,6 +32,8 @@ from inferloom.phases.trial import begin, execute_trial, propose
 from inferloom.session import ledger as L
 from inferloom.session.state import SessionState
 from inferloom.workloads.base import ConfigError, EnginePatches, config_key, resolve_config
+from inferloom.workloads.engine_ladder import ENV_KNOB as LADDER_ENV
+from inferloom.workloads.engine_ladder import PATCH_KNOB as LADDER_PATCH
 from inferloom.workloads.vllm_engine_patches import patch_files, rank_patches
 
 __all__ = ["engine_patch_step", "ORDER", "PATCH", "TRY", "AGENT", "patch_order"]
@@ -82,11 +84,26 @@ def patch_order(ctx: SessionContext, st: SessionState) -> dict[str, Any]:
     return ctx.ledger.find(key) or entry
 
 
+def rung_stack(stock: Mapping[str, Any]) -> str | None:
+    """``knob=value`` of the enablement rung (3-5) stock was recovered on, None when stock started as given."""
+    return next((f"{k}={stock[k]}" for k in (LADDER_PATCH, LADDER_ENV) if str(stock.get(k, "none")) != "none"), None)
+
+
 def engine_patch_step(ctx: SessionContext, st: SessionState, config_search: Step) -> None:
     """One FRAMEWORK tick: the next engine patch while one is left untried (and the budget lasts), then
     ``config_search``."""
     if st.pending_action is not None and st.pending_action.action == TRY:
         _measure(ctx, st, dict(st.pending_action.params))
+        return
+    rung = rung_stack(st.stock_config)
+    if rung is not None:  # stock itself runs on an enablement rung's engine: no second source overlay over it
+        key = step_key("engine-patches-skipped", st.session_id)
+        if ctx.ledger.find(key) is None:
+            why = (f"stock runs on the enablement ladder's {rung}; an engine patch's overlay of the installed package "
+                   "would shadow it (two source overlays are not combined): the engine patches are not tried")
+            ctx.ledger.append(ORDER, {"order": [], "how": "skipped", "why": why}, key=key)
+            ctx.progress(f"FRAMEWORK: {why}")
+        config_search(ctx, st)
         return
     done = {e.get("id") for e in ctx.ledger.entries(PATCH)}
     nxt = next((r for r in patch_order(ctx, st)["order"] if r["id"] not in done), None)

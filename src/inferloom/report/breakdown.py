@@ -48,7 +48,9 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     proposals = {e.get("trial"): e for e in entries if e["kind"] == L.PROPOSAL}
     refusals = [e for e in entries if e["kind"] == L.REFUSAL]
     close = next((e for e in entries if e["kind"] == L.CLOSE), None)
-    stock = next((m for m in meas if m.get("action") == "measure_stock"), None)
+    # the stock that ran (after ENABLEMENT, a failed stock measurement comes first: no protocol, verdict failed)
+    stock = next((m for m in meas if m.get("action") == "measure_stock" and m.get("protocol")
+                  and m.get("verdict") != "failed"), None)
     final = next((m for m in meas if m.get("action") == "final_compare"), None)
     out: dict[str, Any] = {"schema_version": BREAKDOWN_SCHEMA_VERSION}
     by_seq = {m["seq"]: m for m in meas}
@@ -138,6 +140,10 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
         out["kb_write_failed"] = {"error": kb_fail.get("error"), "todo": kb_fail.get("todo"), "ledger_seq": kb_fail["seq"]}
     out.update(llm_breakdown(entries, (out.get("final") or {}).get("ratio")))  # only with LLM agents
     out.update(patch_breakdown(entries))  # source patches and the rollback drill (custom workloads)
+    rungs = [e for e in entries if e["kind"] == L.ENABLEMENT_RUNG]
+    if rungs:  # only then (stock failed): an older breakdown keeps exactly its keys
+        out["enablement"] = [{k: e.get(k) for k in ("rung", "name", "candidate", "start", "duration_s", "outcome")}
+                             | {"ledger_seq": e["seq"]} for e in rungs]
     never = stock_never_ran(entries)
     if never is not None:  # only then: a session that measured stock has the breakdown it always had
         out["stock_never_ran"] = never

@@ -47,6 +47,12 @@ def render_report(b: dict[str, Any], deploy: dict[str, Any] | None = None) -> st
     if kf:
         lines.append(f"- **Not filed in the knowledge base**: {kf.get('error')}; {kf.get('todo')} (ledger #{kf.get('ledger_seq')}).")
     lines += platform_lines(b.get("platform"))
+    if b.get("enablement"):  # stock failed: the ladder's rungs (docs/enablement.md)
+        lines += ["", "## Enablement: stock failed, the ladder", ""]
+        lines += [f"- rung {r['rung']} ({r['name']})" + (f" `{r['candidate']}`" if r.get("candidate") else "")
+                  + (f", start {r['start']}" if r.get("start") else "")
+                  + (f", {r['duration_s']:.1f} s" if r.get("duration_s") is not None else "")
+                  + f": {str(r.get('outcome'))[:300]} (ledger #{r['ledger_seq']})" for r in b["enablement"]]
     lines += ["", "## Kept, in order", ""]
     for a in b.get("action_path", []):
         lines.append(f"- trial {a['trial']} (cycle {a['cycle']}): `{changes_text(a['changes'])}` {pct(a['ratio'])} "

@@ -301,6 +301,9 @@ class SessionExtra(StateModel):
     run_options: RunOptions | None = None
     stock_failure: StockFailure | None = None
     enablement_round: int | None = None  # stock re-measured after ENABLEMENT this many times
+    # the knobs ENABLEMENT changed to make stock run (a rung-3/5 patch, a rung-4 environment, a rung-2 flag):
+    # part of stock from then on (verify --remeasure pins them)
+    enablement_changes: dict[str, Any] | None = None
     stock_objective: StockObjective | None = None
     # the changes of recipes that failed on similar workloads (priors that rank
     # proposals down): knob -> value, knob names vary by adapter

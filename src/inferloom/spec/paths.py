@@ -16,7 +16,7 @@ The fields (:data:`SPEC_DIR_PATHS`):
   ``.gguf`` file is resolved here like any path, and converted by the spec's
   validation), ``traffic.prompts`` (unless
   ``random``), ``traffic.trace``, ``quality.prompts_file``, ``custom.repo``,
-  ``custom.patches.dir``, ``serving.engine_patches``: files and directories;
+  ``custom.patches.dir``, ``serving.engine_patches``, ``serving.wheelhouse``: files and directories;
 * ``serving.python`` and the program of ``custom.patches.command`` (its first
   element): when they contain a ``/`` (a bare name such as ``python3`` is
   looked up on ``PATH``, as a shell does); a later element of
@@ -55,6 +55,7 @@ SPEC_DIR_PATHS: Mapping[str, str] = {
     "diffusion.prompts_file": "path",
     "serving.python": "program",
     "serving.engine_patches": "path",
+    "serving.wheelhouse": "path",
     "custom.repo": "path",
     "custom.patches.dir": "path",
     "custom.patches.command": "command",

@@ -9,9 +9,17 @@ itself sets (``--host``, ``--port``, ``--model``, ``--served-model-name``), run 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from inferloom.redact import is_secret_name
 
-__all__ = ["check_serving_env", "check_extra_args", "FIXED_FLAGS", "REFUSED_FLAGS", "NOT_SECRET"]
+__all__ = ["check_serving_env", "check_extra_args", "check_ladder_dir", "FIXED_FLAGS", "REFUSED_FLAGS", "NOT_SECRET",
+           "LADDER_FILES"]
+
+#: what the enablement ladder's directories must hold (docs/enablement.md)
+LADDER_FILES = {"engine_patches": ((".patch", ".diff"), "unified diffs against the engine's package"),
+                "wheelhouse": ((".whl",), "wheels of the alternate engine (and what it needs beyond the server's "
+                                          "environment)")}
 
 #: secret-looking names that are not secrets (their value is a setting)
 NOT_SECRET = frozenset({"TOKENIZERS_PARALLELISM"})
@@ -49,3 +57,17 @@ def check_extra_args(args: list[str]) -> list[str]:
             raise ValueError(f"{flag}: carries a secret, and a spec is written to disk; give the server its "
                              "secret through the environment instead (e.g. VLLM_API_KEY)")
     return args
+
+
+def check_ladder_dir(value: str | None, key: str) -> str | None:
+    """``serving.engine_patches`` / ``serving.wheelhouse``: an existing directory holding at least one file of its
+    kind (:data:`LADDER_FILES`), made absolute; ValueError (one line: what, why, what to do) otherwise."""
+    if value is None:
+        return None
+    exts, what = LADDER_FILES[key]
+    p = Path(value).expanduser()
+    if not p.is_dir():
+        raise ValueError(f"{value} is not a directory; serving.{key} names a directory of {what}")
+    if not any(f.is_file() and f.name.endswith(exts) for f in p.iterdir()):
+        raise ValueError(f"{value} holds no {' or '.join(exts)} file; put the {what} there, or leave serving.{key} out")
+    return str(p.resolve())

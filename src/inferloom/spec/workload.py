@@ -25,7 +25,7 @@ from inferloom.spec.fields import _n, _Strict, check_bounds, field_default
 from inferloom.spec.llm import AgentsSpec, LLMSpec
 from inferloom.spec.model import MODEL_HELP, resolve_model
 from inferloom.spec.paths import resolve_override, resolve_spec_paths
-from inferloom.spec.serving import check_extra_args, check_serving_env
+from inferloom.spec.serving import check_extra_args, check_ladder_dir, check_serving_env
 from inferloom.spec.traffic import REQUESTS_PER_CONCURRENCY, Traffic
 
 __all__ = [
@@ -167,12 +167,18 @@ class ServingSpec(_Strict):
     slo_tpot_ms: float | None = _n(None, 0, 3.6e6, "time-per-output-token SLO, ms", gt=True)
     slo_e2el_ms: float | None = _n(None, 0, 3.6e6, "end-to-end latency SLO, ms", gt=True)
     engine_patches: str | None = Field(None, description="framework: vllm: a directory of engine diffs (.patch / "
-                                       ".diff against vllm/..., e.g. upstream pull requests), each a candidate "
-                                       "through a copy-on-write overlay of the installed package (docs/kernels.md)")
+                                       ".diff against vllm/..., e.g. upstream pull requests): each a FRAMEWORK "
+                                       "candidate through a copy-on-write overlay of the installed package "
+                                       "(docs/kernels.md); when stock fails to start, the enablement ladder's rungs 3 "
+                                       "(in-tree) and 5 (upstream-* or 'Origin: upstream') (docs/enablement.md)")
+    wheelhouse: str | None = Field(
+        None, description="a directory of wheels: the enablement ladder's rung 4 installs them (pip --no-index "
+        "--only-binary :all:) into a virtualenv of its own and starts the server with its python (docs/enablement.md)")
 
     _env_ok = field_validator("env")(classmethod(lambda cls, v: check_serving_env(v)))
     _args_ok = field_validator("extra_args")(classmethod(lambda cls, v: check_extra_args(v)))
     _patches_ok = field_validator("engine_patches")(classmethod(lambda cls, v: check_engine_patches(v)))
+    _wheels_ok = field_validator("wheelhouse")(classmethod(lambda cls, v: check_ladder_dir(v, "wheelhouse")))
 
 
 class WorkloadSpec(_Strict):

@@ -36,14 +36,14 @@ from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_
 
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 from inferloom.workloads.image_hooks import ImageOutputs  # the image generator's hook, listed here too
-from inferloom.workloads.patch_hooks import EnginePatches  # the engine source patches' hook, too
+from inferloom.workloads.engine_hooks import EnginePatches, EngineTables, SourceRungs  # an engine's own files' hooks, too
 from inferloom.workloads.quality_hooks import AAQuality, BatchedProbes  # the quality contract's hooks, too
 
 __all__ = [
     "AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter", "resolve_config", "config_key",
     "ServerLogs", "RejectedFlags", "RecoveryOptions", "DeclaredProfile", "OwnQualityGate", "OwnObjective",
     "GreedyLogprobs", "ApproximateScores", "SourceTrees", "ServerReuse", "ImageOutputs", "BatchedProbes", "OPTIONAL_HOOKS",
-    "CrossKnobRules", "AAQuality", "EnginePatches", "EngineTables"
+    "CrossKnobRules", "AAQuality", "EnginePatches", "EngineTables", "SourceRungs"
 ]
 
 Platform = Literal["cpu", "cuda", "rocm"]
@@ -84,9 +84,10 @@ class Knob:
     changes_numerics: bool = False
     # Which phase may change it: FRAMEWORK (serving configuration) or KERNEL
     # (a kernel replacement, proposed only by the KERNEL phase's backend after
-    # its correctness and microbenchmark gates), or PATCH (an engine source
-    # patch, proposed only by FRAMEWORK's engine-patch step after the patch gates).
-    phase: Literal["FRAMEWORK", "KERNEL", "PATCH"] = "FRAMEWORK"
+    # its correctness and microbenchmark gates), PATCH (an engine source patch,
+    # proposed only by FRAMEWORK's engine-patch step after the patch gates), or
+    # ENABLEMENT (the enablement ladder's rungs 3-5 only).
+    phase: Literal["FRAMEWORK", "KERNEL", "PATCH", "ENABLEMENT"] = "FRAMEWORK"
 
     def domain_text(self) -> str:
         if self.kind == "bool":
@@ -384,16 +385,6 @@ class CrossKnobRules(Protocol):
     def config_refusal(self, config: Mapping[str, Any]) -> str | None: ...
 
 
-@runtime_checkable
-class EngineTables(Protocol):
-    """An adapter whose configurations hand the engine tables it built for this workload and device (vLLM's
-    tuned fused-MoE configs: ``moe_configs=tuned``), which a KB recipe keeps with its winner (the tables'
-    content, ``winner.evidence.engine_tables``: knob -> tables). ``replay_tables(tables)``: a later session's
-    warm replay gives them back, and the next servers use them instead of building them again."""
-
-    def replay_tables(self, tables: Mapping[str, Any]) -> None: ...
-
-
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
                                     OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ServerReuse,
-                                    CrossKnobRules, ImageOutputs, BatchedProbes, AAQuality, EnginePatches, EngineTables)
+                                    CrossKnobRules, ImageOutputs, BatchedProbes, AAQuality, EnginePatches, EngineTables, SourceRungs)

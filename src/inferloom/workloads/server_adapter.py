@@ -44,7 +44,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from inferloom.frameworks import described
 from inferloom.workloads.base import AdapterError, Knob, RunRecord, config_key, resolve_config
+from inferloom.workloads.engine_ladder import EngineLadder
 from inferloom.workloads.handle_pool import HandlePool
 from inferloom.workloads.prompts import random_prompts
 from inferloom.workloads.server_flags import ServerFlags, without_dropped
@@ -99,6 +101,9 @@ class ServerAdapter:
         self._texts.validate()  # a bad text source (no tokenizer, nothing to encode): one line, before anything runs
         self._trace = ServerTrace(spec, self.model_dir, self.vocab_size, lambda: self._texts.tokenizer)
         self._trace.validate()  # traffic.trace read and checked (vllm_trace): a bad one is one line, exit 2
+        fw = described(self.name)  # the enablement ladder's rungs 3-5 (engine_ladder): two ENABLEMENT knobs
+        self.ladder = EngineLadder(spec, fw.engine_package if fw else None, fw.engine_distributions if fw else (),
+                                   self.log_dir, lambda m: self.progress(m))
 
     # ------------------------------------------------------- the engine's
     def static_knobs(self) -> list[Knob]:
@@ -167,6 +172,7 @@ class ServerAdapter:
     def _knobs(self) -> list[Knob]:
         if self._space is None:
             self._space, self._dropped, self._notes = self.filter(self._static, self.server_flags())
+            self._space += self.ladder.knobs()
             self._tell_flags()
         return self._space
 
@@ -249,12 +255,28 @@ class ServerAdapter:
         cid = config_key(cfg)
         hid = f"{next(self._counter):02d}-{hashlib.sha1(cid.encode()).hexdigest()[:8]}"
         port = free_port()
-        h, record = start_server(hid, cfg, cid, self.launch_argv(cfg, port), port, self.log_dir() / f"{hid}.log",
+        h, record = start_server(hid, cfg, cid, self.ladder.launch(cfg, *self.launch_argv(cfg, port), not self.launches_overlays), port,
+                                 self.log_dir() / f"{hid}.log",
                                  self.spec.serving.startup_timeout_s, self.progress, self.rejected_flags, reason,
                                  self._memory.get(), hooks=self.start_hooks)
         self._handles[hid] = h
         self.after_start(h, record)
         return h, record
+
+    launches_overlays = False  # the engine's launch_argv puts ladder_overlays(cfg) on PYTHONPATH itself (vLLM's)
+
+    def ladder_overlays(self, cfg: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The source overlay of ``cfg``'s enablement rung (rungs 3 and 5), for an engine that launches overlays."""
+        return self.ladder.overlays(cfg)
+
+    def source_rungs(self, rung: int) -> tuple[list[dict[str, Any]], str]:
+        """SourceRungs: rung ``rung``'s candidates and, when there are none, why."""
+        cands = self.ladder.candidates(rung)
+        return cands, "" if cands else self.ladder.why_none(rung)
+
+    def rung_stack(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """SourceRungs: the overlay and the environment a server of ``config`` starts with."""
+        return self.ladder.stack(config)
 
     def pool_key(self, cfg: Mapping[str, Any]) -> str:
         """The identity under which a started server is reused: its configuration (an engine adds what else

@@ -142,4 +142,5 @@ def start_server(hid: str, cfg: dict[str, Any], cid: str, launch: tuple[list[str
                "memory_share": share.to_dict() if share is not None else None,
                "memory_env": {k: env[k] for k in hooks.memory_env if k in env},
                "log": server.log_path.name, "port": port,
-               **({"overlays": origin["overlays"]} if origin.get("overlays") else {})}
+               **({"overlays": origin["overlays"]} if origin.get("overlays") else {}),
+               **({"engine_env": origin["engine_env"]} if origin.get("engine_env") else {})}

@@ -68,6 +68,7 @@ class VLLMAdapter(ServerAdapter):
 
     overlays: tuple[OverlayDir, ...] = ()  # engine overlays the next servers start with (set_overlays)
     _moe: MoEConfigs | None = None
+    launches_overlays = True  # overlays_of (the enablement rung's source overlay too) goes through launch_command
     engine_patch_knob = ENGINE_PATCH_KNOB  # EnginePatches: serving.engine_patches, one source overlay per value
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -138,7 +139,8 @@ class VLLMAdapter(ServerAdapter):
         self.overlays = tuple(overlays)
 
     def overlays_of(self, cfg: Mapping[str, Any]) -> tuple[OverlayDir, ...]:
-        """The overlays a server for ``cfg`` starts with: those set (``set_overlays``), the source overlay its
+        """The overlays a server for ``cfg`` starts with: the source overlay of the stock's enablement rung
+        (``engine_ladder``), if any, those set (``set_overlays``), the source overlay its
         ``engine_patch`` knob names (``vllm_engine_patches``), the plugin its ``kernel_plugin`` knob names
         (``vllm_kernel_overlays``) and the fused-MoE config folder its ``moe_configs`` names
         (``vllm_moe_knob``), built under the log directory's ``overlays/``."""
@@ -152,7 +154,7 @@ class VLLMAdapter(ServerAdapter):
             moe = self.moe().overlays(cfg, root) if str(cfg.get(MOE_KNOB, "stock")) != "stock" else []
         except InferloomError as exc:
             raise AdapterError(f"{MOE_KNOB}={cfg[MOE_KNOB]}: {exc}", kind="engine_overlay") from None
-        return self.overlays + source + tuple(overlays_for(cfg, root)) + tuple(moe)
+        return self.ladder_overlays(cfg) + self.overlays + source + tuple(overlays_for(cfg, root)) + tuple(moe)
 
     def _source(self, name: str) -> OverlayDir:
         if name not in self._sources:
