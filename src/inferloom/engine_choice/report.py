@@ -4,6 +4,7 @@ run's measurement (its pairs in ``engines_pairs.jsonl``)."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -69,7 +70,7 @@ def render_markdown(res: Mapping[str, Any]) -> str:
                 "protocol's keep rule tests that expectation).", "",
                 f"- {m['n_pairs']} interleaved pairs (AB, BA, ...), fresh prompts per pair (seed {m['seed_base']} + "
                 f"pair index), {m['settings']['warmup_runs']} warm-up run(s) each, untimed",
-                f"- medians: A {number(sorted(va)[len(va) // 2])}, B {number(sorted(vb)[len(vb) // 2])} {unit}",
+                f"- medians: A {number(statistics.median(va))}, B {number(statistics.median(vb))} {unit}",
                 f"- protocol: {m['verdict']}; B/A {ratio_x(m['protocol']['decision']['ratio'])} "
                 f"[{ratio_x(m['protocol']['decision']['ci_low'])}, {ratio_x(m['protocol']['decision']['ci_high'])}]"
                 f" ({m['protocol']['decision'].get('reason') or m['protocol']['decision'].get('stop') or ''})",
