@@ -193,3 +193,39 @@ def test_the_same_final_stack_on_both_sides_is_no_measured_difference(two, tmp_p
     res = json.loads((out / "engines.json").read_text())
     assert res["decision"]["outcome"] == "no_difference" and res["recommendation"]["deploy"] is None
     assert "No measured difference" in (out / "engines.md").read_text()
+
+
+class _DiesAfter(SyntheticAdapter):
+    """A synthetic engine whose runs fail from its ``n``-th on (a server that died mid-measurement)."""
+
+    def __init__(self, n, **kw):
+        super().__init__(**kw)
+        self.n, self.k = n, 0
+
+    def run(self, handle, seed):
+        self.k += 1
+        rec = super().run(handle, seed)
+        if self.k >= self.n:
+            rec.success, rec.error = False, "crash: server is not running"
+        return rec
+
+
+def test_an_engine_that_dies_mid_measurement_is_exit_1_with_why(two, tmp_path, monkeypatch):
+    import inferloom.engine_choice.choose as C
+
+    real = C.make_adapter
+    made = []
+
+    def make(spec):  # the second engine built dies on its 3rd run (warm-up, pair 1, then pair 2)
+        made.append(_DiesAfter(3, seed=spec.seed) if made else real(spec))
+        return made[-1]
+
+    monkeypatch.setattr(C, "make_adapter", make)
+    out = tmp_path / "out"
+    assert cli.main(["engines", str(two[2]), str(two[0]), "--out", str(out), "--quiet"]) == 1
+    res = json.loads((out / "engines.json").read_text())
+    assert res["decision"]["outcome"] == "failed" and "server is not running" in res["decision"]["why"]
+    assert res["measurement"]["n_pairs"] == 1 and res["recommendation"]["deploy"] is None
+    md = (out / "engines.md").read_text()
+    assert "No choice: the measurement failed" in md and "1 pair(s) completed before the measurement failed" in md
+    assert len([x for x in (out / "engines_pairs.jsonl").read_text().splitlines() if '"kind": "pair"' in x]) == 1

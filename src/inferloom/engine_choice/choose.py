@@ -24,16 +24,17 @@ def read_comparable(directories: Sequence[str | Path]) -> list[EngineSession]:
 
 def choose_engine(sessions: Sequence[EngineSession], out: Path, *, max_pairs: int | None = None,
                   progress: Callable[[str], None] = lambda _m: None,
-                  make: Callable[[Any], Any] = make_adapter) -> dict[str, Any]:
+                  make: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """Measure and write (``out`` is created); returns the result (``engines.json``'s content) with
-    ``files``: the paths written."""
+    ``files``: the paths written. ``make(spec)`` builds each engine's adapter (default: the framework's own,
+    :func:`inferloom.workloads.registry.make_adapter`)."""
     out.mkdir(parents=True, exist_ok=True)
     a, b = sessions
     for s in sessions:
         r = s.row()
         progress(f"{s.name}: stock {r['stock_median']:,.1f} (ledger #{r['stock_seq']}), final stack "
                  f"{r['final_changes'] or '(stock)'} x{r['final_ratio']:.3f} over stock; precision {r['precision']}")
-    m = measure_engines(a, b, out, max_pairs=max_pairs, progress=progress, make=make)
+    m = measure_engines(a, b, out, max_pairs=max_pairs, progress=progress, make=make or make_adapter)
     res = build_result(sessions, m)
     j, md = write_report(out, res)
     res["files"] = [str(md), str(j), str(out / m["pairs_file"])]

@@ -64,16 +64,19 @@ def render_markdown(res: Mapping[str, Any]) -> str:
                    f"{_pct(r['roofline_stock'])} -> {_pct(r['roofline_final'])} | {r['precision']} | {q} |")
     out += ["", "The medians above were measured in two sessions, apart: they are not compared with each other. "
             "The comparison is the next section's.", "", "## The two final stacks, paired against each other", ""]
-    if m.get("n_pairs"):
+    look = (m.get("protocol") or {}).get("decision")
+    if m.get("n_pairs") and not look:
+        out.append(f"{m['n_pairs']} pair(s) completed before the measurement failed, before the protocol's first look: "
+                   f"{m.get('error')}. Their raw records are in `{m['pairs_file']}`.")
+    elif m.get("n_pairs"):
         va, vb = m["values_a"], m["values_b"]
         out += [f"A = {m['baseline']}, B = {m['candidate']} (the faster by the sessions' own medians, so the "
                 "protocol's keep rule tests that expectation).", "",
                 f"- {m['n_pairs']} interleaved pairs (AB, BA, ...), fresh prompts per pair (seed {m['seed_base']} + "
                 f"pair index), {m['settings']['warmup_runs']} warm-up run(s) each, untimed",
                 f"- medians: A {number(statistics.median(va))}, B {number(statistics.median(vb))} {unit}",
-                f"- protocol: {m['verdict']}; B/A {ratio_x(m['protocol']['decision']['ratio'])} "
-                f"[{ratio_x(m['protocol']['decision']['ci_low'])}, {ratio_x(m['protocol']['decision']['ci_high'])}]"
-                f" ({m['protocol']['decision'].get('reason') or m['protocol']['decision'].get('stop') or ''})",
+                f"- protocol: {m['verdict']}; B/A {ratio_x(look['ratio'])} [{ratio_x(look['ci_low'])}, "
+                f"{ratio_x(look['ci_high'])}] ({look.get('reason') or look.get('stop') or ''})",
                 f"- decision: {d['why']}",
                 f"- raw records: `{m['pairs_file']}` (one line per pair: both runs' records, value_a, value_b, "
                 "log_ratio; the decision re-derives from the log-ratios)"]
