@@ -35,7 +35,7 @@ from inferloom.measure.keep_rule import aa_floor
 from inferloom.measure.metrics import get_metric
 from inferloom.redact import redact
 from inferloom.spec import objective_label
-from inferloom.workloads.base import AdapterError
+from inferloom.workloads.base import AdapterError, ApproximateScores
 from inferloom.workloads.registry import make_adapter
 
 __all__ = ["PAIRS_FILE", "settings_for", "orient", "measure_engines", "quality_agreement"]
@@ -99,7 +99,8 @@ def quality_agreement(ref_s: EngineSession, ref_ad: Any, ref_h: Any, other_ad: A
                       progress: Progress) -> dict[str, Any]:
     """The other engine's outputs against the reference engine's (its greedy continuations and teacher-forced
     log-probabilities on the reference session's eval and held-out prompts), judged by the reference session's
-    contract over its own A/A floor. Failures are data: a probe that raises, or two engines whose probes can't be
+    contract over its own A/A floor. The reference is the first session's engine, unless only the other one's
+    scores are exact (an in-process engine's full distribution against a server's top-k). Failures are data: a probe that raises, or two engines whose probes can't be
     compared (another vocabulary), give ``evaluated: False`` and why."""
     t0 = time.perf_counter()
     spec = ref_s.spec
@@ -172,8 +173,13 @@ def measure_engines(a: EngineSession, b: EngineSession, out: Path, *, max_pairs:
         res.update({"protocol": prot, "verdict": pres.verdict, "error": pres.error, "n_pairs": len(pres.pairs),
                     "values_a": [p.value_a for p in pres.pairs], "values_b": [p.value_b for p in pres.pairs]})
         if pres.verdict != "failed":
-            (ref_ad, ref_h), (oth_ad, oth_h) = made if base is a else made[::-1]
-            res["quality"] = quality_agreement(a, ref_ad, ref_h, oth_ad, oth_h, progress)
+            (ad_a, h_a), (ad_b, h_b) = made if base is a else made[::-1]
+            if isinstance(ad_a, ApproximateScores) and not isinstance(ad_b, ApproximateScores):
+                # the exact distribution is the reference: a server's top-k rows (uniform tail) as the reference
+                # would charge the other engine's true tail as disagreement (mean_kl)
+                res["quality"] = quality_agreement(b, ad_b, h_b, ad_a, h_a, progress)
+            else:
+                res["quality"] = quality_agreement(a, ad_a, h_a, ad_b, h_b, progress)
     except AdapterError as exc:
         res.update({"verdict": "failed", "error": str(exc), "error_kind": exc.kind})
         progress(f"engines: failed: {exc}")
