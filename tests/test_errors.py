@@ -25,7 +25,7 @@ EXIT_CODES = {
     "StateError": 2, "ManifestError": 2, "LedgerError": 2, "KBError": 2, "ExportError": 2,
     "InconsistentSession": 2, "PartialLedger": 2, "KBPasswordMissing": 2,
     "InputError": 2, "SessionDataError": 2, "SandboxUnavailable": 2, "VerifyError": 2, "PromoteError": 2,
-    "RemeasureError": 2, "RebuildError": 2, "LLMSetupError": 2, "ReplayWithoutLLM": 2, "KBUnavailable": 2, "FleetError": 2,
+    "RemeasureError": 2, "RebuildError": 2, "EngineChoiceError": 2, "LLMSetupError": 2, "ReplayWithoutLLM": 2, "KBUnavailable": 2, "FleetError": 2,
     "InvalidBudget": 2, "PinError": 2, "UnknownFramework": 2, "ImportRefused": 2, "WrittenKernelError": 2,
     "GGUFError": 2, "ModelNotFetched": 2, "TraceError": 2, "EngineOverlayError": 2, "EngineEnvError": 2, "VenvError": 2,
     "AdapterError": 1, "LaunchError": 1, "MoETuningError": 1, "PatchSourceError": 1, "ModelFetchError": 1,

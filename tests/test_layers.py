@@ -5,8 +5,9 @@
   kernel into an engine is the engine's: ``workloads/engine_*.py``);
 * ``inferloom.measure`` imports no phase and no adapter: of ``workloads`` only ``workloads.base`` (the
   Protocols, ``RunRecord``, ``Knob``); a caller passes the adapter it measures;
-* the bench job (``inferloom.bench``) and the evidence code (``inferloom.evidence``) import nothing from
-  ``inferloom.phases`` (the paired comparison they use is ``measure/compare.py``).
+* the bench job (``inferloom.bench``), the evidence code (``inferloom.evidence``) and the engine choice
+  (``inferloom.engine_choice``) import nothing from ``inferloom.phases`` (the paired comparison they use is
+  ``measure/compare.py``).
 
 Every import counts: module-level ones, function-local ones and those made by name through a module-level
 table (``benchmarks/import_graph.py``'s functions, as ``tests/test_architecture.py`` uses them).
@@ -44,8 +45,9 @@ RULES = (
     Rule("measure", "measure/ imports no phase and, of workloads/, only workloads.base",
          lambda m: _under(m, "measure"),
          lambda t: _under(t, "phases") or (_under(t, "workloads") and t != f"{ROOT}.workloads.base")),
-    Rule("bench-evidence", "the bench job and evidence/ import nothing from phases/",
-         lambda m: m == f"{ROOT}.bench" or _under(m, "evidence"), lambda t: _under(t, "phases")),
+    Rule("bench-evidence", "the bench job, evidence/ and engine_choice/ import nothing from phases/",
+         lambda m: m == f"{ROOT}.bench" or _under(m, "evidence") or _under(m, "engine_choice"),
+         lambda t: _under(t, "phases")),
 )
 
 

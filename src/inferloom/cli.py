@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "promote": "inferloom.commands.promote",
     "fleet": "inferloom.commands.fleet",
     "models": "inferloom.commands.models",
+    "engines": "inferloom.commands.engines",
 }
 
 #: commands whose input is a session directory (``args.dir``): a payload of the wrong shape in one of
@@ -237,6 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="GPUs of the embedded Ray (default: this machine's)")
     fl.add_argument("--plan", action="store_true", help="print the planned sessions and their order; run nothing")
     fl.add_argument("--quiet", action="store_true", help="no progress lines")
+    en = sub.add_parser("engines", help="which serving engine to deploy: two closed sessions of one workload (one per "
+                        "engine), their final stacks paired against each other (docs/engines.md)")
+    en.add_argument("sessions", nargs="+", metavar="SESSION_DIR", help="two closed session directories, one per "
+                    "engine, of the same workload, from one machine and day")
+    en.add_argument("--out", metavar="DIR", help="where engines.md, engines.json and engines_pairs.jsonl go (new or "
+                    "empty; default runs/engines-<time>)")
+    en.add_argument("--max-pairs", type=number_in(int, 3, 200), metavar="N", help="at most N pairs (default: the "
+                    "first session's protocol)")
+    en.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
 
 

@@ -49,7 +49,7 @@ from inferloom.workloads.engine_ladder import check_session_stack
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
 
-__all__ = ["RemeasureError", "remeasure", "final_stack"]
+__all__ = ["RemeasureError", "remeasure", "final_stack", "restore_engine_files"]
 
 
 class RemeasureError(InferloomError, ValueError):
@@ -78,6 +78,14 @@ def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     if not final.get("ledger_seq") or not changes:
         raise RemeasureError(f"{d}: nothing was kept (the final stack is stock); there is no headline ratio to "
                              "re-measure")
+    restore_engine_files(d, spec, changes)
+    return spec, changes, final
+
+
+def restore_engine_files(d: Path, spec: Any, changes: dict[str, Any]) -> None:
+    """What the final stack's ``changes`` need of the session's files before its engine is built again: a kept
+    LLM-written kernel registered as the session did (sha256-checked), the engine overlays (a vLLM kernel plugin)
+    rebuilt from the knobs and checked. :class:`RemeasureError` (one line) when one can't be."""
     if changes.get(written.KNOB, "none") != "none":  # a kept LLM-written kernel: registered as the session did
         try:
             written_set.restore_checked(d, [str(changes[written.KNOB])])  # each member of a combination
@@ -88,7 +96,6 @@ def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
         _engines.session_overlays(framework(spec.framework), d, changes, L.read_entries(d))
     except InferloomError as exc:
         raise RemeasureError(f"{d}: the final stack's engine overlays can't be re-measured: {exc}") from None
-    return spec, changes, final
 
 
 def _custom_child(d: Path, spec: WorkloadSpec) -> dict[str, Any]:
