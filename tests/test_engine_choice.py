@@ -139,7 +139,7 @@ def test_an_out_dir_holding_an_earlier_choice_is_refused(two, tmp_path, capsys):
 
 def test_the_command_measures_the_final_stacks_and_names_the_faster(two, tmp_path, capsys):
     out = tmp_path / "out"
-    rc = cli.main(["engines", str(two[2]), str(two[0]), "--out", str(out), "--max-pairs", "12"])
+    rc = cli.main(["engines", str(two[2]), str(two[0]), "--out", str(out), "--max-pairs", "12", "--trust-session"])
     assert rc == 0
     cap = capsys.readouterr()
     res = json.loads((out / "engines.json").read_text())
@@ -189,7 +189,7 @@ def test_the_decision_reads_the_keep_rule_in_both_directions():
 def test_the_same_final_stack_on_both_sides_is_no_measured_difference(two, tmp_path):
     out = tmp_path / "out"
     assert read_session(two[0]).final_config == read_session(two[1]).final_config
-    assert cli.main(["engines", str(two[0]), str(two[1]), "--out", str(out), "--max-pairs", "6", "--quiet"]) == 0
+    assert cli.main(["engines", str(two[0]), str(two[1]), "--out", str(out), "--max-pairs", "6", "--quiet", "--trust-session"]) == 0
     res = json.loads((out / "engines.json").read_text())
     assert res["decision"]["outcome"] == "no_difference" and res["recommendation"]["deploy"] is None
     assert "No measured difference" in (out / "engines.md").read_text()
@@ -222,10 +222,20 @@ def test_an_engine_that_dies_mid_measurement_is_exit_1_with_why(two, tmp_path, m
 
     monkeypatch.setattr(C, "make_adapter", make)
     out = tmp_path / "out"
-    assert cli.main(["engines", str(two[2]), str(two[0]), "--out", str(out), "--quiet"]) == 1
+    assert cli.main(["engines", str(two[2]), str(two[0]), "--out", str(out), "--quiet", "--trust-session"]) == 1
     res = json.loads((out / "engines.json").read_text())
     assert res["decision"]["outcome"] == "failed" and "server is not running" in res["decision"]["why"]
     assert res["measurement"]["n_pairs"] == 1 and res["recommendation"]["deploy"] is None
     md = (out / "engines.md").read_text()
     assert "No choice: the measurement failed" in md and "1 pair(s) completed before the measurement failed" in md
     assert len([x for x in (out / "engines_pairs.jsonl").read_text().splitlines() if '"kind": "pair"' in x]) == 1
+
+
+def test_without_trust_session_it_says_what_it_would_run_and_measures_nothing(two, tmp_path, capsys):
+    """Measuring runs what the sessions' files name (as verify --remeasure): said first, run only when asked."""
+    out = tmp_path / "out"
+    assert cli.main(["engines", str(two[2]), str(two[0]), "--out", str(out), "--quiet"]) == 1
+    said = capsys.readouterr().out
+    assert said.count("was written by someone else's inferloom run") == 2
+    assert str(two[0]) in said and str(two[2]) in said and "add --trust-session" in said
+    assert not out.exists()

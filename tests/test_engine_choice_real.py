@@ -59,7 +59,7 @@ def test_a_vllm_session_and_a_transformers_session_measured_against_each_other(t
         assert st.phase == Phase.DONE, (name, st.stop_reason)
         dirs[name] = tmp_path / name
     out = tmp_path / "choice"
-    rc = cli.main(["engines", str(dirs["vllm"]), str(dirs["transformers"]), "--out", str(out), "--max-pairs", "3"])
+    rc = cli.main(["engines", str(dirs["vllm"]), str(dirs["transformers"]), "--out", str(out), "--max-pairs", "3", "--trust-session"])
     cap = capsys.readouterr()
     assert rc == 0, cap.err[-3000:]
     res = json.loads((out / "engines.json").read_text())

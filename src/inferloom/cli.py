@@ -246,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "empty; default runs/engines-<time>)")
     en.add_argument("--max-pairs", type=number_in(int, 3, 200), metavar="N", help="at most N pairs (default: the "
                     "first session's protocol)")
+    en.add_argument("--trust-session", action="store_true", help="run what the sessions' files name (their servers, "
+                    "written kernels, engine overlays): without it, say what that is and measure nothing")
     en.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
 

@@ -1,7 +1,10 @@
 """``inferloom engines SESSION_DIR SESSION_DIR --out DIR [--max-pairs N]``: which serving engine to deploy for one
 workload (:mod:`inferloom.engine_choice`). The sessions are read and checked, and ``--out`` too, before anything
 runs: two sessions that are not one workload on one machine and day, or not closed, are one line, exit 2, nothing
-written. The measurement failing is exit 1 (engines.md says why); a decision, either way, is exit 0."""
+written. Measuring runs what the sessions' files name (their servers, written kernels, engine overlays), so, as
+``verify --remeasure``, it first says what that is and runs it only with ``--trust-session`` (exit 1 without it,
+nothing written; docs/security.md). The measurement failing is exit 1 (engines.md says why); a decision, either way,
+is exit 0."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import Any
 
 from inferloom.commands.common import UsageError, output_dir, progress_printer
 from inferloom.engine_choice import choose_engine, read_comparable
+from inferloom.evidence.trust import TRUST_FLAG, plan_lines
 
 __all__ = ["run", "OWN_FILES"]
 
@@ -27,6 +31,13 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
     if held:
         raise UsageError(f"--out {out}: already holds {', '.join(held)} of an earlier engine choice; choose a new or "
                          "empty directory (nothing was written)")
+    if not args.trust_session:  # the sessions' authors' code: said first, run only when the user says so
+        for s in sessions:
+            for line in plan_lines(s.directory):
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
+        console.print(f"not measured: add {TRUST_FLAG} once you have read what it runs (docs/security.md)",
+                      highlight=False, markup=False, soft_wrap=True)
+        return 1
     res = choose_engine(sessions, out, max_pairs=args.max_pairs, progress=progress_printer(args, err))
     rec = res["recommendation"]
     console.print(rec["headline"], highlight=False, markup=False, soft_wrap=True)
