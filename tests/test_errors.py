@@ -27,7 +27,7 @@ EXIT_CODES = {
     "InputError": 2, "SessionDataError": 2, "SandboxUnavailable": 2, "VerifyError": 2, "PromoteError": 2,
     "RemeasureError": 2, "RebuildError": 2, "LLMSetupError": 2, "ReplayWithoutLLM": 2, "KBUnavailable": 2, "FleetError": 2,
     "InvalidBudget": 2, "PinError": 2, "UnknownFramework": 2, "ImportRefused": 2, "WrittenKernelError": 2,
-    "GGUFError": 2, "ModelNotFetched": 2, "TraceError": 2, "EngineOverlayError": 2,
+    "GGUFError": 2, "ModelNotFetched": 2, "TraceError": 2, "EngineOverlayError": 2, "NoServerProfiler": 2,
     "AdapterError": 1, "LaunchError": 1, "PatchSourceError": 1, "ModelFetchError": 1,
     # caught where raised (TokenCountError: a failed run; MemoryShareError: vllm_servers turns it into
     # AdapterError(kind="oom")); exit 1 if one ever escaped
