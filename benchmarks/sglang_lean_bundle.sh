@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Build, here, a lean SGLang 0.5.17 bundle for the H200 device (Python 3.12, torch 2.11.0+cu130 there), as
+# tar.xz + SHA256 split into parts that fit a device call beside the repository (issue 32 item 5; the model:
+# ../shared/gpu/vllm-lean-bundle.sh).
+#
+#   bash benchmarks/sglang_lean_bundle.sh [DEST] [--fa3]       # DEST default .whl/sglang (git-ignored)
+#   bash benchmarks/sglang_lean_bundle.sh DEST --site DIR       # pack DIR as the site (no download: tests)
+#
+# DEST/cN/ (N = 0, 1, ...) each hold one part lean-sglang.tar.xz.part-NN; the last also SHA256. With --fa3,
+# DEST/fa3/cN/ hold the optional FA3 add-on (sgl_kernel/flash_ops.abi3.so alone: SGLang's default attention
+# backend on Hopper) the same way (fa3-sglang.tar.xz.part-NN, SHA256 in the last). The device side is
+# benchmarks/gpu_sglang_session.sh's `bundle` step (one part folder per call, back to back; it checks, unpacks
+# into /tmp/sglang-site and writes /tmp/sglang-py).
+#
+# What goes in: the wheels of benchmarks/sglang-0.5.17-lean-deps.txt (the server's import closure less what
+# the image has; the file says how it was found), installed for cp312 by pip's platform flags.
+# What is dropped (`du` of each, 2026-12-04, below in DROPS):
+#   sgl_kernel/flash_ops.abi3.so   1,071 MiB: FlashAttention 3/4 (the fa3/fa4 attention backends; SGLang picks fa3
+#                                  by default on Hopper for Llama). Without it the server must be told
+#                                  --attention-backend triton (examples/sglang-h200/ does). --fa3 builds it as an
+#                                  add-on carried separately.
+#   sgl_kernel/sm100/              Blackwell's common_ops (the H200 is sm90: load_utils picks sgl_kernel/sm90/).
+#   sgl_kernel/flashmla_ops.abi3.so  FlashMLA (MLA models: DeepSeek), imported under try.
+#   sgl_kernel/infllm_ops*.so      InfLLM-v2 attention (MiniCPM), loaded lazily by infllm_v2/_loader.py.
+#   xgrammar/lib/libxgrammar.a     the static library (for C++ builds; Python loads libxgrammar_bindings.so).
+#   flashinfer/data/{cutlass,cccl,csrc,include,spdlog}  flashinfer's JIT sources and headers: the JIT needs nvcc,
+#                                  which the image lacks (torch's wheels ship none); the lean bundle serves with
+#                                  triton attention and the pytorch sampler (flashinfer's sampling kernels are JIT
+#                                  too), both named in the example spec.
+#   bin/, */__pycache__            console scripts, byte code.
+# Measured here on 2026-12-04 (this machine: 2 cores; see MEASURED at the end for this run's own numbers):
+#   SIZES_LINE
+set -euo pipefail
+DEST=.whl/sglang FA3=0 FROM=
+while [ $# -gt 0 ]; do case "$1" in
+  --fa3) FA3=1; shift;;
+  --site) [ -d "${2:-}" ] || { echo "sglang_lean_bundle: --site needs a directory (got '${2:-}')"; exit 2; }; FROM=$2; shift 2;;
+  -*) echo "sglang_lean_bundle: unknown option $1 (expected --fa3 or --site DIR)"; exit 2;;
+  *) DEST=$1; shift;; esac; done
+HERE=$(cd "$(dirname "$0")" && pwd)
+PART=${PART:-44M}  # a device call carries <= 64 MiB with the repository (~16 MiB)
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+PLAT="--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
+if [ -n "$FROM" ]; then cp -r "$FROM" "$W/site"; (cd "$W/site" && ls) > "$W/wheels.txt"; else
+echo "sglang_lean_bundle: downloading the wheels of $HERE/sglang-0.5.17-lean-deps.txt"
+grep -v '^\s*#' "$HERE/sglang-0.5.17-lean-deps.txt" | grep -v '^\s*$' > "$W/deps.txt"
+python3 -m pip download -q --no-deps $PLAT -d "$W/whl" -r "$W/deps.txt" 2>&1 | grep -v "is ignored" || true
+[ "$(ls "$W"/whl/*.whl | wc -l)" -eq "$(wc -l < "$W/deps.txt")" ] || {
+  echo "sglang_lean_bundle: $(ls "$W"/whl/*.whl | wc -l) wheels for $(wc -l < "$W/deps.txt") requirements: pip download failed"; exit 1; }
+echo "sglang_lean_bundle: installing $(ls "$W"/whl/*.whl | wc -l) wheels for cp312 into a staging site"
+python3 -m pip install -q --no-index --no-deps --no-compile $PLAT --abi cp312 --abi abi3 --abi none --target "$W/site" "$W"/whl/*.whl
+(cd "$W/whl" && ls *.whl) > "$W/wheels.txt"; fi
+S=$W/site
+DROPS=(sgl_kernel/flash_ops.abi3.so sgl_kernel/sm100 sgl_kernel/flashmla_ops.abi3.so xgrammar/lib/libxgrammar.a
+       flashinfer/data/cutlass flashinfer/data/cccl flashinfer/data/csrc flashinfer/data/include flashinfer/data/spdlog bin)
+for d in "${DROPS[@]}" sgl_kernel/infllm_ops*.so; do
+  for p in $S/$d; do [ -e "$p" ] && echo "  drop ${p#$S/} $(du -sm "$p" | cut -f1) MiB"; done; done | tee "$W/dropped.txt"
+if [ "$FA3" = 1 ]; then mkdir -p "$W/fa3/sgl_kernel" && cp "$S/sgl_kernel/flash_ops.abi3.so" "$W/fa3/sgl_kernel/"; fi
+for d in "${DROPS[@]}"; do rm -rf "${S:?}/$d"; done; rm -f "$S"/sgl_kernel/infllm_ops*.so
+find "$S" -name __pycache__ -type d -prune -exec rm -rf {} +
+cp "$W/wheels.txt" "$S/BUNDLE-wheels.txt"; cp "$W/dropped.txt" "$S/BUNDLE-dropped.txt"  # what the bundle holds
+echo "sglang_lean_bundle: $(du -sm "$S" | cut -f1) MiB unpacked; compressing (xz -6, ~10 min on 2 cores)"
+
+pack() {  # pack NAME SRC OUTDIR: NAME.tar.xz of SRC, SHA256, parts NAME.tar.xz.part-NN into OUTDIR/cN
+  local name=$1 src=$2 out=$3
+  tar -C "$src" -cf - . | xz -6 -T"${XZ_THREADS:-2}" > "$W/$name.tar.xz"
+  (cd "$W" && sha256sum "$name.tar.xz" > "$name.SHA256")
+  rm -rf "$out" && mkdir -p "$out"
+  (cd "$W" && split -b "$PART" -d -a 2 "$name.tar.xz" "$name.tar.xz.part-")
+  local i=0 p; for p in "$W/$name".tar.xz.part-*; do mkdir -p "$out/c$i"; mv "$p" "$out/c$i/"; i=$((i+1)); done
+  mv "$W/$name.SHA256" "$out/c$((i-1))/SHA256"
+  echo "sglang_lean_bundle: $name.tar.xz $(du -m "$W/$name.tar.xz" | cut -f1) MiB in $i part(s) of <= $PART: $out/c0..c$((i-1))"
+  rm -f "$W/$name.tar.xz"
+}
+mkdir -p "$DEST"
+pack lean-sglang "$S" "$DEST/lean"
+if [ "$FA3" = 1 ]; then pack fa3-sglang "$W/fa3" "$DEST/fa3"; else rm -rf "$DEST/fa3"; fi
+# the lean parts directly under DEST/cN (what the session script's default looks for)
+rm -rf "$DEST"/c[0-9]*; for c in "$DEST"/lean/c*; do mv "$c" "$DEST/"; done; rmdir "$DEST/lean"
+cp "$W/wheels.txt" "$DEST/wheels.txt"; cp "$W/dropped.txt" "$DEST/dropped.txt"
+du -sm "$DEST"/c* "$DEST"/fa3/c* 2>/dev/null || true
