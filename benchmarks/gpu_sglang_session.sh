@@ -29,23 +29,26 @@
 #     vllm-row NAME  same-day stock vLLM row: `inferloom bench` A/A of stock vLLM (3 pairs) on the same workload
 #                    (examples/llama-3.1-8b-h200-vllm.yaml), detached; `follow NAME` prints it (~4.5 min)
 #
-# A call carries at most 64 MiB with the repository (~16 MiB), so the bundle travels in parts of 44 MiB, one
-# per call, back to back (the machine goes back after 30 s idle, and /tmp with it). Measured sizes of the
-# parts: benchmarks/sglang_lean_bundle.sh's header. The device plan for the next session (expected minutes in
-# brackets; <= 25 device minutes with the machine's start; env for every call:
-#   SPEC=examples/sglang-h200/llama-3.1-8b-h200-sglang.yaml BUDGET_MIN=15 MAX_TRIALS=8 OPTIMIZE_ARGS=--no-sweep):
-#   call 1   carry [".whl/sglang/c0", ".whl/py"]   bundle wheels model                          [2.5]
-#            (machine start ~1 min; part 00; pydantic & co. into /tmp/site; the model directory on the GPU ~40 s)
-#   call 2   carry [".whl/sglang/c1"]              bundle check help start sg follow sg         [9.5]
-#            (part 01 + SHA256: unpack (~20 s), the import check, --help (~40 s); then the session starts
-#            detached and this call follows it to its end)
+# A call carries at most 64 MiB with the repository (19.2 MiB tracked on 2026-12-04), so the bundle travels in
+# parts of 40 MiB, one per call, back to back (the machine goes back after 30 s idle, and /tmp with it).
+# Measured here on 2026-12-04 (benchmarks/sglang_lean_bundle.sh's header): lean-sglang.tar.xz 67 MiB = .whl/sglang/c0
+# (40 MiB) + c1 (27 MiB + SHA256); .whl/py (pydantic, optuna, sqlalchemy; gpu_vllm_session.sh's header) 8.7 MiB.
+# Per call: 59.2 MiB (c0), 54.9 MiB (c1 + .whl/py). The device plan for the next session (expected minutes in
+# brackets; <= 25 device minutes with the machine's start); env for every call:
+#   SPEC=examples/sglang-h200/llama-3.1-8b-h200-sglang.yaml BUDGET_MIN=15 MAX_TRIALS=8 OPTIMIZE_ARGS=--no-sweep
+#   call 1   carry [".whl/sglang/c0"]              bundle                                       [1.5]
+#            (machine start ~1 min; part 00 into /tmp/sgl)
+#   call 2   carry [".whl/sglang/c1", ".whl/py"]   bundle wheels model check help start sg follow sg   [9.5]
+#            (part 01 + SHA256: check, unpack ~20 s, /tmp/sglang-py; pydantic & co. into /tmp/site; the model
+#            directory built on the GPU ~40 s; the import check ~30 s; --help ~40 s; then the session starts
+#            detached (attention_backend pinned to triton: no FA3) and this call follows it)
 #   call 3   (no carry)                            follow sg                                    [9.5]
 #   call 4   (no carry, only if call 3 said "still running")  follow sg                        [<= 3]
-#   (~22-25 device minutes; the session's own 15 min + CLOSE are calls 2-4)
-# Optional, after it (not within the 25 minutes; the machine must still be warm, else carry the SGLang parts
-# again): vLLM's row of the same day and machine: calls carrying .whl/vllm/c0..c5 (gpu_vllm_session.sh's
-# header: 6 parts of 44 MiB) with `vbundle` [0.4 each]; the last with `.whl/py` too: `vbundle vllm-row vr
-# follow vr` [5]. And the profile: `profile sp` [3].
+#   (~21-24 device minutes; the session's own 15 min + CLOSE are calls 2-4, the first server start included)
+# Optional, after it (beyond the 25 minutes; the machine still warm): vLLM's row of the same day and machine,
+# six calls carrying .whl/vllm/c0..c5 (gpu_vllm_session.sh's header) with `vbundle` [0.4 each], the last with
+# .whl/py too: `vbundle vllm-row vr follow vr` [5]; and `profile sp` [3]. SGLang's real default (FA3) needs the
+# add-on: .whl/sglang/fa3/cN carried with `bundle`, one per call, before `start` (FA3_PARTS parts).
 # If a call's import check names a missing module: add its wheel to the deps file, rebuild, carry again.
 # When the machine went back between calls: unpack the last $OUT/NAME.tgz into .gpu/ here (`tar xzf NAME.tgz
 # -C .gpu`), carry the bundle parts again (calls 1-2) and .gpu/NAME with `start NAME`: it resumes from that copy.
@@ -76,19 +79,32 @@ fa3_addon() {  # the optional FA3 add-on (sgl_kernel/flash_ops.abi3.so), carried
   unpack fa3 "$VL/fa3" fa3-sglang && echo "fa3: $SITE/sgl_kernel/flash_ops.abi3.so ($(du -sh "$SITE/sgl_kernel/flash_ops.abi3.so" | cut -f1))"
 }
 
-check() {  # import the server's closure; each missing module on its own line
+check() {  # import the server's closure in one process (torch once); each missing module on its own line
   [ -x "$VPY" ] || { echo "check: $VPY is missing: run the bundle step first"; return 1; }
-  local m missing=0; : > "$OUT/sglang-import-check.txt"
-  for m in $CHECK_MODULES; do
-    if (cd / && "$VPY" -c "import $m" > /tmp/sgl-check.err 2>&1); then echo "check: import $m ok"
-    else missing=1; echo "check: import $m FAILED: $(grep -E "Error|error" /tmp/sgl-check.err | tail -1)" \
-      | tee -a "$OUT/sglang-import-check.txt"; fi
-  done
-  (cd / && "$VPY" -c "import torch, transformers, sglang, importlib.metadata as md
-print('check: torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__,
-      'sglang', md.version('sglang'), 'sglang-kernel', md.version('sglang-kernel'))") | tee -a "$OUT/sglang-import-check.txt"
-  [ $missing -eq 0 ] || echo "check: add each failing import's wheel to benchmarks/sglang-0.5.17-lean-deps.txt, rebuild" \
-                             "(benchmarks/sglang_lean_bundle.sh) and carry the parts again"
+  local t0=$SECONDS mods=$CHECK_MODULES
+  [ -f "$SITE/sgl_kernel/flash_ops.abi3.so" ] && mods="$mods sgl_kernel.flash_attn"  # the FA3 add-on loads
+  (cd / && "$VPY" - $mods <<'PY'
+import importlib, importlib.metadata as md, sys
+bad = 0
+for m in sys.argv[1:]:
+    try:
+        importlib.import_module(m)
+        print(f"check: import {m} ok")
+    except Exception as exc:  # noqa: BLE001 - each failure is a line to read, the next module still checked
+        bad += 1
+        print(f"check: import {m} FAILED: {type(exc).__name__}: {exc}")
+try:
+    import torch, transformers
+    print("check: torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__,
+          "sglang", md.version("sglang"), "sglang-kernel", md.version("sglang-kernel"))
+except Exception as exc:  # noqa: BLE001
+    print(f"check: versions unreadable: {type(exc).__name__}: {exc}")
+if bad:
+    print("check: add each failing import's wheel to benchmarks/sglang-0.5.17-lean-deps.txt, rebuild"
+          " (benchmarks/sglang_lean_bundle.sh) and carry the parts again")
+PY
+  ) 2>&1 | tee "$OUT/sglang-import-check.txt" | grep -v "^\s*$"
+  echo "check: $((SECONDS - t0)) s"
   return 0  # a missing module is for the next build; the session's own start will say the same
 }
 

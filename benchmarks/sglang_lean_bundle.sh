@@ -17,19 +17,23 @@
 # What is dropped (`du` of each, 2026-12-04, below in DROPS):
 #   sgl_kernel/flash_ops.abi3.so   1,071 MiB: FlashAttention 3/4 (the fa3/fa4 attention backends; SGLang picks fa3
 #                                  by default on Hopper for Llama). Without it the server must be told
-#                                  --attention-backend triton (examples/sglang-h200/ does). --fa3 builds it as an
-#                                  add-on carried separately.
+#                                  --attention-backend triton (gpu_sglang_session.sh pins attention_backend=triton).
+#                                  --fa3 builds it as an add-on carried separately, its sm80/sm86 cubins (513 of
+#                                  its 1,071 MiB) zeroed by benchmarks/fatbin_keep_arch.py (FA3_KEEP=90).
 #   sgl_kernel/sm100/              Blackwell's common_ops (the H200 is sm90: load_utils picks sgl_kernel/sm90/).
 #   sgl_kernel/flashmla_ops.abi3.so  FlashMLA (MLA models: DeepSeek), imported under try.
 #   sgl_kernel/infllm_ops*.so      InfLLM-v2 attention (MiniCPM), loaded lazily by infllm_v2/_loader.py.
 #   xgrammar/lib/libxgrammar.a     the static library (for C++ builds; Python loads libxgrammar_bindings.so).
 #   flashinfer/data/{cutlass,cccl,csrc,include,spdlog}  flashinfer's JIT sources and headers: the JIT needs nvcc,
-#                                  which the image lacks (torch's wheels ship none); the lean bundle serves with
-#                                  triton attention and the pytorch sampler (flashinfer's sampling kernels are JIT
-#                                  too), both named in the example spec.
+#                                  which the image lacks (torch's wheels ship none), so the flashinfer attention
+#                                  backend is out too; greedy sampling (inferloom's requests are temperature 0)
+#                                  takes SGLang's argmax path, not flashinfer's JIT sampling kernels.
 #   bin/, */__pycache__            console scripts, byte code.
-# Measured here on 2026-12-04 (this machine: 2 cores; see MEASURED at the end for this run's own numbers):
-#   SIZES_LINE
+# Measured here on 2026-12-04 (2 shared cores): 72 wheels, 495 MiB downloaded (sglang-kernel 0.4.5: 365 MiB), 1,647 MiB
+# installed, 379 MiB after the drops; lean-sglang.tar.xz 67 MiB = 2 parts (c0 40 MiB, c1 27 MiB + SHA256); the FA3
+# add-on fa3-sglang.tar.xz FA3_SIZE. Versions: sglang 0.5.17, sglang-kernel 0.4.5, transformers 5.12.1,
+# flashinfer-python 0.6.15.post1, apache-tvm-ffi 0.1.11, xgrammar 0.2.1, torchvision 0.26.0, openai 2.6.1 (the rest:
+# DEST/wheels.txt). Download ~1 min, install ~30 s, xz of the lean site ~5-10 min here. Not yet run on the H200.
 set -euo pipefail
 DEST=.whl/sglang FA3=0 FROM=
 while [ $# -gt 0 ]; do case "$1" in
@@ -38,7 +42,7 @@ while [ $# -gt 0 ]; do case "$1" in
   -*) echo "sglang_lean_bundle: unknown option $1 (expected --fa3 or --site DIR)"; exit 2;;
   *) DEST=$1; shift;; esac; done
 HERE=$(cd "$(dirname "$0")" && pwd)
-PART=${PART:-44M}  # a device call carries <= 64 MiB with the repository (~16 MiB)
+PART=${PART:-40M}  # a device call carries <= 64 MiB with the repository (19.2 MiB tracked on 2026-12-04) and .whl/py (8.7)
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 PLAT="--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
 if [ -n "$FROM" ]; then cp -r "$FROM" "$W/site"; (cd "$W/site" && ls) > "$W/wheels.txt"; else
@@ -55,7 +59,9 @@ DROPS=(sgl_kernel/flash_ops.abi3.so sgl_kernel/sm100 sgl_kernel/flashmla_ops.abi
        flashinfer/data/cutlass flashinfer/data/cccl flashinfer/data/csrc flashinfer/data/include flashinfer/data/spdlog bin)
 for d in "${DROPS[@]}" sgl_kernel/infllm_ops*.so; do
   for p in $S/$d; do [ -e "$p" ] && echo "  drop ${p#$S/} $(du -sm "$p" | cut -f1) MiB"; done; done | tee "$W/dropped.txt"
-if [ "$FA3" = 1 ]; then mkdir -p "$W/fa3/sgl_kernel" && cp "$S/sgl_kernel/flash_ops.abi3.so" "$W/fa3/sgl_kernel/"; fi
+if [ "$FA3" = 1 ]; then  # the add-on: FA3's library with only the H200's (sm90) cubins left loadable
+  mkdir -p "$W/fa3/sgl_kernel" && cp "$S/sgl_kernel/flash_ops.abi3.so" "$W/fa3/sgl_kernel/"
+  python3 "$HERE/fatbin_keep_arch.py" "$W/fa3/sgl_kernel/flash_ops.abi3.so" --keep "${FA3_KEEP:-90}"; fi
 for d in "${DROPS[@]}"; do rm -rf "${S:?}/$d"; done; rm -f "$S"/sgl_kernel/infllm_ops*.so
 find "$S" -name __pycache__ -type d -prune -exec rm -rf {} +
 cp "$W/wheels.txt" "$S/BUNDLE-wheels.txt"; cp "$W/dropped.txt" "$S/BUNDLE-dropped.txt"  # what the bundle holds
