@@ -48,7 +48,8 @@
 # Optional, after it (beyond the 25 minutes; the machine still warm): vLLM's row of the same day and machine,
 # six calls carrying .whl/vllm/c0..c5 (gpu_vllm_session.sh's header) with `vbundle` [0.4 each], the last with
 # .whl/py too: `vbundle vllm-row vr follow vr` [5]; and `profile sp` [3]. SGLang's real default (FA3) needs the
-# add-on: .whl/sglang/fa3/cN carried with `bundle`, one per call, before `start` (FA3_PARTS parts).
+# add-on: .whl/sglang/fa3/cN carried with `bundle`, one per call, before `start`
+# (<= 6 parts of 40 MiB: <= 6 more calls of ~0.4 min).
 # If a call's import check names a missing module: add its wheel to the deps file, rebuild, carry again.
 # When the machine went back between calls: unpack the last $OUT/NAME.tgz into .gpu/ here (`tar xzf NAME.tgz
 # -C .gpu`), carry the bundle parts again (calls 1-2) and .gpu/NAME with `start NAME`: it resumes from that copy.

@@ -31,7 +31,8 @@
 #   bin/, */__pycache__            console scripts, byte code.
 # Measured here on 2026-12-04 (2 shared cores): 72 wheels, 495 MiB downloaded (sglang-kernel 0.4.5: 365 MiB), 1,647 MiB
 # installed, 379 MiB after the drops; lean-sglang.tar.xz 67 MiB = 2 parts (c0 40 MiB, c1 27 MiB + SHA256); the FA3
-# add-on fa3-sglang.tar.xz FA3_SIZE. Versions: sglang 0.5.17, sglang-kernel 0.4.5, transformers 5.12.1,
+# add-on (sm90 cubins only) 1,071 MiB unpacked, 203 MiB as deflate-6 (so <= 6 parts; its xz not measured: too slow
+# here on the loaded machine). Versions: sglang 0.5.17, sglang-kernel 0.4.5, transformers 5.12.1,
 # flashinfer-python 0.6.15.post1, apache-tvm-ffi 0.1.11, xgrammar 0.2.1, torchvision 0.26.0, openai 2.6.1 (the rest:
 # DEST/wheels.txt). Download ~1 min, install ~30 s, xz of the lean site ~5-10 min here. Not yet run on the H200.
 set -euo pipefail
