@@ -29,12 +29,12 @@
 #                                  backend is out too; greedy sampling (inferloom's requests are temperature 0)
 #                                  takes SGLang's argmax path, not flashinfer's JIT sampling kernels.
 #   bin/, */__pycache__            console scripts, byte code.
-# Measured here on 2026-12-04 (2 shared cores): 72 wheels, 495 MiB downloaded (sglang-kernel 0.4.5: 365 MiB), 1,647 MiB
-# installed, 379 MiB after the drops; lean-sglang.tar.xz 67 MiB = 2 parts (c0 40 MiB, c1 27 MiB + SHA256); the FA3
-# add-on (sm90 cubins only) 1,071 MiB unpacked, 203 MiB as deflate-6 (so <= 6 parts; its xz not measured: too slow
-# here on the loaded machine). Versions: sglang 0.5.17, sglang-kernel 0.4.5, transformers 5.12.1,
-# flashinfer-python 0.6.15.post1, apache-tvm-ffi 0.1.11, xgrammar 0.2.1, torchvision 0.26.0, openai 2.6.1 (the rest:
-# DEST/wheels.txt). Download ~1 min, install ~30 s, xz of the lean site ~5-10 min here. Not yet run on the H200.
+# Measured here on 2026-12-04 (2 shared cores; this script in 4 min 37 s): 73 wheels, 495 MiB downloaded (sglang-kernel
+# 0.4.5: 365 MiB), 1,647 MiB installed, 379 MiB after the drops; lean-sglang.tar.xz 66.6 MiB = 2 parts (c0 40.0 MiB,
+# c1 26.6 MiB + SHA256); the FA3 add-on (sm90 cubins only) 1,071 MiB unpacked, fa3-sglang.tar.xz 122.2 MiB = 4 parts
+# (40, 40, 40, 2.2 MiB; its xz took 20 min here). Versions: sglang 0.5.17, sglang-kernel 0.4.5, transformers 5.12.1,
+# flashinfer-python 0.6.15.post1, apache-tvm-ffi 0.1.11, xgrammar 0.2.1, torchvision 0.26.0, openai 2.6.1, fastapi
+# 0.136.3 (the rest: DEST/wheels.txt). Not yet run on the H200 (docs/sglang.md: what was checked here).
 set -euo pipefail
 DEST=.whl/sglang FA3=0 FROM=
 while [ $# -gt 0 ]; do case "$1" in
