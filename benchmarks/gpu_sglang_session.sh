@@ -31,9 +31,9 @@
 #
 # A call carries at most 64 MiB with the repository (19.2 MiB tracked on 2026-12-04), so the bundle travels in
 # parts of 40 MiB, one per call, back to back (the machine goes back after 30 s idle, and /tmp with it).
-# Measured here on 2026-12-04 (benchmarks/sglang_lean_bundle.sh's header): lean-sglang.tar.xz 66.6 MiB = .whl/sglang/c0
-# (40.0 MiB) + c1 (26.6 MiB + SHA256); .whl/py (pydantic, optuna, sqlalchemy; gpu_vllm_session.sh's header) 8.7 MiB.
-# Per call: 59.2 MiB (c0), 54.5 MiB (c1 + .whl/py). The device plan for the next session (expected minutes in
+# Measured here on 2026-12-04 (benchmarks/sglang_lean_bundle.sh's header): lean-sglang.tar.xz 68.7 MiB = .whl/sglang/c0
+# (40.0 MiB) + c1 (28.7 MiB + SHA256); .whl/py (pydantic, optuna, sqlalchemy; gpu_vllm_session.sh's header) 8.7 MiB.
+# Per call: 59.2 MiB (c0), 56.6 MiB (c1 + .whl/py). The device plan for the next session (expected minutes in
 # brackets; <= 25 device minutes with the machine's start); env for every call:
 #   SPEC=examples/sglang-h200/llama-3.1-8b-h200-sglang.yaml BUDGET_MIN=15 MAX_TRIALS=8 OPTIMIZE_ARGS=--no-sweep
 #   call 1   carry [".whl/sglang/c0"]              bundle                                       [1.5]
@@ -49,7 +49,7 @@
 # six calls carrying .whl/vllm/c0..c5 (gpu_vllm_session.sh's header) with `vbundle` [0.4 each], the last with
 # .whl/py too: `vbundle vllm-row vr follow vr` [5]; and `profile sp` [3]. SGLang's real default (FA3) needs the
 # add-on: .whl/sglang/fa3/c0..c3 (40, 40, 40, 2.2 MiB) carried with `bundle`, one per call, before `start` (c3 fits
-# beside call 2's carry: 56.7 MiB; so 3 more calls of ~0.4 min, between calls 1 and 2).
+# beside call 2's carry: 58.8 MiB; so 3 more calls of ~0.4 min, between calls 1 and 2).
 # If a call's import check names a missing module: add its wheel to the deps file, rebuild, carry again.
 # When the machine went back between calls: unpack the last $OUT/NAME.tgz into .gpu/ here (`tar xzf NAME.tgz
 # -C .gpu`), carry the bundle parts again (calls 1-2) and .gpu/NAME with `start NAME`: it resumes from that copy.

@@ -13,7 +13,8 @@
 # into /tmp/sglang-site and writes /tmp/sglang-py).
 #
 # What goes in: the wheels of benchmarks/sglang-0.5.17-lean-deps.txt (the server's import closure less what
-# the image has; the file says how it was found), installed for cp312 by pip's platform flags.
+# the image has; the file says how it was found; tokenizers 0.22.2 for transformers 5.12.1's import-time version
+# check), installed for cp312 by pip's platform flags.
 # What is dropped (`du` of each, 2026-12-04, below in DROPS):
 #   sgl_kernel/flash_ops.abi3.so   1,071 MiB: FlashAttention 3/4 (the fa3/fa4 attention backends; SGLang picks fa3
 #                                  by default on Hopper for Llama). Without it the server must be told
@@ -29,9 +30,9 @@
 #                                  backend is out too; greedy sampling (inferloom's requests are temperature 0)
 #                                  takes SGLang's argmax path, not flashinfer's JIT sampling kernels.
 #   bin/, */__pycache__            console scripts, byte code.
-# Measured here on 2026-12-04 (2 shared cores; this script in 4 min 37 s): 73 wheels, 495 MiB downloaded (sglang-kernel
-# 0.4.5: 365 MiB), 1,647 MiB installed, 379 MiB after the drops; lean-sglang.tar.xz 66.6 MiB = 2 parts (c0 40.0 MiB,
-# c1 26.6 MiB + SHA256); the FA3 add-on (sm90 cubins only) 1,071 MiB unpacked, fa3-sglang.tar.xz 122.2 MiB = 4 parts
+# Measured here on 2026-12-04 (2 shared cores; this script in about 5 min): 74 wheels, 495 MiB downloaded (sglang-kernel
+# 0.4.5: 365 MiB), 1,647 MiB installed, 389 MiB after the drops; lean-sglang.tar.xz 68.7 MiB = 2 parts (c0 40.0 MiB,
+# c1 28.7 MiB + SHA256); the FA3 add-on (sm90 cubins only) 1,071 MiB unpacked, fa3-sglang.tar.xz 122.2 MiB = 4 parts
 # (40, 40, 40, 2.2 MiB; its xz took 20 min here). Versions: sglang 0.5.17, sglang-kernel 0.4.5, transformers 5.12.1,
 # flashinfer-python 0.6.15.post1, apache-tvm-ffi 0.1.11, xgrammar 0.2.1, torchvision 0.26.0, openai 2.6.1, fastapi
 # 0.136.3 (the rest: DEST/wheels.txt). Not yet run on the H200 (docs/sglang.md: what was checked here).
