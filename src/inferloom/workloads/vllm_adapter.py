@@ -65,6 +65,7 @@ class VLLMAdapter(ServerAdapter):
     probe_score = staticmethod(score_logprobs)
     score_note = SCORE_APPROXIMATION
     recovery_table = staticmethod(recovery_options)
+    server_profiler = "vllm"  # /start_profile .. /stop_profile (measure/server_profile.py)
 
     overlays: tuple[OverlayDir, ...] = ()  # engine overlays the next servers start with (set_overlays)
     _moe: MoEConfigs | None = None
