@@ -37,7 +37,7 @@ from typing import Any, Mapping
 
 from inferloom.measure.records import Evidence
 
-__all__ = ["FLOOR_GATE", "FLOOR_MARGIN", "aa_floor", "keep_threshold", "clears_floor", "session_keep",
+__all__ = ["FLOOR_GATE", "FLOOR_MARGIN", "aa_floor", "keep_threshold", "clears_floor", "rollback_band", "session_keep",
            "MALFORMED_RULING", "KEEP_WITHOUT_EVIDENCE", "KeepVerdict", "decide"]
 
 #: the A/A sets a floor only when ``|log ratio_AA|`` exceeds this fraction of its interval's half width
@@ -68,6 +68,19 @@ def aa_floor(noise: Mapping[str, Any] | None) -> float:
 def keep_threshold(min_gain: float, floor: float) -> float:
     """The ratio a kept interval's lower end must exceed: ``(1 + min_gain) * (1 + floor)``."""
     return (1.0 + float(min_gain)) * (1.0 + float(floor))
+
+
+def rollback_band(decision: Mapping[str, Any], noise_floor: Mapping[str, Any] | None, *, min_gain: float,
+                  floor: float) -> tuple[bool, list[float], float]:
+    """A rollback drill's test, ``(within, band, tolerance)``: "back within the noise floor" means the rolled-back vs stock
+    interval (``decision``'s ``ci_low`` / ``ci_high``) meets the band stock measured against itself (the A/A
+    interval, ``noise_floor``), widened to at least the keep threshold (``min_gain`` and the ``floor`` together: a
+    difference no keep could claim) either side of x1; False without an interval."""
+    tol = keep_threshold(min_gain, floor) - 1.0
+    nf = noise_floor or {}
+    band = [min(float(nf.get("ci_low") or 1.0), 1 - tol), max(float(nf.get("ci_high") or 1.0), 1 + tol)]
+    lo, hi = decision.get("ci_low"), decision.get("ci_high")
+    return lo is not None and hi is not None and lo <= band[1] and hi >= band[0], band, tol
 
 
 def clears_floor(ci_low: Any, *, min_gain: float, floor: float) -> bool:

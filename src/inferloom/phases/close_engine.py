@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from inferloom.measure.compare import compare
-from inferloom.measure.keep_rule import keep_threshold
+from inferloom.measure.keep_rule import rollback_band
 from inferloom.measure.protocol import with_prior
 from inferloom.phases.close import final_compare
 from inferloom.phases.common import seed_base, step_key
@@ -56,11 +56,8 @@ def _drill(ctx: SessionContext, st: SessionState, knob: str, value: str) -> None
     clean, checked = rollback_check(kept.get("overlay") or {}, config_key(st.stock_config),
                                     ctx.ledger.entries(L.SERVER_START))
     d = (res.get("protocol") or {}).get("decision") or {}
-    tol = keep_threshold(ctx.spec.protocol.min_gain, noise_floor_gain(st)) - 1.0
-    nf = st.noise_floor or {}
-    band = [min(float(nf.get("ci_low") or 1.0), 1 - tol), max(float(nf.get("ci_high") or 1.0), 1 + tol)]
+    within, band, tol = rollback_band(d, st.noise_floor, min_gain=ctx.spec.protocol.min_gain, floor=noise_floor_gain(st))
     lo, hi = d.get("ci_low"), d.get("ci_high")
-    within = lo is not None and hi is not None and lo <= band[1] and hi >= band[0]
     passed = bool(clean and res.get("verdict") not in (None, "failed") and within)
     why = (f"{checked}; the objective is back within the noise floor" if passed else
            (checked if not clean else res.get("error") or ("the measurement has no interval" if lo is None or hi is None

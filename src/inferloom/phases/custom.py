@@ -36,21 +36,16 @@ in its own tree) and the rollback drill.
 
 from __future__ import annotations
 
-from typing import Mapping
-
-from inferloom.patches.critic import RulePatchCritic
 from inferloom.patches.effect import check_effect, scratch_effect
 from inferloom.patches.parse import PatchRefusal, parse_patch
 from inferloom.patches.policy import PatchPolicy, check_policy
 from inferloom.patches.source import PatchCandidate
-from inferloom.phases.common import jsonable as _jsonable
 from inferloom.phases.common import step_key as _key
 from inferloom.phases.context import SessionContext, Step
 from inferloom.phases.custom_sources import next_candidate
 from inferloom.phases.custom_stack import source_state, source_trees, workspace
 from inferloom.phases.custom_trial import patch_trial, refuse_patch
-from inferloom.phases.trial import begin, propose
-from inferloom.session import ledger as L
+from inferloom.phases.trial import begin, patch_critic, propose
 from inferloom.session.state import SessionState
 
 __all__ = ["patch_framework_step"]
@@ -96,18 +91,7 @@ def _gates(ctx: SessionContext, st: SessionState, cand: PatchCandidate, agent: s
         check_effect(parsed, scratch_effect(ws.repo, source_state(st).stack, cand.data, ws.root / "scratch"), policy,
                      max_files=pol.max_files, max_changed_lines=pol.max_changed_lines)
         gate = "critic"
-        critic = (ctx.agents.patch_critic_factory or RulePatchCritic)()
-        evidence = {"id": cand.id, "title": cand.title, "hypothesis": cand.hypothesis, "paths": parsed.paths,
-                    "diff": parsed.to_dict()}
-        try:
-            ruling = critic.review(evidence)
-        except Exception as exc:  # noqa: BLE001 - a crashing critic is a refusal, fail-closed
-            ruling = {"decision": "refuse", "rule": "critic_error", "why": f"{type(exc).__name__}: {exc}"}
-        ctx.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "patch-critic", "input": evidence,
-                                     "output": _jsonable(ruling)}, key=key + ":patch-critic")
-        if not isinstance(ruling, Mapping) or ruling.get("decision") != "sign_off":
-            rule = ruling.get("rule") if isinstance(ruling, Mapping) and ruling.get("rule") else "critic_refused"
-            raise PatchRefusal(str(rule), str(ruling.get("why") if isinstance(ruling, Mapping) else ruling))
+        patch_critic(ctx, cand, parsed, key)
     except PatchRefusal as r:
         refuse_patch(ctx, st, r.rule, r.why, summary, gate)
         return

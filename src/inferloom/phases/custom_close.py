@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from inferloom.measure.keep_rule import keep_threshold
+from inferloom.measure.keep_rule import rollback_band
 from inferloom.measure.protocol import with_prior
 from inferloom.patches.worktree import Workspace
 from inferloom.phases.common import seed_base as _seed_base
@@ -76,14 +76,8 @@ def _rollback_drill(ctx: SessionContext, st: SessionState, ws: Workspace, stock_
                 seed_base=_seed_base(ctx.spec.seed, 95_000), refs=ctx.refs, quality_sets=("heldout",),
                 progress=ctx.progress, labels=("stock", "rolled-back")).as_dict()})
     d = (res.get("protocol") or {}).get("decision") or {}
-    # "within the noise floor": the rolled-back vs stock interval must meet the band stock measured
-    # against itself (the A/A interval), widened to at least the keep threshold (min_gain and the floor
-    # together: a difference no keep could claim) either side of x1
-    tol = keep_threshold(ctx.spec.protocol.min_gain, noise_floor_gain(st)) - 1.0
-    nf = st.noise_floor or {}
-    band = [min(float(nf.get("ci_low") or 1.0), 1 - tol), max(float(nf.get("ci_high") or 1.0), 1 + tol)]
+    within, band, tol = rollback_band(d, st.noise_floor, min_gain=ctx.spec.protocol.min_gain, floor=noise_floor_gain(st))
     lo, hi = d.get("ci_low"), d.get("ci_high")
-    within = lo is not None and hi is not None and lo <= band[1] and hi >= band[0]
     passed = bool(identical and res.get("verdict") not in (None, "failed") and within)
     why = ("the reverted tree is stock's and its objective is back within the noise floor" if passed else
            err or ("the reverted tree differs from stock's" if not identical else

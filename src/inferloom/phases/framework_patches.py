@@ -22,14 +22,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from inferloom.patches.critic import RulePatchCritic
 from inferloom.patches.parse import BINARY, MALFORMED, TOO_LARGE, PatchRefusal, parse_patch
 from inferloom.patches.policy import check_policy
 from inferloom.patches.source import DirectoryPatchSource, PatchCandidate, PatchSourceError
-from inferloom.phases.common import jsonable, step_key
+from inferloom.phases.common import step_key
 from inferloom.phases.context import SessionContext, Step
-from inferloom.phases.trial import begin, execute_trial, propose
-from inferloom.session import ledger as L
+from inferloom.phases.trial import begin, execute_trial, patch_critic, propose
 from inferloom.session.state import SessionState
 from inferloom.workloads.base import ConfigError, EnginePatches, config_key, resolve_config
 from inferloom.workloads.engine_ladder import ENV_KNOB as LADDER_ENV
@@ -159,18 +157,7 @@ def _gates(ctx: SessionContext, st: SessionState, cand: PatchCandidate) -> None:
                                        "engine package (an upstream PR's tests/, csrc/ or docs/ are not installed); "
                                        "drop those files from the diff") from None
         gate = "critic"
-        critic = (ctx.agents.patch_critic_factory or RulePatchCritic)()
-        evidence = {"id": cand.id, "title": cand.title, "hypothesis": cand.hypothesis, "paths": parsed.paths,
-                    "diff": parsed.to_dict()}
-        try:
-            ruling = critic.review(evidence)
-        except Exception as exc:  # noqa: BLE001 - a crashing critic is a refusal, fail-closed
-            ruling = {"decision": "refuse", "rule": "critic_error", "why": f"{type(exc).__name__}: {exc}"}
-        ctx.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "patch-critic", "input": evidence,
-                                       "output": jsonable(ruling)}, key=key + ":patch-critic")
-        if not isinstance(ruling, Mapping) or ruling.get("decision") != "sign_off":
-            rule = ruling.get("rule") if isinstance(ruling, Mapping) and ruling.get("rule") else "critic_refused"
-            raise PatchRefusal(str(rule), str(ruling.get("why") if isinstance(ruling, Mapping) else ruling))
+        patch_critic(ctx, cand, parsed, key)
         gate = "isolated copy"
         overlay = engine.engine_patch_overlay(cand.id)
         gate = "stack"

@@ -23,6 +23,8 @@ from typing import Any, Callable, Mapping
 
 from inferloom.measure.keep_rule import aa_floor, decide
 from inferloom.measure.protocol import with_prior
+from inferloom.patches.critic import RulePatchCritic
+from inferloom.patches.parse import PatchRefusal
 from inferloom.phases.common import jsonable, seed_base
 from inferloom.measure.compare import compare, reference_sets, stock_references
 from inferloom.measure.records import Comparison, Evidence, PairedDecision
@@ -34,7 +36,7 @@ from inferloom.session.state_models import Trial
 from inferloom.workloads.base import config_key
 
 __all__ = ["Guard", "noise_floor_gain", "propose", "begin", "run_trial", "execute_trial", "trial_record",
-           "verdict_entry"]
+           "verdict_entry", "patch_critic"]
 
 # A last check before a keep: (rule, why) turns the keep into outcome ``rule`` (keep_rule.decide's ``guarded``).
 Guard = Callable[[Evidence], "tuple[str, str] | None"]
@@ -162,3 +164,21 @@ def verdict_entry(record: Trial, protocol_verdict: Any) -> dict[str, Any]:
 
 def _best(st: SessionState) -> float:
     return float(st.extra.stack_ratio if st.extra.stack_ratio is not None else 1.0)
+
+
+def patch_critic(ctx: SessionContext, cand: Any, parsed: Any, key: str) -> None:
+    """A fresh patch critic (the agents' factory, else the rule critic) rules on one parsed patch; its exchange
+    is recorded under ``key``; anything but a sign-off raises :class:`~inferloom.patches.parse.PatchRefusal`
+    with the critic's rule (a critic that crashes is a refusal: fail-closed)."""
+    critic = (ctx.agents.patch_critic_factory or RulePatchCritic)()
+    evidence = {"id": cand.id, "title": cand.title, "hypothesis": cand.hypothesis, "paths": parsed.paths,
+                "diff": parsed.to_dict()}
+    try:
+        ruling = critic.review(evidence)
+    except Exception as exc:  # noqa: BLE001 - a crashing critic is a refusal, fail-closed
+        ruling = {"decision": "refuse", "rule": "critic_error", "why": f"{type(exc).__name__}: {exc}"}
+    ctx.ledger.append(L.AGENT_IO, {"agent": critic.name, "role": "patch-critic", "input": evidence,
+                                   "output": jsonable(ruling)}, key=key + ":patch-critic")
+    if not isinstance(ruling, Mapping) or ruling.get("decision") != "sign_off":
+        rule = ruling.get("rule") if isinstance(ruling, Mapping) and ruling.get("rule") else "critic_refused"
+        raise PatchRefusal(str(rule), str(ruling.get("why") if isinstance(ruling, Mapping) else ruling))
