@@ -62,3 +62,19 @@ def wait_health(proc: "subprocess.Popen[bytes]", port: int, log: Path, timeout_s
             pass
         assert time.monotonic() < deadline, f"no /health after {timeout_s:.0f} s:\n{log.read_text()[-3000:]}"
         time.sleep(step_s)
+
+
+def write_spec(path: Path, overrides: "dict[str, object]", **sections: object) -> Path:
+    """A YAML spec file: ``sections`` (top-level keys) with ``overrides`` (dotted keys, as :func:`spec_overrides`
+    gives them) nested into them."""
+    import yaml
+
+    doc: dict = dict(sections)
+    for k, v in overrides.items():
+        cur = doc
+        *parts, last = k.split(".")
+        for p in parts:
+            cur = cur.setdefault(p, {})
+        cur[last] = v
+    path.write_text(yaml.safe_dump(doc))
+    return path

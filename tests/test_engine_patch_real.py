@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
-import yaml
-from _vllm_env import require_vllm, spec_overrides, tiny_model_dir
+from _vllm_env import require_vllm, spec_overrides, tiny_model_dir, write_spec
 from test_vllm_overlays_real import CORE, MARK, _core_patch
 
 from inferloom import cli
@@ -38,14 +36,8 @@ def test_a_session_measures_an_engine_patch_end_to_end_and_refuses_one_by_its_ru
     (d / "01-upstream-pr.patch").write_text(
         "Title: an upstream PR with its test\nHypothesis: core.py and tests/v1/test_core.py\n\n" + log_line
         + "--- a/tests/v1/test_core.py\n+++ b/tests/v1/test_core.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n")
-    doc: dict = {"protocol": {"min_pairs": 3, "max_pairs": 3, "bootstrap_resamples": 999}}
-    for k, v in spec_overrides(py, tiny_model_dir(tmp_path), **{"serving.engine_patches": str(d)}).items():
-        cur = doc
-        *parts, last = k.split(".")
-        for p in parts:
-            cur = cur.setdefault(p, {})
-        cur[last] = v
-    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
+    write_spec(tmp_path / "spec.yaml", spec_overrides(py, tiny_model_dir(tmp_path), **{"serving.engine_patches": str(d)}),
+               protocol={"min_pairs": 3, "max_pairs": 3, "bootstrap_resamples": 999})
     out = tmp_path / "session"
     rc = cli.main(["optimize", str(tmp_path / "spec.yaml"), "--budget-minutes", "8", "--max-trials", "1",
                    "--no-sweep", "--no-kb", "--out", str(out)])

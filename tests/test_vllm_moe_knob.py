@@ -22,6 +22,7 @@ from inferloom.workloads.vllm_adapter import VLLMAdapter
 from inferloom.workloads.vllm_launch import check_launchable, launch_command
 from inferloom.workloads.vllm_moe_configs import CPU_NOTE
 from inferloom.workloads.vllm_moe_knob import MOE_KNOB, moe_refusal
+from test_vllm_overlays import _FakeServer  # the started server's stand-in, shared
 
 NAME = "E=64,N=1024,device_name=NVIDIA_H200.json"
 
@@ -159,18 +160,6 @@ def test_remeasure_runs_the_sessions_tables_not_a_new_tuning(tmp_path, monkeypat
     assert R._bench_final(tmp_path, None, {MOE_KNOB: "tuned"}) == {"tables": tables} and made.closed
 
 
-class _Server:
-    def __init__(self, log_path):
-        self.log_path, self.stopped = log_path, False
-
-    def alive(self):
-        return not self.stopped
-
-    def stop(self):
-        self.stopped = True
-        return {"stopped": True}
-
-
 @pytest.mark.parametrize("ours", [True, False])
 def test_a_tuned_server_whose_moe_layers_read_another_config_is_stopped_and_refused(fake, tmp_path, monkeypatch, ours):
     from inferloom.workloads import server_adapter as SA
@@ -185,7 +174,7 @@ def test_a_tuned_server_whose_moe_layers_read_another_config_is_stopped_and_refu
     servers = []
 
     def fake_start(hid, c, cid, launch, port, log_path, *x, **k):
-        servers.append(_Server(logf))
+        servers.append(_FakeServer(logf))
         return VLLMHandle(hid, c, cid, servers[-1], 1.0, notes={"log": str(logf)}), {"server_startup_s": 1.0}
 
     monkeypatch.setattr(SA, "start_server", fake_start)

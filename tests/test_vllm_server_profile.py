@@ -69,13 +69,27 @@ def test_the_profile_is_taken_only_when_the_plugin_backend_runs_and_its_cost_fit
     assert not ok and "kernels.server_profile: never" in why
 
 
-def test_two_engine_patches_to_rank_take_the_profile_without_the_plugin_backend(tmp_path):
-    patches = Path(__file__).resolve().parents[1] / "examples" / "vllm-engine-patch-cpu" / "patches"
-    ctx, st = _ctx(tmp_path / "a", starts=(40.0,), **{"serving.engine_patches": str(patches)})
+def _patch(d, name, path):
+    (d / name).write_text(f"Title: {name}\nHypothesis: {path}\n\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n")
+
+
+def test_engine_patches_a_profile_could_order_take_it_without_the_plugin_backend(tmp_path):
+    """Two patches in different categories (normalization, the engine loop's host time): a profile could order
+    them, so PRELUDE takes one; patches that all touch the same categories (the example's two core.py diffs)
+    keep file order whatever a profile says: no server start is spent."""
+    d = tmp_path / "patches"
+    d.mkdir()
+    _patch(d, "01-norm.patch", "vllm/model_executor/layers/layernorm.py")
+    _patch(d, "02-core.patch", "vllm/v1/engine/core.py")
+    ctx, st = _ctx(tmp_path / "a", starts=(40.0,), **{"serving.engine_patches": str(d)})
     ok, why = SP.decide(ctx, st, None, "backend plugin: its knobs are pinned")
-    assert ok and why.startswith("2 engine patches are ranked by it; ~100 s estimated"), why
+    assert ok and why.startswith("2 engine patches touching different categories are ranked by it; ~100 s"), why
     ok, why = SP.decide(ctx, st, VLLMPluginBackend(), "x")
     assert ok and why.startswith("the KERNEL phase runs the engine's own backend and 2 engine patches"), why
+    same = Path(__file__).resolve().parents[1] / "examples" / "vllm-engine-patch-cpu" / "patches"
+    ctx, st = _ctx(tmp_path / "b", starts=(40.0,), **{"serving.engine_patches": str(same)})
+    ok, why = SP.decide(ctx, st, None, "backend plugin: its knobs are pinned")
+    assert not ok and "nor an engine patch order will use one" in why
 
 
 class _Server(SyntheticAdapter):

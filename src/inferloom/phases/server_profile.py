@@ -4,8 +4,9 @@ A server runs out of process, so its profile costs a server start of its own and
 (``Framework.server_profile``; vLLM: ``workloads/vllm_profile.py``, its ``/start_profile`` ..
 ``/stop_profile``). Only the KERNEL phase uses it (its targets and the Amdahl bound of each candidate), so
 :func:`decide` takes one only when that phase will run the engine's own backend (``kernels.backend:
-plugin``) or when FRAMEWORK has two engine patches or more to rank (``serving.engine_patches``,
-``phases/framework_patches.py``), and ``kernels.server_profile`` says how: ``auto`` when its estimated cost (the session's
+plugin``) or when FRAMEWORK has engine patches a profile could order (``serving.engine_patches`` whose
+files run in at least two different sets of categories: ``vllm_engine_patches.profile_orders``), and
+``kernels.server_profile`` says how: ``auto`` when its estimated cost (the session's
 slowest server start so far, or :data:`DEFAULT_START_S`, plus the trace's flush,
 ``measure.server_profile.TRACE_FLUSH_S``) is at most half the KERNEL phase's share of the budget
 (``kernels.budget_share`` of the session's minutes), ``always`` then, ``never`` not at all. Without one the
@@ -30,7 +31,7 @@ from inferloom.phases.roofline import PROFILE
 from inferloom.session import ledger as L
 from inferloom.session.state import SessionState
 from inferloom.workloads import registry as _engines
-from inferloom.workloads.vllm_engine_patches import patch_files
+from inferloom.workloads.vllm_engine_patches import profile_orders
 
 __all__ = ["decide", "estimate_s", "take", "PROFILES_DIR", "DEFAULT_START_S"]
 
@@ -57,11 +58,11 @@ def decide(ctx: SessionContext, st: SessionState, backend: Any, backend_why: str
         return False, f"{skip} (kernels.server_profile: never)"
     own = _engines.kernel_backend(fw)
     kernel = backend is not None and own is not None and backend.name == own.name
-    patches = len(patch_files(getattr(ctx.spec.serving, "engine_patches", None)))
-    if not kernel and patches < 2:
+    patches = profile_orders(getattr(ctx.spec.serving, "engine_patches", None))
+    if not kernel and not patches:
         return False, f"{skip}; neither the KERNEL phase ({backend_why}) nor an engine patch order will use one"
     users = " and ".join(u for u, on in (("the KERNEL phase runs the engine's own backend", kernel),
-                                         (f"{patches} engine patches are ranked by it", patches >= 2)) if on)
+                                         (f"{patches} engine patches touching different categories are ranked by it", patches >= 2)) if on)
     if mode == "always":
         return True, f"{users} (kernels.server_profile: always)"
     cost, allowed = estimate_s(ctx, st), 0.5 * float(ctx.spec.kernels.budget_share) * st.budget.minutes * 60

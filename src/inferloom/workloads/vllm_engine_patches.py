@@ -31,14 +31,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from inferloom.spec.engine_patches import PATCH_SUFFIXES
+from inferloom.spec.engine_patches import PATCH_SUFFIXES, patch_paths
 from inferloom.workloads.base import Knob
 from inferloom.workloads.vllm_kernel_overlays import check_session_overlays
 from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_rebuilt, verify_overlay
 from inferloom.workloads.vllm_source_overlay import build_source_overlay
 
 __all__ = ["ENGINE_PATCH_KNOB", "FILE_CATEGORIES", "HOST", "patch_files", "engine_patch_knob", "build_engine_overlay",
-           "rank_patches", "recorded_source", "check_engine_overlays", "patch_text", "rollback_check"]
+           "rank_patches", "profile_orders", "recorded_source", "check_engine_overlays", "patch_text", "rollback_check"]
 
 ENGINE_PATCH_KNOB = "engine_patch"
 HOST = "idle"  # the profile's host time: the engine loop, scheduling, the API server between kernels
@@ -99,6 +99,22 @@ def build_engine_overlay(root: str | Path, package_dir: str | Path, name: str, d
 
 def _categories(path: str) -> tuple[str, ...]:
     return next((cats for pat, cats in FILE_CATEGORIES if fnmatch.fnmatchcase(path, pat)), ())
+
+
+def profile_orders(directory: str | Path | None) -> int:
+    """How many of the directory's patches a profile could order: 0 unless at least two distinct sets of
+    categories are touched (patches whose files all run in the same categories, or in none the map knows, keep
+    file order whatever the profile says, so no server start is spent on one)."""
+    sets: dict[tuple[str, ...], int] = {}
+    for path in patch_files(directory).values():
+        try:
+            paths = patch_paths(path.read_text(errors="replace"))
+        except OSError:
+            continue
+        cats = tuple(sorted({c for p in paths for c in _categories(p)}))
+        if cats:
+            sets[cats] = sets.get(cats, 0) + 1
+    return sum(sets.values()) if len(sets) >= 2 else 0
 
 
 def rank_patches(touched: Mapping[str, Sequence[str]], shares: Mapping[str, float] | None) -> tuple[list[dict[str, Any]], str]:
