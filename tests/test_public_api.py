@@ -12,7 +12,7 @@ API = {
                                  "ImageOutputs", "BatchedProbes", "AAQuality", "EnginePatches", "EngineTables", "SourceRungs"},
     "inferloom.phases.context": {"Agents", "SessionOptions", "SessionContext", "WorkloadStrategy", "Step", "Progress"},
     "inferloom.phases.trial": {"Guard", "noise_floor_gain", "propose", "begin", "run_trial", "execute_trial",
-                               "trial_record", "verdict_entry"},
+                               "trial_record", "verdict_entry", "patch_critic"},
     "inferloom.spec": {"SpecError", "Traffic", "QualitySpec", "ProtocolSpec", "ServingSpec", "WorkloadSpec", "load_spec",
                        "objective_label", "spec_hash", "CustomKnob", "CustomSpec", "PatchPolicySpec",
                        "KernelSpec", "field_default", "check_bounds", "REQUESTS_PER_CONCURRENCY", "TaskGateSpec",
