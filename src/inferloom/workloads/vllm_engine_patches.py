@@ -34,7 +34,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from inferloom.spec.engine_patches import PATCH_SUFFIXES, patch_paths
 from inferloom.workloads.base import Knob
 from inferloom.workloads.vllm_kernel_overlays import check_session_overlays
-from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_rebuilt, verify_overlay
+from inferloom.workloads.vllm_plugins import (EngineOverlayError, OverlayDir, check_rebuilt, last_recorded,
+                                              verify_overlay)
 from inferloom.workloads.vllm_source_overlay import build_source_overlay
 
 __all__ = ["ENGINE_PATCH_KNOB", "FILE_CATEGORIES", "HOST", "patch_files", "engine_patch_knob", "build_engine_overlay",
@@ -134,12 +135,7 @@ def rank_patches(touched: Mapping[str, Sequence[str]], shares: Mapping[str, floa
 
 
 def _recorded(value: str, entries: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
-    found = None
-    for e in entries:
-        for o in e.get("overlays") or ():
-            if o.get("kind") == "source" and (o.get("knob") or {}).get(ENGINE_PATCH_KNOB) == value:
-                found = dict(o)
-    return found
+    return last_recorded(entries, "source", ENGINE_PATCH_KNOB, value)
 
 
 def recorded_source(cfg: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) -> OverlayDir | None:

@@ -28,7 +28,7 @@ from inferloom.workloads.base import Knob
 from inferloom.workloads.vllm_moe_configs import (CPU_NOTE, check_configs, config_file_name, moe_config_source, moe_shape,
                                                   tuned_folder)
 from inferloom.workloads.vllm_moe_tuning import MoETuningError, summary, tune_request, tuned_tables
-from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir
+from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, last_recorded
 
 __all__ = ["MOE_KNOB", "moe_knob", "moe_refusal", "MoEConfigs", "recorded_folder"]
 
@@ -59,12 +59,9 @@ def recorded_folder(cfg: Mapping[str, Any], entries: Any) -> OverlayDir | None:
     ``moe_configs=tuned`` (its recorded path, the session's copy), or None."""
     if str(cfg.get(MOE_KNOB, "stock")) == "stock":
         return None
-    found = None
-    for e in entries:
-        for o in (e.get("overlays") or ()) if isinstance(e, Mapping) else ():
-            if isinstance(o, Mapping) and o.get("kind") == "moe_configs" and (o.get("knob") or {}).get(MOE_KNOB):
-                found = OverlayDir("moe_configs", Path(str(o["path"])), str(o["digest"]), dict(o.get("files") or {}))
-    return found
+    o = last_recorded(entries, "moe_configs", MOE_KNOB)
+    return None if o is None else OverlayDir("moe_configs", Path(str(o["path"])), str(o["digest"]),
+                                             dict(o.get("files") or {}))
 
 
 class MoEConfigs:

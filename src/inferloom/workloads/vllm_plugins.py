@@ -46,12 +46,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from inferloom.errors import InferloomError
 
 __all__ = ["KernelReplacement", "OverlayDir", "EngineOverlayError", "KNOWN_OPS", "PLUGIN_PACKAGE", "ENTRY_POINT",
-           "REGISTERED", "TRACE_ENV", "build_plugin_overlay", "verify_overlay", "load_overlay", "overlay_env",
+           "REGISTERED", "TRACE_ENV", "build_plugin_overlay", "verify_overlay", "load_overlay", "last_recorded", "overlay_env",
            "overlay_key", "check_plugin_log", "check_overlays", "materialize", "check_rebuilt", "read_trace", "tree_files",
            "MANIFEST"]
 
@@ -280,6 +280,19 @@ def load_overlay(path: str | Path) -> OverlayDir:
                     {k: v for k, v in m.items() if k not in ("kind", "path", "digest", "files", "entry_points")})
     verify_overlay(ov)
     return ov
+
+
+def last_recorded(entries: Iterable[Mapping[str, Any]], kind: str, knob: str, value: str | None = None) -> dict[str, Any] | None:
+    """The last overlay of ``kind`` that a ledger entry (a server start) recorded for ``knob`` set to ``value``
+    (None: to any value), or None: what the deploy command and ``verify --remeasure`` reuse."""
+    found = None
+    for e in entries:
+        for o in (e.get("overlays") or ()) if isinstance(e, Mapping) else ():
+            if isinstance(o, Mapping) and o.get("kind") == kind:
+                got = (o.get("knob") or {}).get(knob)
+                if (got == value) if value is not None else got:
+                    found = dict(o)
+    return found
 
 
 def overlay_env(overlays: Sequence[OverlayDir], base: Mapping[str, str]) -> dict[str, str]:
