@@ -26,6 +26,10 @@
 #                    (benchmarks/vllm_profile_stock.py, which picks the adapter by the spec's framework;
 #                    $OUT/NAME-profile.json; ~3 min)
 #     vbundle        the vLLM bundle's step (gpu_vllm_session.sh bundle: .whl/vllm/cN, one per call)
+#     vstart NAME    a short vLLM session of the same workload (VLLM_SPEC, VBUDGET_MIN=3, VMAX_TRIALS=2), detached
+#                    (gpu_vllm_session.sh start): the vLLM side of `engines`; `follow NAME` prints it
+#     engines NAME A B  `inferloom engines /tmp/sessions/A /tmp/sessions/B --trust-session` (ENGINE_PAIRS=5),
+#                    detached, into /tmp/sessions/NAME; `follow NAME` prints and packs it
 #     vllm-row NAME  same-day stock vLLM row: `inferloom bench` A/A of stock vLLM (3 pairs) on the same workload
 #                    (examples/llama-3.1-8b-h200-vllm.yaml), detached; `follow NAME` prints it (~4.5 min)
 #
@@ -148,6 +152,20 @@ vllm_row() {  # stock vLLM, an A/A of 3 pairs, same workload, same day and machi
   echo $! > "$dir.pid"
 }
 
+engines_job() {  # `inferloom engines` of two closed sessions of this machine (detached; `follow NAME`)
+  local name=${1:?engines NAME A B} a=/tmp/sessions/${2:?engines NAME A B} b=/tmp/sessions/${3:?engines NAME A B}
+  local dir=/tmp/sessions/$name
+  pywheels || return 1
+  local s; for s in "$a" "$b"; do [ -f "$s/state.json" ] || { echo "engines: no session in $s (run and close it first)"; return 1; }; done
+  if [ -f "$dir.pid" ] && kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "engines: $name runs already"; return 0; fi
+  mkdir -p "$dir"
+  echo "engines: inferloom engines $a $b --out $dir --trust-session --max-pairs ${ENGINE_PAIRS:-5} (detached; follow $name)"
+  PYTHONPATH=$PWD/src:/tmp/site INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown} setsid nohup \
+    python3 -m inferloom.cli engines "$a" "$b" --out "$dir" --trust-session --max-pairs "${ENGINE_PAIRS:-5}" \
+    > "$dir.out" 2>&1 < /dev/null &
+  echo $! > "$dir.pid"
+}
+
 [ $# -gt 0 ] || { sed -n '2,25p' "$0"; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -164,7 +182,10 @@ while [ $# -gt 0 ]; do
     profile) profile "${2:-}" || exit 1; shift 2;;
     vbundle) env -u VL -u SITE -u VPY bash "$HERE/gpu_vllm_session.sh" bundle || exit 1; shift;;
     vllm-row) vllm_row "${2:-}" || exit 1; shift 2;;
+    vstart) env -u VL -u SITE -u VPY SPEC="${VLLM_SPEC:-examples/llama-3.1-8b-h200-vllm.yaml}" BUDGET_MIN="${VBUDGET_MIN:-3}" \
+              MAX_TRIALS="${VMAX_TRIALS:-2}" OPTIMIZE_ARGS="${VOPTIMIZE_ARGS:---no-sweep}" bash "$HERE/gpu_vllm_session.sh" start "${2:?vstart NAME}" || exit 1; shift 2;;
+    engines) engines_job "${2:-}" "${3:-}" "${4:-}" || exit 1; shift 4;;
     *) echo "unknown step '$1': expected bundle, check, help, wheels, model, start NAME, plan NAME, follow NAME, session NAME," \
-            "profile NAME, vbundle or vllm-row NAME"; exit 2;;
+            "profile NAME, vbundle, vllm-row NAME, vstart NAME or engines NAME A B"; exit 2;;
   esac
 done

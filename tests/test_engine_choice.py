@@ -239,3 +239,37 @@ def test_without_trust_session_it_says_what_it_would_run_and_measures_nothing(tw
     assert said.count("was written by someone else's inferloom run") == 2
     assert str(two[0]) in said and str(two[2]) in said and "add --trust-session" in said
     assert not out.exists()
+
+
+class _Shared(SyntheticAdapter):
+    """A synthetic engine that logs when its memory share is read and when it starts a server (``prepare``)."""
+
+    def __init__(self, log, name, **kw):
+        super().__init__(**kw)
+        self.log, self.tag = log, name
+
+    def memory_share(self):
+        self.log.append(("share", self.tag))
+
+    def prepare(self, config):
+        self.log.append(("prepare", self.tag))
+        return super().prepare(config)
+
+
+def test_both_engines_read_their_memory_share_before_either_server_starts(two, tmp_path, monkeypatch):
+    """Two servers on one GPU: each share comes from the memory free before the first server starts, so the
+    second engine's share is not halved by the first one's (SGLang sizes its pool from the memory free at its
+    own start; vLLM from its fraction of the total)."""
+    import inferloom.engine_choice.choose as C
+
+    log: list = []
+    made = []
+
+    def make(spec):
+        made.append(_Shared(log, "AB"[len(made)], seed=spec.seed))
+        return made[-1]
+
+    monkeypatch.setattr(C, "make_adapter", make)
+    assert cli.main(["engines", str(two[2]), str(two[0]), "--out", str(tmp_path / "o"), "--quiet",
+                     "--trust-session", "--max-pairs", "3"]) == 0
+    assert log[:4] == [("share", "A"), ("share", "B"), ("prepare", "A"), ("prepare", "B")]

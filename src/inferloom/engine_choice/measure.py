@@ -153,14 +153,19 @@ def measure_engines(a: EngineSession, b: EngineSession, out: Path, *, max_pairs:
     made: list[tuple[Any, Any]] = []  # (adapter, handle or None)
     timings: dict[str, Any] = {}
     try:
-        for s, label in ((base, labels[0]), (cand, labels[1])):
+        adapters = [make(s.spec) for s in (base, cand)]
+        made.extend((ad, None) for ad in adapters)
+        for ad in adapters:  # both shares from the memory free before either server starts: one share each
+            share = getattr(ad, "memory_share", None)
+            if callable(share):
+                share()
+        for i, (s, label) in enumerate(((base, labels[0]), (cand, labels[1]))):
             progress(f"preparing {label}: {s.framework} with its final stack {s.changes or '(stock)'}")
             t1 = time.perf_counter()
-            ad = make(s.spec)
-            made.append((ad, None))
-            made[-1] = (ad, ad.prepare(dict(s.final_config)))
+            ad = adapters[i]
+            made[i] = (ad, ad.prepare(dict(s.final_config)))
             timings[f"prepare_{label}_s"] = time.perf_counter() - t1
-            timings[f"warmup_{label}"] = warmup(ad, made[-1][1], settings.warmup_runs, seed_base - 1, label, progress)
+            timings[f"warmup_{label}"] = warmup(ad, made[i][1], settings.warmup_runs, seed_base - 1, label, progress)
 
         def on_pair(pair: Any, decision: Any) -> None:
             lines.write("pair", {**pair.to_dict(), "decision": decision.to_dict() if decision else None})
