@@ -75,6 +75,43 @@ CHECK_MODULES="sglang.srt.entrypoints.http_server sglang.srt.managers.scheduler 
 sglang.srt.model_executor.model_runner sglang.srt.models.llama sglang.srt.layers.attention.triton_backend
 sglang.srt.layers.sampler sgl_kernel"
 
+lean_fixups() {  # sgl_kernel's rmsnorm prefers flashinfer's, a JIT module (nvcc and flashinfer/data/csrc, neither in the
+  # lean bundle: the first H200 start, 2026-12-05, died in CUDA-graph capture on "norm.cu missing"); without
+  # flashinfer.norm it runs its own compiled kernel (sgl_kernel common_ops), which the bundle has
+  local f=$SITE/sgl_kernel/elementwise.py
+  [ -f "$f" ] || return 0
+  if grep -q "^    import flashinfer.norm as _flashinfer_norm$" "$f"; then
+    sed -i 's/^    import flashinfer.norm as _flashinfer_norm$/    raise ImportError("lean bundle: flashinfer.norm needs its JIT sources, dropped")/' "$f" &&
+      echo "bundle: sgl_kernel's rmsnorm uses its own kernel (flashinfer's JIT norm: its sources are not in the bundle)"
+  fi
+  cuda_home
+}
+
+cuda_home() {  # SGLang 0.5.17 builds its rope and activation kernels at first use (tvm-ffi JIT: nvcc, ninja, g++);
+  # the image has nvcc 13.0 (KINDS.md), maybe off PATH or in pip's layout (lib, not lib64): the wrapper gets a
+  # CUDA_HOME that has bin, include, lib64 and nvvm
+  local nv; nv=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || python3 - <<'PY'
+import importlib.util, os
+s = importlib.util.find_spec("nvidia")
+for p in (s.submodule_search_locations if s else []):
+    for v in ("cu13", "cu12", "cuda_nvcc"):
+        f = os.path.join(p, v, "bin", "nvcc")
+        if os.path.exists(f):
+            print(f); raise SystemExit
+PY
+  )
+  [ -n "$nv" ] || { echo "bundle: no nvcc on this machine: SGLang's JIT kernels (rope, activation) cannot build"; return 0; }
+  local top; top=$(cd "$(dirname "$nv")/.." && pwd)
+  if [ ! -d "$top/lib64" ] && [ -d "$top/lib" ]; then
+    # nvcc finds its tree from its own real path: bin is copied (~110 MiB), the rest linked
+    mkdir -p /tmp/cuda-home && for d in "$top"/*; do [ "${d##*/}" = bin ] || ln -sfn "$d" /tmp/cuda-home/; done
+    [ -d /tmp/cuda-home/bin ] || cp -r "$top/bin" /tmp/cuda-home/bin
+    ln -sfn "$top/lib" /tmp/cuda-home/lib64; top=/tmp/cuda-home; fi
+  grep -q CUDA_HOME "$VPY" 2>/dev/null ||
+    sed -i "2i export CUDA_HOME=$top PATH=$top/bin:\$PATH" "$VPY"
+  echo "bundle: nvcc $nv ($("$nv" --version | tail -2 | head -1)); the wrapper sets CUDA_HOME=$top"
+}
+
 fa3_addon() {  # the optional FA3 add-on (sgl_kernel/flash_ops.abi3.so), carried as .whl/sglang/fa3/cN
   [ -f "$SITE/sgl_kernel/flash_ops.abi3.so" ] && { echo "fa3: in $SITE already"; return 0; }
   ls -d "$PARTS"/fa3/c[0-9]* > /dev/null 2>&1 || ls "$VL"/fa3/fa3-sglang.tar.xz.part-* > /dev/null 2>&1 || return 0
@@ -169,7 +206,7 @@ engines_job() {  # `inferloom engines` of two closed sessions of this machine (d
 [ $# -gt 0 ] || { sed -n '2,25p' "$0"; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    bundle) { bundle && fa3_addon; } || exit 1; shift;;
+    bundle) { bundle && lean_fixups && fa3_addon; } || exit 1; shift;;
     check) check || exit 1; shift;;
     help) help_capture || exit 1; shift;;
     wheels) pywheels || exit 1; echo "wheels: /tmp/site has pydantic, optuna, sqlalchemy"; shift;;
