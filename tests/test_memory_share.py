@@ -33,6 +33,7 @@ def test_two_8b_servers_fit_on_an_h200_with_equal_kv():
     assert s.kv_cache_bytes == s.per_server_bytes - LLAMA_8B_BF16 - 4 * GiB
     assert 40 * GiB < s.kv_cache_bytes < 45 * GiB
     assert "--gpu-memory-utilization 0.44" in s.summary()
+    assert "--gpu-memory-utilization" not in s.summary("SGLang")  # SGLang gets it through its own flags
 
 
 def test_a_pair_that_does_not_fit_says_so():

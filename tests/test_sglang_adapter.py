@@ -1,8 +1,8 @@
 """framework: sglang on CPU, without a real SGLang server (SGLang does not run on a CPU from PyPI wheels).
 
 * ``--help`` parsing and knob filtering run on the help text of the real ``python -m sglang.launch_server
-  --help`` of SGLang 0.5.17, captured on this CPU machine from the PyPI wheel (tests/data/sglang/README.md
-  says how; an H200 capture is pending);
+  --help`` of SGLang 0.5.17, captured on the H200 from the lean bundle (tests/data/sglang/README.md
+  says how);
 * the argv, the memory share's flags, the failure classification, the missing-environment error;
 * the probes' request and response handling against a fake ``/generate`` (the response shapes are SGLang
   0.5.17's, read from its source: ``tokenizer_manager.detokenize_top_logprobs_tokens``);
@@ -32,7 +32,7 @@ from inferloom.workloads.sglang_knobs import ENV_FALLBACK, VERBATIM_CHOICES, sgl
 from inferloom.workloads.sglang_launch import mem_fraction, memory_args
 from inferloom.workloads.sglang_probes import greedy_continuations, score_logprobs, score_rows
 
-HELP = (Path(__file__).parent / "data" / "sglang" / "launch_server-help-0.5.17-cpu.txt").read_text()
+HELP = (Path(__file__).parent / "data" / "sglang" / "launch_server-help-0.5.17-h200.txt").read_text()
 ISSUE_FLAGS = ("--attention-backend", "--mem-fraction-static", "--chunked-prefill-size", "--max-running-requests",
                "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "--enable-torch-compile", "--quantization",
                "--kv-cache-dtype", "--schedule-policy", "--schedule-conservativeness", "--enable-mixed-chunk",

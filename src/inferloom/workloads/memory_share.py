@@ -73,10 +73,13 @@ class MemoryShare:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def summary(self) -> str:
+    def summary(self, server: str = "vLLM") -> str:
+        """One line; the vLLM values that give the share (another ``server`` gets it through its own flags)."""
         g = lambda b: f"{b / GiB:.1f} GiB"  # noqa: E731
         head = (f"{self.servers} servers of {g(self.per_server_bytes)} each from {g(self.free_bytes)} free of "
                 f"{g(self.total_bytes)} ({self.source}); weights {g(self.weight_bytes)}, KV cache {g(self.kv_cache_bytes)}")
+        if server != "vLLM":
+            return head
         if self.device == "cpu":
             return head + f" (VLLM_CPU_KVCACHE_SPACE={self.kv_cache_space_gib})"
         return head + f" (--gpu-memory-utilization {self.gpu_memory_utilization})"

@@ -87,7 +87,7 @@ class MemoryShareOnce:
                 self.why = None if self._share else "the spec sets every memory setting"
             except (MemoryShareError, OSError) as exc:
                 self.why, self._oom = str(exc), "do not fit" in str(exc)
-            self._progress(f"memory share: {self._share.summary()}" if self._share
+            self._progress(f"memory share: {self._share.summary(self._label)}" if self._share
                            else f"memory share not derived: {self.why}")
         return self._share
 
