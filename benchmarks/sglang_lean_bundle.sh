@@ -25,8 +25,8 @@
 #   sgl_kernel/flashmla_ops.abi3.so  FlashMLA (MLA models: DeepSeek), imported under try.
 #   sgl_kernel/infllm_ops*.so      InfLLM-v2 attention (MiniCPM), loaded lazily by infllm_v2/_loader.py.
 #   xgrammar/lib/libxgrammar.a     the static library (for C++ builds; Python loads libxgrammar_bindings.so).
-#   flashinfer/data/{cutlass,cccl,csrc,include,spdlog}  flashinfer's JIT sources and headers: the JIT needs nvcc,
-#                                  which the image lacks (torch's wheels ship none), so the flashinfer attention
+#   flashinfer/data/{cutlass,cccl,csrc,include,spdlog}  flashinfer's JIT sources and headers (the image has nvcc,
+#                                  not these; gpu_sglang_session.sh's lean_fixups points sgl_kernel's norms at its own kernels), so the flashinfer attention
 #                                  backend is out too; greedy sampling (inferloom's requests are temperature 0)
 #                                  takes SGLang's argmax path, not flashinfer's JIT sampling kernels.
 #   bin/, */__pycache__            console scripts, byte code.

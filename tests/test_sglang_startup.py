@@ -47,3 +47,18 @@ def test_a_log_without_sglang_lines_and_a_start_shorter_than_the_lines():
         {"parts": {"other": 3.0}, "stated": {}}
     p = startup_split(LOG, 25.0)["parts"]  # estimates shrink first; the parts SGLang states stay
     assert sum(p.values()) == pytest.approx(25.0) and p["weights"] == 7.8 and p["cuda_graphs"] == 10.0
+
+
+def test_a_real_h200_start_log_splits_as_the_session_recorded_it():
+    """The log of a real start of SGLang 0.5.17 on the H200 (2026-12-05, docs/results/sglang-h200-2026-12-05: the
+    session's stock server, healthy after 95.45 s; its batch, health and progress-bar lines left out): the parts
+    SGLang states are read from its lines and the parts sum to the measured start-up."""
+    from pathlib import Path
+
+    log = (Path(__file__).parent / "data" / "sglang" / "server-start-0.5.17-h200.log").read_text()
+    r = startup_split(log, 95.45328621300001)
+    assert r["stated"] == {"load_weight": 2.04, "cuda_graphs": 36.4}  # prefill graphs 32.03 s + decode 4.37 s
+    p = r["parts"]
+    assert p["weights"] == 2.04 and p["cuda_graphs"] == 36.4
+    assert 20 < p["before_first_log"] < 23 and 25 < p["processes"] < 28 and 8 < p["warmup"] < 9.5
+    assert abs(sum(p.values()) - 95.45328621300001) < 0.01

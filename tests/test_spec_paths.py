@@ -299,6 +299,8 @@ RENDERED = {
     "smollm2-h200-vllm-2026-12-02/r2/c1": ("5bb348726f8fa3e4", "e1d3ce4c4271c9a8", "6e055b9b7afcf012"),
     # published 2026-12-03 (session 39, docs/benchmarks.md §21: the trace session (goodput), its budget ended in PRELUDE)
     "smollm2-h200-vllm-2026-12-03/r3/trace": ("8de1c3704c97f2f8", "ed4e2e9a9817cebb", "23654c1b657d5cc4"),
+    # published 2026-12-05 (docs/benchmarks.md §22: the first SGLang session on one H200, its budget ended in PRELUDE)
+    "sglang-h200-2026-12-05/sg": ("e856962d706bd846", "985bb9602f1a663b", "836874c36f9ae037"),
 }
 
 

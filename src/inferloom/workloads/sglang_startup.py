@@ -1,7 +1,7 @@
 """Where an SGLang server's start-up went, read from its own log.
 
-The lines come from SGLang 0.5.17's source (the PyPI wheel, read on CPU; not
-yet a log captured from a server start on the H200): every logger line
+The lines come from SGLang 0.5.17's source (the PyPI wheel, read on CPU) and were
+seen in a real start's log on the H200 (2026-12-05, tests/data/sglang/): every logger line
 starts ``[YYYY-MM-DD HH:MM:SS(.mmm)( TP0)] `` (``utils/common.configure_logger``;
 milliseconds with ``SGLANG_LOG_MS=1``, which ``sglang_launch`` sets), and
 it states: ``Load weight begin.`` / ``Load weight end. elapsed=X s``
