@@ -54,3 +54,12 @@ def test_no_live_neighbour_is_no_wait():
         def alive(self):
             return False
     assert wait_quiet([Dead()]) == {"waited_s": 0.0, "others_cpu_frac": None}
+
+
+def test_a_neighbour_still_winding_down_at_the_limit_learns_no_floor():
+    """Use falling through the whole wait (3 cores to 1.2) is a neighbour still busy, not an idle floor."""
+    s = _Server()
+    w = 0.01
+    fr = [3.0 - i * 0.06 for i in range(40)]
+    r = wait_quiet([s], window_s=w, limit_s=0.3, cpu_seconds=_reader(fr, w))
+    assert r["waited_s"] >= 0.3 and s.idle_cpu_floor == 0.0

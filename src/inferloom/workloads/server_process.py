@@ -263,33 +263,43 @@ def servers_cpu_seconds(servers: Sequence["ServerProcess"]) -> float:
     return sum(group_cpu_seconds(s.pgid) for s in servers if s.alive() and s.pgid is not None)
 
 
+#: how much an idle floor may wander over a wait's second half (SGLang's: 1.00-1.12 cores on the H200)
+STEADY_CORES = 0.25
+
+
 def wait_quiet(servers: Sequence["ServerProcess"], window_s: float = 0.25, max_cpu_frac: float = 0.05,
                limit_s: float = 10.0, cpu_seconds: Callable[[Sequence[Any]], float] | None = None) -> dict[str, object]:
     """Wait until ``servers`` (the idle neighbours of a server under load) use
     under ``max_cpu_frac`` of one core above their idle floor (OpenMP threads
     spin for a while after serving: measured, docs/loadgen.md), at most
-    ``limit_s``. A wait that reaches ``limit_s`` records the least use it saw
-    as those servers' idle floor (``idle_cpu_floor``, per server): a server
+    ``limit_s``. A wait that reaches ``limit_s`` with a steady use over its
+    second half (within ``STEADY_CORES``) records the least of it as those
+    servers' idle floor (``idle_cpu_floor``, per server): a server
     that never idles below it (SGLang's scheduler polls on one core: 1.00-1.12
     cores on the H200, 2026-12-05) costs the full ``limit_s`` once, not before
     every run. Returns what was waited and seen."""
     read = cpu_seconds or servers_cpu_seconds
     t0 = time.perf_counter()
-    last = least = None
+    last = None
     alive = [s for s in servers if s.alive()]
     if not alive:
         return {"waited_s": 0.0, "others_cpu_frac": None}
     floor = sum(getattr(s, "idle_cpu_floor", 0.0) for s in alive)
     bound = max_cpu_frac + 1.1 * floor  # the floor's own jitter (measured: +-0.1 core on 1.0)
+    seen: list[float] = []
     while time.perf_counter() - t0 < limit_s:
         c0 = read(servers)
         time.sleep(window_s)
         last = (read(servers) - c0) / window_s
-        least = last if least is None else min(least, last)
+        seen.append(last)
         if last <= bound:
             break
     else:
-        if least is not None and least > bound:  # never below: that use is the idle servers' floor
+        tail = seen[len(seen) // 2:]
+        # never below, and steady over the wait's second half (not a neighbour still winding down): that use
+        # is the idle servers' floor
+        if tail and min(tail) > bound and max(tail) - min(tail) <= STEADY_CORES:
+            least = min(tail)
             for s in alive:
                 s.idle_cpu_floor = least / len(alive)
     out: dict[str, object] = {"waited_s": time.perf_counter() - t0, "others_cpu_frac": last}
