@@ -7,7 +7,10 @@
 #   PYPATH   the wrapper's PYTHONPATH (SITE, and for vLLM cutlass-dsl's packages before it)
 #   DEFAULT_SPEC  the session's spec when SPEC is unset; REBUILD  the command that rebuilds the parts
 #   OUT      where a step writes what comes back ($OUT of the device call)
-# and the engine's own steps after it. Every function says what to run first when a step before it is missing.
+# and the engine's own steps after it. SESSIONS (default /tmp/sessions) holds the sessions and detached jobs
+# (NAME/, NAME.out, NAME.pid). Every function says what to run first when a step before it is missing.
+
+SESSIONS=${SESSIONS:-/tmp/sessions}
 
 assemble() {  # assemble LABEL NAME PARTROOT STAGE: copy the carried PARTROOT/cN/* into STAGE; once every part and
   # SHA256 are there, cat and sha256sum -c: 0 = STAGE/NAME.tar.xz is whole and checked, 3 = more parts to carry, 1 = error
@@ -82,7 +85,7 @@ session() {
   local KB=${KB:-/tmp/inferloom-kb.sqlite}
   [ -f "$KB" ] || { [ -f ".gpu/$name/kb.sqlite" ] && cp ".gpu/$name/kb.sqlite" "$KB"; }
   export INFERLOOM_KB=$KB INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
-  local dir=/tmp/sessions/$name; mkdir -p /tmp/sessions
+  local dir=$SESSIONS/$name; mkdir -p "$SESSIONS"
   [ -d "$dir" ] || { [ -f ".gpu/$name/state.json" ] && cp -r ".gpu/$name" "$dir" && echo "session: resuming the carried copy"; }
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$OUT/$name.log"
   local cmd; read -r -a cmd <<< "$(session_cmd "$dir")"
@@ -95,7 +98,7 @@ session() {
   echo "exit: ${PIPESTATUS[0]} (124: cut by the timeout; resume with the same command)" | tee -a "$OUT/$name.log"
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tee -a "$OUT/$name.log"  # should be empty
   cp "$KB" "$dir/kb.sqlite" 2>/dev/null
-  tar czf "$OUT/$name.tgz" -C /tmp/sessions "$name"
+  tar czf "$OUT/$name.tgz" -C "$SESSIONS" "$name"
 }
 
 start() {  # the session as a detached process (setsid): it outlives this call while the machine stays warm,
@@ -106,18 +109,32 @@ start() {  # the session as a detached process (setsid): it outlives this call w
   export PYTHONPATH=$PWD/src:/tmp/site
   local KB=${KB:-/tmp/inferloom-kb.sqlite}
   export INFERLOOM_KB=$KB INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
-  local dir=/tmp/sessions/$name; mkdir -p /tmp/sessions
-  if [ -f "$dir.pid" ] && kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "start: $name runs already"; return 0; fi
+  local dir=$SESSIONS/$name; mkdir -p "$SESSIONS"
+  running "$name" start && return 0
   [ -d "$dir" ] || { [ -f ".gpu/$name/state.json" ] && cp -r ".gpu/$name" "$dir" && echo "start: resuming the carried copy"; }
   local cmd; read -r -a cmd <<< "$(session_cmd "$dir")"
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$OUT/$name.log"
   echo "start: inferloom ${cmd[*]} (detached; follow it with: follow $name)" | tee -a "$OUT/$name.log"
-  setsid nohup python3 -m inferloom.cli "${cmd[@]}" > "$dir.out" 2>&1 < /dev/null &
-  echo $! > "$dir.pid"
+  detach "$name" python3 -m inferloom.cli "${cmd[@]}"
+}
+
+running() {  # true (and says so) when the detached job NAME still runs on this machine ($2: the step, for the line)
+  local pid="$SESSIONS/$1.pid"
+  [ -f "$pid" ] && kill -0 "$(cat "$pid")" 2>/dev/null && { echo "${2:-detach}: $1 runs already"; return 0; }
+  return 1
+}
+
+detach() {  # CMD... as the detached job NAME (setsid, nohup: it outlives this call while the machine stays warm,
+  # so later calls follow it back to back with no resume): output in $SESSIONS/NAME.out, pid in NAME.pid
+  local name=${1:?detach NAME CMD...}; shift
+  mkdir -p "$SESSIONS"
+  : > "$SESSIONS/$name.out"  # before the job starts: a `follow` right after must find it (tail -f)
+  setsid nohup "$@" >> "$SESSIONS/$name.out" 2>&1 < /dev/null &
+  echo $! > "$SESSIONS/$name.pid"
 }
 
 follow() {  # print the detached job's output until it ends or this call's time is nearly up, then pack it
-  local name=${1:?follow NAME}; local dir=/tmp/sessions/$name
+  local name=${1:?follow NAME}; local dir=$SESSIONS/$name
   [ -f "$dir.pid" ] || { echo "follow: nothing named $name was started on this machine (start it first;" \
                                "a machine given back took it along): going on"; return 0; }
   local left=$(( ${CALL_S:-570} - SECONDS )); [ "$left" -gt 5 ] || left=5
@@ -125,7 +142,7 @@ follow() {  # print the detached job's output until it ends or this call's time 
   if kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "follow: $name still running: follow it again in the next call"
   else echo "follow: $name ended"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader; fi
   cp "${KB:-/tmp/inferloom-kb.sqlite}" "$dir/kb.sqlite" 2>/dev/null
-  tar czf "$OUT/$name.tgz" -C /tmp/sessions "$name"
+  tar czf "$OUT/$name.tgz" -C "$SESSIONS" "$name"
 }
 
 left_s() {  # seconds this call may still use for a step of at most $1 s (CALL_S less what ran, 30 s to stop)

@@ -30,7 +30,8 @@
 #     vstart NAME    a short vLLM session of the same workload (VLLM_SPEC, VBUDGET_MIN=3, VMAX_TRIALS=2), detached
 #                    (gpu_vllm_session.sh start): the vLLM side of `engines`; `follow NAME` prints it
 #     engines NAME A B  `inferloom engines /tmp/sessions/A /tmp/sessions/B --trust-session` (ENGINE_PAIRS=5),
-#                    detached, into /tmp/sessions/NAME; `follow NAME` prints and packs it
+#                    detached, into /tmp/sessions/NAME; `follow NAME` prints and packs it. A or B with a / is a
+#                    session's path (e.g. a published one carried in the repository: docs/results/.../sg)
 #     vllm-row NAME  same-day stock vLLM row: `inferloom bench` A/A of stock vLLM (3 pairs) on the same workload
 #                    (examples/llama-3.1-8b-h200-vllm.yaml), detached; `follow NAME` prints it (~4.5 min)
 #
@@ -179,29 +180,28 @@ profile() {  # stock through SGLang's own profiler (measure/server_profile.py's 
 }
 
 vllm_row() {  # stock vLLM, an A/A of 3 pairs, same workload, same day and machine (detached; `follow NAME`)
-  local name=${1:?vllm-row NAME}; local dir=/tmp/sessions/$name; mkdir -p "$dir"
+  local name=${1:?vllm-row NAME}; local dir=$SESSIONS/$name; mkdir -p "$dir"
   [ -x /tmp/vllm-py ] || { echo "vllm-row: /tmp/vllm-py is missing: carry .whl/vllm/cN with the vbundle step first"; return 1; }
   pywheels || return 1
-  if [ -f "$dir.pid" ] && kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "vllm-row: $name runs already"; return 0; fi
+  running "$name" vllm-row && return 0
   echo "vllm-row: inferloom bench ${VLLM_SPEC:-examples/llama-3.1-8b-h200-vllm.yaml} --aa, 3 pairs (detached; follow $name)"
-  PYTHONPATH=$PWD/src:/tmp/site INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown} setsid nohup \
+  detach "$name" env PYTHONPATH="$PWD/src:/tmp/site" INFERLOOM_GIT_REVISION="${INFERLOOM_GIT_REVISION:-unknown}" \
     python3 -m inferloom.cli bench "${VLLM_SPEC:-examples/llama-3.1-8b-h200-vllm.yaml}" --aa --min-pairs 3 --max-pairs 3 \
-    --out "$dir/$name.json" --force > "$dir.out" 2>&1 < /dev/null &
-  echo $! > "$dir.pid"
+    --out "$dir/$name.json" --force
 }
 
 engines_job() {  # `inferloom engines` of two closed sessions of this machine (detached; `follow NAME`)
-  local name=${1:?engines NAME A B} a=/tmp/sessions/${2:?engines NAME A B} b=/tmp/sessions/${3:?engines NAME A B}
-  local dir=/tmp/sessions/$name
+  local name=${1:?engines NAME A B} a=${2:?engines NAME A B} b=${3:?engines NAME A B}
+  case $a in */*) ;; *) a=$SESSIONS/$a;; esac  # a name of this machine's sessions, or a carried session's path
+  case $b in */*) ;; *) b=$SESSIONS/$b;; esac
+  local dir=$SESSIONS/$name
   pywheels || return 1
   local s; for s in "$a" "$b"; do [ -f "$s/state.json" ] || { echo "engines: no session in $s (run and close it first)"; return 1; }; done
-  if [ -f "$dir.pid" ] && kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "engines: $name runs already"; return 0; fi
+  running "$name" engines && return 0
   mkdir -p "$dir"
   echo "engines: inferloom engines $a $b --out $dir --trust-session --max-pairs ${ENGINE_PAIRS:-5} (detached; follow $name)"
-  PYTHONPATH=$PWD/src:/tmp/site INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown} setsid nohup \
-    python3 -m inferloom.cli engines "$a" "$b" --out "$dir" --trust-session --max-pairs "${ENGINE_PAIRS:-5}" \
-    > "$dir.out" 2>&1 < /dev/null &
-  echo $! > "$dir.pid"
+  detach "$name" env PYTHONPATH="$PWD/src:/tmp/site" INFERLOOM_GIT_REVISION="${INFERLOOM_GIT_REVISION:-unknown}" \
+    python3 -m inferloom.cli engines "$a" "$b" --out "$dir" --trust-session --max-pairs "${ENGINE_PAIRS:-5}"
 }
 
 [ $# -gt 0 ] || { sed -n '2,25p' "$0"; exit 2; }
@@ -214,7 +214,7 @@ while [ $# -gt 0 ]; do
     model) model || exit 1; shift;;
     start|session|plan) [ -n "${2:-}" ] || { echo "$1: give the session a NAME (e.g. $1 sg)"; exit 2; }
                    lean_pin
-                   if [ "$1" = plan ]; then echo "plan: inferloom $(session_cmd "/tmp/sessions/$2")"; else "$1" "$2" || exit 1; fi
+                   if [ "$1" = plan ]; then echo "plan: inferloom $(session_cmd "$SESSIONS/$2")"; else "$1" "$2" || exit 1; fi
                    shift 2;;
     follow) follow "${2:-}" || exit 1; shift 2;;
     profile) profile "${2:-}" || exit 1; shift 2;;

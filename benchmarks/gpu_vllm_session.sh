@@ -177,7 +177,7 @@ goodput() {  # stock against the tput session's final stack under the goodput ob
   pywheels || return 1
   local t; t=$(left_s "${GOODPUT_TIMEOUT:-480}")
   [ "$t" -ge 300 ] || { echo "goodput: only ${t} s left in this call: run it in the next call"; return 0; }
-  local args; args=$(candidate_args "/tmp/sessions/${GOODPUT_FROM:-tput}/state.json")
+  local args; args=$(candidate_args "$SESSIONS/${GOODPUT_FROM:-tput}/state.json")
   echo "goodput: inferloom bench ${GOODPUT_SPEC:-examples/llama-3.1-8b-h200-vllm-goodput.yaml} $args (cut at ${t} s)" \
     | tee -a "$OUT/$name.log"
   PYTHONPATH=$PWD/src:/tmp/site INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown} timeout -s INT -k 30 "$t" \
@@ -200,7 +200,7 @@ GP
 }
 
 tf() {  # same-day row: inferloom's best transformers-engine stack, an A/A of 3 pairs (FACTS.md: 6,437 tok/s)
-  local name=${1:?tf NAME}; local dir=/tmp/sessions/$name; mkdir -p "$dir"
+  local name=${1:?tf NAME}; local dir=$SESSIONS/$name; mkdir -p "$dir"
   pywheels || return 1
   export INFERLOOM_KERNEL_CACHE=${INFERLOOM_KERNEL_CACHE:-/tmp/inferloom-kcache}  # the catalog's H200 tuning
   mkdir -p "$INFERLOOM_KERNEL_CACHE/kernel_tuning"
@@ -219,15 +219,14 @@ tf() {  # same-day row: inferloom's best transformers-engine stack, an A/A of 3 
 }
 
 tfbg() {  # tf, detached: it needs no vLLM, so it runs while the next calls carry the bundle; then `follow NAME`
-  local name=${1:?tfbg NAME}; local dir=/tmp/sessions/$name; mkdir -p /tmp/sessions
-  if [ -f "$dir.pid" ] && kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "tfbg: $name runs already"; return 0; fi
+  local name=${1:?tfbg NAME}; local dir=$SESSIONS/$name
+  running "$name" tfbg && return 0
   pywheels || return 1  # here, while this call carries .whl/py
-  OUT=$dir setsid nohup bash "$0" tf "$name" > "$dir.out" 2>&1 < /dev/null &
-  echo $! > "$dir.pid"; echo "tfbg: $name detached (follow it with: follow $name)"
+  detach "$name" env OUT="$dir" bash "$0" tf "$name"; echo "tfbg: $name detached (follow it with: follow $name)"
 }
 
 chainrun() {  # (detached by `chain`) the jobs of $CHAIN one after another into /tmp/sessions/NAME/<job>
-  local name=${1:?chainrun NAME}; local root=/tmp/sessions/$name; mkdir -p "$root"
+  local name=${1:?chainrun NAME}; local root=$SESSIONS/$name; mkdir -p "$root"
   export PYTHONPATH=$PWD/src:/tmp/site INFERLOOM_KB=${KB:-/tmp/inferloom-kb.sqlite}
   export INFERLOOM_GIT_REVISION=${INFERLOOM_GIT_REVISION:-unknown}
   local job t0
@@ -259,14 +258,13 @@ chainrun() {  # (detached by `chain`) the jobs of $CHAIN one after another into 
 }
 
 chain() {  # the jobs of $CHAIN, detached, back to back with no gap at a call's end; `follow NAME` prints it
-  local name=${1:?chain NAME}; local dir=/tmp/sessions/$name; mkdir -p /tmp/sessions
+  local name=${1:?chain NAME}
   [ -x "$VPY" ] || { echo "chain: $VPY is missing: run the bundle step first"; return 1; }
-  if [ -f "$dir.pid" ] && kill -0 "$(cat "$dir.pid")" 2>/dev/null; then echo "chain: $name runs already"; return 0; fi
+  running "$name" chain && return 0
   pywheels || return 1
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee -a "$OUT/$name.log"
   echo "chain: $CHAIN (detached; follow it with: follow $name)" | tee -a "$OUT/$name.log"
-  setsid nohup bash "$0" chainrun "$name" > "$dir.out" 2>&1 < /dev/null &
-  echo $! > "$dir.pid"
+  detach "$name" bash "$0" chainrun "$name"
 }
 
 [ $# -gt 0 ] || { sed -n '2,30p' "$0"; exit 2; }

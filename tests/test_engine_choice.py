@@ -273,3 +273,29 @@ def test_both_engines_read_their_memory_share_before_either_server_starts(two, t
     assert cli.main(["engines", str(two[2]), str(two[0]), "--out", str(tmp_path / "o"), "--quiet",
                      "--trust-session", "--max-pairs", "3"]) == 0
     assert log[:4] == [("share", "A"), ("share", "B"), ("prepare", "A"), ("prepare", "B")]
+
+
+def test_pairs_on_another_kind_of_device_are_refused_and_another_day_is_said(two, tmp_path, monkeypatch, capsys):
+    """The sessions carried to a later machine (the device is lent per session): the pairs may run there when it
+    is the same kind of device, and engines.md says they ran apart; another kind of device is refused, nothing
+    written."""
+    from inferloom.engine_choice import choose_engine
+    from inferloom.engine_choice.sessions import EngineChoiceError, here_identity, machine_identity
+
+    a, b = read_session(two[2]), read_session(two[0])
+    assert here_identity() == machine_identity(a) | {"day (manifest created_at, UTC)": here_identity()[
+        "day (manifest created_at, UTC)"]}  # this machine is the sessions' (their manifests were written here)
+    other_kind = {**machine_identity(a), "device (manifest device.name)": "NVIDIA B200"}
+    with pytest.raises(EngineChoiceError, match="NVIDIA B200") as e:
+        choose_engine([a, b], tmp_path / "refused", max_pairs=3, here=other_kind)
+    assert "nothing was written" in str(e.value) and not (tmp_path / "refused").exists()
+    later = {**machine_identity(a), "host (manifest device.hostname)": "gpu-7", "day (manifest created_at, UTC)": "2099-01-02"}
+    res = choose_engine([a, b], tmp_path / "later", max_pairs=3, here=later)
+    m = res["measurement"]
+    assert m["measured_at"] == later and len(m["measured_apart"]) == 2
+    assert m["measured_apart"][0].startswith("host gpu-7 (the sessions': ")
+    md = (tmp_path / "later" / "engines.md").read_text()
+    assert "ran apart from the sessions: host gpu-7" in md and "day 2099-01-02" in md
+    assert json.loads((tmp_path / "later" / "engines.json").read_text())["measurement"]["measured_apart"] == m["measured_apart"]
+    same = choose_engine([a, b], tmp_path / "same", max_pairs=3)  # this machine, today: nothing said
+    assert same["measurement"]["measured_apart"] == [] and "ran apart" not in (tmp_path / "same" / "engines.md").read_text()

@@ -159,3 +159,47 @@ def test_the_sglang_example_spec_is_the_vllm_workload_on_the_lean_bundles_wrappe
     assert (sg.framework, sg.serving.python, sg.serving.module) == ("sglang", "/tmp/sglang-py", "sglang.launch_server")
     assert (sg.model, sg.dtype, sg.traffic.concurrency, sg.traffic.input_len, sg.traffic.output_len) == \
         (vl.model, vl.dtype, vl.traffic.concurrency, vl.traffic.input_len, vl.traffic.output_len)
+
+
+def test_engines_step_detaches_the_real_engine_choice_on_carried_sessions_and_follow_packs_it(tmp_path):
+    """`engines NAME A B` then `follow NAME`: the real `inferloom engines` (on two closed sessions of the
+    synthetic engine, given as paths as a carried published pair would be) runs as a detached job (the shared
+    `detach`), `follow` prints it to its end and packs NAME.tgz; a second start while it runs is refused by name,
+    a missing session is named."""
+    import sys
+    import tarfile
+
+    from inferloom.agents.rules import RuleCritic, RuleOrchestrator, RuleRobustness
+    from inferloom.phases.runner import start
+    from inferloom.workloads.synthetic import SyntheticAdapter
+
+    base = {"model": "llama-tiny", "framework": "synthetic", "device": "cpu", "protocol.bootstrap_resamples": 999,
+            "quality.eval_prompts": 4, "quality.heldout_prompts": 4, "quality.prompt_len": 8,
+            "quality.continuation_len": 8}
+    dirs = []
+    for name, over in (("a", {}), ("b", {"pinned": {"fast_path": False}})):
+        spec = load_spec(None, {**base, **over})
+        start(tmp_path / name, spec, budget_minutes=10, max_trials=3, adapter=SyntheticAdapter(seed=spec.seed),
+              agents={"orchestrator": RuleOrchestrator(seed=0), "critic_factory": RuleCritic,
+                      "robustness": RuleRobustness()}, sweep=False)
+        dirs.append(str(tmp_path / name))
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "SESSIONS": str(tmp_path / "sessions"), "CALL_S": "120",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "ENGINE_PAIRS": "3"}
+
+    def call(*steps):
+        return subprocess.run(["bash", str(SESSION), *steps], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=150)
+
+    r = call("engines", "eng", dirs[0], str(tmp_path / "nothing"))
+    assert r.returncode == 1 and f"engines: no session in {tmp_path / 'nothing'}" in r.stdout, r.stdout
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "sessions" / "busy.pid").write_text(str(os.getpid()))  # a live process: the job runs
+    r = call("engines", "busy", *dirs)
+    assert r.returncode == 0 and "engines: busy runs already" in r.stdout and not (tmp_path / "sessions" / "busy").exists()
+    r = call("engines", "eng", *dirs, "follow", "eng")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(detached; follow eng)" in r.stdout and "follow: eng ended" in r.stdout, r.stdout
+    assert "pair 1/3" in r.stdout and "Deploy" in (tmp_path / "sessions" / "eng" / "engines.md").read_text()
+    with tarfile.open(tmp_path / "out" / "eng.tgz") as t:
+        assert "eng/engines.json" in t.getnames() and "eng/engines_pairs.jsonl" in t.getnames()
+    assert "pair 1/3" in (tmp_path / "out" / "eng.log").read_text()

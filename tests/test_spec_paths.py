@@ -301,6 +301,9 @@ RENDERED = {
     "smollm2-h200-vllm-2026-12-03/r3/trace": ("8de1c3704c97f2f8", "ed4e2e9a9817cebb", "23654c1b657d5cc4"),
     # published 2026-12-05 (docs/benchmarks.md §22: the first SGLang session on one H200, its budget ended in PRELUDE)
     "sglang-h200-2026-12-05/sg": ("e856962d706bd846", "985bb9602f1a663b", "836874c36f9ae037"),
+    # published 2026-12-05 (docs/benchmarks.md §23: SGLang with two trials, and the same day's vLLM session)
+    "sglang-h200-2026-12-05/run2/sg": ("36bc95aae91a507d", "87185b44a79a38b2", "7e63eb69136cfabc"),
+    "sglang-h200-2026-12-05/run2/vs": ("ef028f44b5adfef8", "a1827191b02fddfb", "61e85a9c893ca6ae"),
 }
 
 

@@ -43,6 +43,15 @@ def _interval(r: Mapping[str, Any]) -> str:
     return f"{ratio_x(r['final_ratio'])} [{ratio_x(lo)}, {ratio_x(hi)}] {r.get('final_verdict') or ''} (#{r['final_seq']})"
 
 
+def _where_measured(m: Mapping[str, Any]) -> list[str]:
+    """The pairs' machine and day when they differ from the sessions' (both lines end with a blank line)."""
+    apart = m.get("measured_apart")
+    if not apart:
+        return []
+    return [f"The pairs below ran apart from the sessions: {'; '.join(apart)}. The sessions' columns are their own "
+            "measurements; the ratio between the engines is the pairs'.", ""]
+
+
 def _pct(v: Any) -> str:
     return "n/a" if v is None else f"{number(100 * v, '.1f')}%"
 
@@ -54,7 +63,7 @@ def render_markdown(res: Mapping[str, Any]) -> str:
     out += [f"- {r}" for r in rec["reasons"]]
     out += ["", f"Workload: {res['workload']}.", "Machine: " + ", ".join(f"{k.split(' (')[0]} {v}" for k, v in
                                                                          res["machine"].items()) + ".", "",
-            "## The sessions (each one's own measurements)", "",
+            *_where_measured(m), "## The sessions (each one's own measurements)", "",
             f"| engine | stock median ({unit}) | final stack | final / stock [interval] | roofline (stock -> final) "
             "| precision | held-out quality |", "| --- | ---: | --- | --- | --- | --- | --- |"]
     for name, r in res["sessions"].items():

@@ -6,7 +6,10 @@ into an :class:`EngineSession`: its framework, spec, final stack, the stock medi
 the ledger, :func:`inferloom.report.breakdown.breakdown_from_ledger`), the roofline fractions and the final stack's
 precision. :func:`workload_difference` and :func:`machine_difference` are pure: the first field that differs
 between two sessions, said in words, or None. :func:`check_comparable` raises :class:`EngineChoiceError` (one line,
-exit 2) naming it, before anything is measured or written.
+exit 2) naming it, before anything is measured or written. :func:`measured_apart` compares the machine the pairs
+are about to run on (:func:`here_identity`) with the sessions': another kind of device is refused (the ratio would
+be about other hardware); another host or day is said in the report (the sessions' own columns are theirs, the
+ratio is the pairs').
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from inferloom.errors import InferloomError
 from inferloom.frameworks import framework
+from inferloom.provenance import environment
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
 from inferloom.session.shape import SHAPE_ERRORS, damaged_session
@@ -27,7 +31,8 @@ from inferloom.spec import WorkloadSpec
 from inferloom.workloads.registry import stack_precision
 
 __all__ = ["EngineChoiceError", "EngineSession", "read_session", "workload_identity", "machine_identity",
-           "workload_difference", "machine_difference", "check_count", "check_comparable", "precision_label"]
+           "workload_difference", "machine_difference", "check_count", "check_comparable", "precision_label",
+           "here_identity", "measured_apart"]
 
 
 class EngineChoiceError(InferloomError, ValueError):
@@ -160,6 +165,28 @@ def machine_identity(s: EngineSession) -> dict[str, Any]:
            if isinstance(ts, (int, float)) else None)
     return {"host (manifest device.hostname)": dev.get("hostname"), "device (manifest device.name)": dev.get("name"),
             "GPU driver (manifest device.driver)": dev.get("driver"), "day (manifest created_at, UTC)": day}
+
+
+def here_identity() -> dict[str, Any]:
+    """This machine now, with :func:`machine_identity`'s keys (a session's manifest takes the same values)."""
+    env = environment()
+    gpu = env.get("gpu") or {}
+    return {"host (manifest device.hostname)": env["hostname"], "device (manifest device.name)": gpu.get("name") or env["cpu"],
+            "GPU driver (manifest device.driver)": gpu.get("driver"),
+            "day (manifest created_at, UTC)": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
+
+
+def measured_apart(s: EngineSession, here: Mapping[str, Any]) -> list[str]:
+    """How the machine the pairs run on (``here``) differs from where session ``s`` ran, in words (empty: the
+    same machine and day). Another kind of device is refused (:class:`EngineChoiceError`): the pairs would
+    compare the two stacks on hardware neither session ran on."""
+    there = machine_identity(s)
+    dev = "device (manifest device.name)"
+    if here.get(dev) != there.get(dev):
+        raise EngineChoiceError(f"the sessions ran on {there.get(dev)!r}, this machine is {here.get(dev)!r}: run "
+                                "`inferloom engines` on the kind of device the sessions ran on (nothing was written)")
+    return [f"{k.split(' (')[0]} {here.get(k)} (the sessions': {there.get(k)})" for k in there
+            if k != dev and here.get(k) != there.get(k)]
 
 
 def _first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, Any, Any] | None:

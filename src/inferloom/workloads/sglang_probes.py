@@ -27,7 +27,7 @@ import urllib.request
 from typing import Any, Callable, Sequence
 
 from inferloom.workloads.base import AdapterError
-from inferloom.workloads.logprob_rows import each_prompt, topk_row
+from inferloom.workloads.logprob_rows import each_prompt, topk_rows
 from inferloom.workloads.sglang_launch import TOP_K
 
 __all__ = ["SCORE_APPROXIMATION", "post_json", "flush_cache", "issue", "greedy_continuations", "score_logprobs",
@@ -124,7 +124,6 @@ def score_rows(answer: dict[str, Any], seq: Sequence[int], start: int, T: int) -
 def score_logprobs(base_url: str, server_id: str, prompts: list[list[int]], continuations: list[list[int]],
                    vocab_size: int, timeout_s: float, concurrency: int | None = None) -> Any:
     """A ``(len(prompts), T, vocab_size)`` float32 tensor of log-probabilities at each continuation position."""
-    import torch  # optional dependency: only a quality probe needs it
 
     if len(prompts) != len(continuations):
         raise ValueError("score: prompts and continuations differ in length")
@@ -135,7 +134,6 @@ def score_logprobs(base_url: str, server_id: str, prompts: list[list[int]], cont
         raise ValueError("score: every prompt needs at least one token")
     flush_cache(base_url, server_id, timeout_s)
     seqs = [list(p) + list(c) for p, c in zip(prompts, continuations)]
-    res = torch.empty(len(seqs), T, vocab_size, dtype=torch.float32)
 
     def post(b: dict[str, Any]) -> Any:
         return post_json(base_url, server_id, "/generate", b, timeout_s)
@@ -148,7 +146,4 @@ def score_logprobs(base_url: str, server_id: str, prompts: list[list[int]], cont
         def one(i: int) -> dict[str, Any]:
             return issue({**base, "logprob_start_len": len(prompts[i]) - 1}, [seqs[i]], 1, post)[0]
         answers = each_prompt(one, range(len(seqs)), 1 if concurrency is None else concurrency)
-    for i, a in enumerate(answers):
-        for t, entry in enumerate(score_rows(a, seqs[i], len(prompts[i]), T)):
-            res[i, t] = topk_row(entry, vocab_size)
-    return res
+    return topk_rows([score_rows(a, seqs[i], len(prompts[i]), T) for i, a in enumerate(answers)], vocab_size)

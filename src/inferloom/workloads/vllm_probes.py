@@ -27,7 +27,7 @@ import urllib.request
 from typing import Any, Callable, Sequence
 
 from inferloom.workloads.base import AdapterError
-from inferloom.workloads.logprob_rows import each_prompt, topk_row
+from inferloom.workloads.logprob_rows import each_prompt, topk_rows
 from inferloom.workloads.vllm_launch import SERVED_NAME, TOP_K
 
 __all__ = ["SCORE_APPROXIMATION", "post_completions", "issue", "greedy_continuations", "score_logprobs"]
@@ -94,7 +94,6 @@ def score_logprobs(base_url: str, server_id: str, prompts: list[list[int]], cont
     """A ``(len(prompts), T, vocab_size)`` float32 tensor of log-probabilities
     at each continuation position, from the server's top-k prompt
     log-probabilities (the rest of the mass spread uniformly); ``concurrency``: see :func:`issue`."""
-    import torch  # optional dependency: only a quality probe needs it
 
     if len(prompts) != len(continuations):
         raise ValueError("score: prompts and continuations differ in length")
@@ -105,14 +104,12 @@ def score_logprobs(base_url: str, server_id: str, prompts: list[list[int]], cont
     seqs = [list(p) + list(c) for p, c in zip(prompts, continuations)]
     choices = issue({"model": SERVED_NAME, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": TOP_K}, seqs,
                     concurrency, lambda b: post_completions(base_url, server_id, b, timeout_s))
-    res = torch.empty(len(seqs), T, V, dtype=torch.float32)
+    rows = []
     for i, ch in enumerate(choices):
         plp = ch.get("prompt_logprobs")
         if plp is None:
             raise AdapterError("server returned no prompt_logprobs", kind="unsupported")
         start = len(prompts[i])
-        for t in range(T):
-            entry = plp[start + t] or {}
-            res[i, t] = topk_row({int(k): float(v["logprob"] if isinstance(v, dict) else v)
-                                  for k, v in entry.items()}, V)
-    return res
+        rows.append([{int(k): float(v["logprob"] if isinstance(v, dict) else v) for k, v in (plp[start + t] or {}).items()}
+                     for t in range(T)])
+    return topk_rows(rows, V)
