@@ -299,3 +299,25 @@ def test_pairs_on_another_kind_of_device_are_refused_and_another_day_is_said(two
     assert json.loads((tmp_path / "later" / "engines.json").read_text())["measurement"]["measured_apart"] == m["measured_apart"]
     same = choose_engine([a, b], tmp_path / "same", max_pairs=3)  # this machine, today: nothing said
     assert same["measurement"]["measured_apart"] == [] and "ran apart" not in (tmp_path / "same" / "engines.md").read_text()
+
+
+def test_stock_final_stacks_are_an_engine_choice_and_say_what_they_would_run(capsys):
+    """The published H200 pair (docs/results/sglang-h200-2026-12-05/run2): both final stacks are stock, which
+    `verify --remeasure` has no ratio to re-measure but an engine choice pairs; without --trust-session the
+    command says what each would start, and on this machine (no H200) --trust-session is refused in one line."""
+    from pathlib import Path
+
+    from inferloom.evidence.remeasure import RemeasureError
+    from inferloom.evidence.trust import plan_lines
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "results" / "sglang-h200-2026-12-05" / "run2"
+    with pytest.raises(RemeasureError, match="nothing was kept"):
+        plan_lines(root / "sg")
+    assert "framework sglang, model llama-3.1-8b; the final stack is stock" in "\n".join(plan_lines(root / "sg", stock_ok=True))
+    assert cli.main(["engines", str(root / "sg"), str(root / "vs"), "--out", "/nonexistent-never/x"]) == 1
+    out = capsys.readouterr().out
+    assert "the server: /tmp/sglang-py -m sglang.launch_server" in out and "/tmp/vllm-py -m vllm" in out
+    assert cli.main(["engines", str(root / "sg"), str(root / "vs"), "--out", "/nonexistent-never/x",
+                     "--trust-session"]) == 2
+    err = capsys.readouterr().err
+    assert "the sessions ran on 'NVIDIA H200'" in err and "nothing was written" in err

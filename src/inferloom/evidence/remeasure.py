@@ -56,8 +56,9 @@ class RemeasureError(InferloomError, ValueError):
     """The session can't be re-measured (what, why, what to do): exit 2."""
 
 
-def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """``(spec, changes from stock, the session's CLOSE comparison)``; RemeasureError when there is none.
+def final_stack(d: Path, *, stock_ok: bool = False) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """``(spec, changes from stock, the session's CLOSE comparison)``; RemeasureError when there is none
+    (unless ``stock_ok``: a final stack that is stock, ``changes`` empty, as an engine choice may pair).
     A custom workload's changes include ``patches``: the kept patches' ids, in order."""
     spec = manifest_spec(d, read_manifest(d))
     st = load_state(d)
@@ -75,7 +76,7 @@ def final_stack(d: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     src = st.extra.source if framework(spec.framework).own_code else None
     if src is not None and src.kept:
         changes["patches"] = [k.id for k in src.kept]
-    if not final.get("ledger_seq") or not changes:
+    if not stock_ok and (not final.get("ledger_seq") or not changes):
         raise RemeasureError(f"{d}: nothing was kept (the final stack is stock); there is no headline ratio to "
                              "re-measure")
     restore_engine_files(d, spec, changes)

@@ -11,7 +11,6 @@ secret-named variables (:func:`inferloom.redact.without_secrets`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from inferloom.agents.llm_record import read_exchanges
 from inferloom.evidence.remeasure import final_stack
@@ -43,12 +42,14 @@ def _kernels(d: Path, value: str) -> list[str]:
     return out
 
 
-def plan_lines(directory: str | Path, *, rebuild: bool = False) -> list[str]:
-    """What re-measuring (``rebuild``: also rebuilding) the session in ``directory`` would run, one line each."""
+def plan_lines(directory: str | Path, *, rebuild: bool = False, stock_ok: bool = False) -> list[str]:
+    """What re-measuring (``rebuild``: also rebuilding) the session in ``directory`` would run, one line each
+    (``stock_ok``: a final stack that is stock is one too, as for an engine choice)."""
     d = Path(directory).absolute()
-    spec, changes, _ = final_stack(d)  # checks written kernels' containment and sha256; runs nothing
+    spec, changes, _ = final_stack(d, stock_ok=stock_ok)  # checks written kernels' containment and sha256; runs nothing
+    said = f"the final stack's changes: {redact_text(str(changes))}" if changes else "the final stack is stock"
     lines = [f"{d} was written by someone else's inferloom run; re-measuring it runs the following on this machine:",
-             f"  framework {spec.framework}, model {spec.model}; the final stack's changes: {redact_text(str(changes))}"]
+             f"  framework {spec.framework}, model {spec.model}; {said}"]
     serving = spec.serving
     if framework(spec.framework).server:
         lines.append(f"  the server: {serving.python} -m {serving.module} {' '.join(serving.extra_args)}".rstrip())
