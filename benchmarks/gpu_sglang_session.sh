@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 32: an unattended `inferloom optimize` session of SGLang 0.5.17 on one H200 (Llama-3.1-8B shape,
 # random bf16 weights, c64 256 in / 128 out: examples/sglang-h200/llama-3.1-8b-h200-sglang.yaml), resumable
-# across the device's 10-minute call limit, and the same-day stock vLLM row. Run on the H200 on 2026-12-05
-# (bundle, wheels, model, check, help, start, follow: docs/benchmarks.md section 22; docs/sglang.md has what
-# that run taught and the next session's plan); vstart, engines, vbundle and vllm-row have not run there yet.
+# across the device's 10-minute call limit, and the same-day stock vLLM row. Run on the H200 twice on 2026-12-05
+# (bundle, wheels, model, check, help, start, follow: docs/benchmarks.md section 22; vbundle, vstart and the start
+# of engines: section 23; docs/sglang.md has what the runs taught and the next session's plan); vllm-row and a
+# whole engines run have not run there yet.
 #
 #   bash benchmarks/gpu_sglang_session.sh STEP...     STEPs run in order:
 #     bundle         copy the part(s) this call carries (.whl/sglang/cN; benchmarks/sglang_lean_bundle.sh builds
