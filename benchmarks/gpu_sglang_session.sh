@@ -205,7 +205,7 @@ engines_job() {  # `inferloom engines` of two closed sessions of this machine (d
     python3 -m inferloom.cli engines "$a" "$b" --out "$dir" --trust-session --max-pairs "${ENGINE_PAIRS:-5}"
 }
 
-[ $# -gt 0 ] || { sed -n '2,25p' "$0"; exit 2; }
+[ $# -gt 0 ] || { awk 'NR > 1 && /^# A call carries/ {exit} NR > 1' "$0"; exit 2; }  # the header's steps
 while [ $# -gt 0 ]; do
   case "$1" in
     bundle) { bundle && lean_fixups && fa3_addon; } || exit 1; shift;;
