@@ -73,16 +73,12 @@ class MemoryShare:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def summary(self, server: str = "vLLM") -> str:
-        """One line; the vLLM values that give the share (another ``server`` gets it through its own flags)."""
+    def summary(self) -> str:
+        """One line, engine-neutral (each server framework's ``MemoryShareOnce.said`` adds the flag that gives
+        the share: vLLM's in ``vllm_servers``)."""
         g = lambda b: f"{b / GiB:.1f} GiB"  # noqa: E731
-        head = (f"{self.servers} servers of {g(self.per_server_bytes)} each from {g(self.free_bytes)} free of "
+        return (f"{self.servers} servers of {g(self.per_server_bytes)} each from {g(self.free_bytes)} free of "
                 f"{g(self.total_bytes)} ({self.source}); weights {g(self.weight_bytes)}, KV cache {g(self.kv_cache_bytes)}")
-        if server != "vLLM":
-            return head
-        if self.device == "cpu":
-            return head + f" (VLLM_CPU_KVCACHE_SPACE={self.kv_cache_space_gib})"
-        return head + f" (--gpu-memory-utilization {self.gpu_memory_utilization})"
 
 
 def gpu_share(free: int, total: int, weights: int, servers: int = 2, source: str = "given") -> MemoryShare:

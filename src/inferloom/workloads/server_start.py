@@ -87,9 +87,13 @@ class MemoryShareOnce:
                 self.why = None if self._share else "the spec sets every memory setting"
             except (MemoryShareError, OSError) as exc:
                 self.why, self._oom = str(exc), "do not fit" in str(exc)
-            self._progress(f"memory share: {self._share.summary(self._label)}" if self._share
+            self._progress(f"memory share: {self.said(self._share)}" if self._share
                            else f"memory share not derived: {self.why}")
         return self._share
+
+    def said(self, share: MemoryShare) -> str:
+        """The share's progress line (a framework's subclass adds the flag that gives it)."""
+        return share.summary()
 
     def args(self, cfg: Mapping[str, Any], server_flags: Collection[str] | None
              ) -> tuple[list[str], dict[str, str], dict[str, str]]:

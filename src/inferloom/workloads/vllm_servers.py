@@ -44,6 +44,13 @@ class MemoryShareOnce(_ss.MemoryShareOnce):
                  progress: Callable[[str], None]) -> None:
         super().__init__(spec, device, model_dir, progress, derive_memory_share, memory_args, "vLLM")
 
+    def said(self, share: MemoryShare) -> str:
+        """With the vLLM value that gives the share: ``VLLM_CPU_KVCACHE_SPACE`` on a CPU, else
+        ``--gpu-memory-utilization``."""
+        if share.device == "cpu":
+            return share.summary() + f" (VLLM_CPU_KVCACHE_SPACE={share.kv_cache_space_gib})"
+        return share.summary() + f" (--gpu-memory-utilization {share.gpu_memory_utilization})"
+
 
 def start_server(hid: str, cfg: dict[str, Any], cid: str, launch: tuple[list[str], dict[str, str], dict[str, Any]],
                  port: int, log_path: Path, timeout_s: float, progress: Callable[[str], None],
