@@ -63,3 +63,18 @@ def test_a_neighbour_still_winding_down_at_the_limit_learns_no_floor():
     fr = [3.0 - i * 0.06 for i in range(40)]
     r = wait_quiet([s], window_s=w, limit_s=0.3, cpu_seconds=_reader(fr, w))
     assert r["waited_s"] >= 0.3 and s.idle_cpu_floor == 0.0
+
+
+def test_a_steady_floor_is_learned_after_learn_after_s_not_at_the_limit():
+    """SGLang's 10 s at each new server's first wait (the 2026-12-05 run 2: each trial's first run): a use steady
+    over the wait's second half once ``learn_after_s`` has passed is the floor, and the wait ends there."""
+    s = _Server()
+    w = 0.01
+    r = wait_quiet([s], window_s=w, limit_s=5.0, learn_after_s=0.1,
+                   cpu_seconds=_reader([1.4, 1.1, 1.03, 1.06, 1.02, 1.04], w))
+    assert r["waited_s"] < 1.0 and s.idle_cpu_floor == approx(1.04) and r["idle_floor_cpu_frac"] == approx(1.04)
+    # a neighbour winding down for longer than learn_after_s (falling 0.06 a window) is not a floor: waited for
+    s2 = _Server()
+    fr = [3.0 - i * 0.06 for i in range(49)] + [0.02]
+    r = wait_quiet([s2], window_s=w, limit_s=5.0, learn_after_s=0.1, cpu_seconds=_reader(fr, w))
+    assert r["others_cpu_frac"] == approx(0.02) and s2.idle_cpu_floor == 0.0

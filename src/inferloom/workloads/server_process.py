@@ -265,19 +265,25 @@ def servers_cpu_seconds(servers: Sequence["ServerProcess"]) -> float:
 
 #: how much an idle floor may wander over a wait's second half (SGLang's: 1.00-1.12 cores on the H200)
 STEADY_CORES = 0.25
+#: the fewest windows that second half spans (a use falling slowly through fewer is not shown to be steady)
+STEADY_WINDOWS = 8
 
 
 def wait_quiet(servers: Sequence["ServerProcess"], window_s: float = 0.25, max_cpu_frac: float = 0.05,
-               limit_s: float = 10.0, cpu_seconds: Callable[[Sequence[Any]], float] | None = None) -> dict[str, object]:
+               limit_s: float = 10.0, cpu_seconds: Callable[[Sequence[Any]], float] | None = None,
+               learn_after_s: float = 4.0) -> dict[str, object]:
     """Wait until ``servers`` (the idle neighbours of a server under load) use
     under ``max_cpu_frac`` of one core above their idle floor (OpenMP threads
     spin for a while after serving: measured, docs/loadgen.md), at most
-    ``limit_s``. A wait that reaches ``limit_s`` with a steady use over its
-    second half (within ``STEADY_CORES``) records the least of it as those
-    servers' idle floor (``idle_cpu_floor``, per server): a server
-    that never idles below it (SGLang's scheduler polls on one core: 1.00-1.12
-    cores on the H200, 2026-12-05) costs the full ``limit_s`` once, not before
-    every run. Returns what was waited and seen."""
+    ``limit_s``. A wait that has lasted ``learn_after_s`` (or reaches ``limit_s``)
+    with a steady use over its second half (within ``STEADY_CORES``, over at least
+    ``STEADY_WINDOWS`` windows) records the
+    least of it as those servers' idle floor (``idle_cpu_floor``, per server) and
+    goes on above it: a server that never idles below it (SGLang's scheduler polls
+    on one core: 1.00-1.12 cores on the H200, 2026-12-05) costs ``learn_after_s``
+    once, not the limit before every run; a vLLM server winding down after serving
+    is quiet within ~1.1 s (docs/loadgen.md), well before. Returns what was waited
+    and seen."""
     read = cpu_seconds or servers_cpu_seconds
     t0 = time.perf_counter()
     last = None
@@ -287,6 +293,21 @@ def wait_quiet(servers: Sequence["ServerProcess"], window_s: float = 0.25, max_c
     floor = sum(getattr(s, "idle_cpu_floor", 0.0) for s in alive)
     bound = max_cpu_frac + 1.1 * floor  # the floor's own jitter (measured: +-0.1 core on 1.0)
     seen: list[float] = []
+    learned = False
+
+    def learn() -> bool:
+        """Steady and above the bound over the wait's second half: that use is the idle servers' floor (not a
+        neighbour still winding down)."""
+        nonlocal floor, bound, learned
+        tail = seen[len(seen) // 2:]
+        if learned or len(tail) < STEADY_WINDOWS or min(tail) <= bound or max(tail) - min(tail) > STEADY_CORES:
+            return False
+        least = min(tail)
+        for s in alive:
+            s.idle_cpu_floor = least / len(alive)
+        floor, bound, learned = least, max_cpu_frac + 1.1 * least, True
+        return True
+
     while time.perf_counter() - t0 < limit_s:
         c0 = read(servers)
         time.sleep(window_s)
@@ -294,14 +315,10 @@ def wait_quiet(servers: Sequence["ServerProcess"], window_s: float = 0.25, max_c
         seen.append(last)
         if last <= bound:
             break
+        if time.perf_counter() - t0 >= learn_after_s and learn() and last <= bound:
+            break
     else:
-        tail = seen[len(seen) // 2:]
-        # never below, and steady over the wait's second half (not a neighbour still winding down): that use
-        # is the idle servers' floor
-        if tail and min(tail) > bound and max(tail) - min(tail) <= STEADY_CORES:
-            least = min(tail)
-            for s in alive:
-                s.idle_cpu_floor = least / len(alive)
+        learn()
     out: dict[str, object] = {"waited_s": time.perf_counter() - t0, "others_cpu_frac": last}
     if floor:
         out["idle_floor_cpu_frac"] = floor
