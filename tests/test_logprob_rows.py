@@ -1,4 +1,4 @@
-"""`logprob_rows.topk_row`: a server's top-k log-probabilities as a full row (the rest of the mass spread
+"""`logprob_rows.topk_rows`: a server's top-k log-probabilities as a full row (the rest of the mass spread
 uniformly, renormalized). The closed form gives what the dense float64 log_softmax it replaced gave (kept here
 as the reference), to float32 rounding, on the cases a server returns."""
 
@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from inferloom.workloads.logprob_rows import topk_row
+from inferloom.workloads.logprob_rows import topk_rows
 
 
 def dense(entry, vocab_size):
@@ -39,7 +39,7 @@ def test_the_closed_form_row_is_the_dense_log_softmax_to_float32_rounding(case):
              "whole-vocab": lambda: _softmaxed(rng, 21, V, 2.0), "one": lambda: {7: -0.01}, "empty": dict,
              "neg-inf": lambda: {3: -0.5, 9: -math.inf, 11: -1.2},
              "mass-over-one": lambda: {1: -0.1, 2: -0.2, 3: -0.3}}[case]()
-    got, want = topk_row(entry, V), dense(entry, V)
+    got, want = topk_rows([[entry]], V)[0, 0], dense(entry, V)
     assert got.dtype == torch.float32 and got.shape == (V,)
     assert torch.allclose(got, want, rtol=1e-6, atol=1e-5), (got - want).abs().max()
     assert math.isclose(float(got.double().exp().sum()), 1.0, rel_tol=1e-4)  # a distribution
@@ -49,8 +49,6 @@ def test_the_closed_form_row_is_the_dense_log_softmax_to_float32_rounding(case):
 
 
 def test_a_block_of_rows_is_each_row_and_ragged_blocks_are_refused():
-    from inferloom.workloads.logprob_rows import topk_rows
-
     rng = random.Random(3)
     entries = [[_softmaxed(rng, 5, 300, 3.0) for _ in range(4)] for _ in range(3)]
     block = topk_rows(entries, 300)

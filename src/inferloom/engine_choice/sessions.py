@@ -15,6 +15,7 @@ ratio is the pairs').
 from __future__ import annotations
 
 import datetime
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -25,7 +26,7 @@ from inferloom.provenance import environment
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
 from inferloom.session.shape import SHAPE_ERRORS, damaged_session
-from inferloom.session.manifest import manifest_spec, read_manifest
+from inferloom.session.manifest import device_record, manifest_spec, read_manifest
 from inferloom.session.state import Phase, load_state
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads.registry import stack_precision
@@ -157,23 +158,21 @@ def workload_identity(s: EngineSession) -> dict[str, Any]:
     return out
 
 
-def machine_identity(s: EngineSession) -> dict[str, Any]:
-    """Where and when the session ran (its manifest): host, device, GPU driver, and the UTC day it started."""
-    dev = s.manifest.get("device") or {}
-    ts = s.manifest.get("created_at")
+def _identity(dev: Mapping[str, Any], ts: Any) -> dict[str, Any]:
     day = (datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).date().isoformat()
            if isinstance(ts, (int, float)) else None)
     return {"host (manifest device.hostname)": dev.get("hostname"), "device (manifest device.name)": dev.get("name"),
             "GPU driver (manifest device.driver)": dev.get("driver"), "day (manifest created_at, UTC)": day}
 
 
+def machine_identity(s: EngineSession) -> dict[str, Any]:
+    """Where and when the session ran (its manifest): host, device, GPU driver, and the UTC day it started."""
+    return _identity(s.manifest.get("device") or {}, s.manifest.get("created_at"))
+
+
 def here_identity() -> dict[str, Any]:
-    """This machine now, with :func:`machine_identity`'s keys (a session's manifest takes the same values)."""
-    env = environment()
-    gpu = env.get("gpu") or {}
-    return {"host (manifest device.hostname)": env["hostname"], "device (manifest device.name)": gpu.get("name") or env["cpu"],
-            "GPU driver (manifest device.driver)": gpu.get("driver"),
-            "day (manifest created_at, UTC)": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
+    """This machine now, as a session started here would record it (:func:`device_record`, the manifest's own)."""
+    return _identity(device_record(environment()), time.time())
 
 
 def measured_apart(s: EngineSession, here: Mapping[str, Any]) -> list[str]:

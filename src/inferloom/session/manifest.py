@@ -46,6 +46,7 @@ __all__ = [
     "ENV_PREFIXES",
     "ManifestError",
     "run_env",
+    "device_record",
     "build_manifest",
     "write_manifest",
     "read_manifest",
@@ -78,6 +79,14 @@ def run_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return out
 
 
+def device_record(env: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's ``device`` from :func:`inferloom.provenance.environment`'s ``env``: the GPU's name (else
+    the CPU's), its driver, and the host."""
+    gpu = env.get("gpu") or {}
+    return {"name": gpu.get("name") or env["cpu"], "driver": gpu.get("driver"), "gpu": gpu, "cpu": env["cpu"],
+            "cpu_count": env["cpu_count"], "platform": env["platform"], "hostname": env["hostname"]}
+
+
 def build_manifest(
     spec: WorkloadSpec, adapter_description: Mapping[str, Any], seeds: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -92,15 +101,7 @@ def build_manifest(
         "created_at": time.time(),
         "inferloom": {"version": __version__, "git_revision": env["inferloom_git_revision"]},
         "versions": versions,
-        "device": {
-            "name": gpu.get("name") or env["cpu"],
-            "driver": gpu.get("driver"),
-            "gpu": gpu,
-            "cpu": env["cpu"],
-            "cpu_count": env["cpu_count"],
-            "platform": env["platform"],
-            "hostname": env["hostname"],
-        },
+        "device": device_record(env),
         "adapter": dict(adapter_description),
         "spec": spec.to_dict(),
         "spec_hash": spec_hash(spec),

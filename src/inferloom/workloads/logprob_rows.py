@@ -9,7 +9,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-__all__ = ["topk_row", "topk_rows", "each_prompt"]
+__all__ = ["topk_rows", "each_prompt"]
 
 _P = TypeVar("_P")
 _R = TypeVar("_R")
@@ -48,7 +48,8 @@ def _closed_form(entry: Mapping[int, float], vocab_size: int) -> tuple[list[int]
 
 def topk_rows(entries: Sequence[Sequence[Mapping[int, float]]], vocab_size: int) -> Any:
     """A ``(n, T, vocab_size)`` float32 tensor of log-probability rows from ``n`` x ``T`` top-k entries
-    (``{token id: log-probability}``; every prompt the same ``T``), each row as :func:`topk_row`.
+    (``{token id: log-probability}``; every prompt the same ``T``): each row keeps the k known
+    log-probabilities, spreads the rest of the mass uniformly over the other tokens, and is renormalized.
 
     Two tensor operations for the whole block (one broadcast fill, one scatter of the known values): the
     dense float64 ``log_softmax`` per row this replaced cost ~23 ms a row at a 128k vocabulary (6 s a quality
@@ -73,8 +74,3 @@ def topk_rows(entries: Sequence[Sequence[Mapping[int, float]]], vocab_size: int)
         out[idx[:, 0], idx[:, 1], idx[:, 2]] = torch.tensor(vals, dtype=torch.float32)
     return out
 
-
-def topk_row(entry: Mapping[int, float], vocab_size: int) -> Any:
-    """A ``(vocab_size,)`` float32 tensor of log-probabilities from ``{token id: log-probability}``: the k known
-    log-probabilities kept, the rest of the mass spread uniformly over the other tokens, renormalized."""
-    return topk_rows([[entry]], vocab_size)[0, 0]

@@ -277,9 +277,8 @@ def wait_quiet(servers: Sequence["ServerProcess"], window_s: float = 0.25, max_c
     spin for a while after serving: measured, docs/loadgen.md), at most
     ``limit_s``. A wait that has lasted ``learn_after_s`` (or reaches ``limit_s``)
     with a steady use over its second half (within ``STEADY_CORES``, over at least
-    ``STEADY_WINDOWS`` windows) records the
-    least of it as those servers' idle floor (``idle_cpu_floor``, per server) and
-    goes on above it: a server that never idles below it (SGLang's scheduler polls
+    ``STEADY_WINDOWS`` windows) records the least of it as those servers' idle
+    floor (``idle_cpu_floor``, per server) and goes on above it: a server that never idles below it (SGLang's scheduler polls
     on one core: 1.00-1.12 cores on the H200, 2026-12-05) costs ``learn_after_s``
     once, not the limit before every run; a vLLM server winding down after serving
     is quiet within ~1.1 s (docs/loadgen.md), well before. Returns what was waited

@@ -5,7 +5,7 @@
 * :func:`score_logprobs`: ``return_logprob`` with ``logprob_start_len`` = the prompt's length less one and
   ``top_logprobs_num`` = :data:`~inferloom.workloads.sglang_launch.TOP_K`: ``meta_info.input_top_logprobs``
   (per position, ``[logprob, token_id, text]`` of the top k) and ``meta_info.input_token_logprobs`` (the
-  scored token's own) rebuilt into full rows (``logprob_rows.topk_row``). Entry ``j`` is the distribution
+  scored token's own) rebuilt into full rows (``logprob_rows.topk_rows``). Entry ``j`` is the distribution
   of the token at ``logprob_start_len + j``, and entry 0 is always None (SGLang 0.5.17,
   ``logprob_result_processor``: ``[None] + logprobs[:-1]``: the logits before the start are not computed),
   hence the start one before the first scored token. Each answer's token ids are checked against the
@@ -124,7 +124,6 @@ def score_rows(answer: dict[str, Any], seq: Sequence[int], start: int, T: int) -
 def score_logprobs(base_url: str, server_id: str, prompts: list[list[int]], continuations: list[list[int]],
                    vocab_size: int, timeout_s: float, concurrency: int | None = None) -> Any:
     """A ``(len(prompts), T, vocab_size)`` float32 tensor of log-probabilities at each continuation position."""
-
     if len(prompts) != len(continuations):
         raise ValueError("score: prompts and continuations differ in length")
     T = len(continuations[0])

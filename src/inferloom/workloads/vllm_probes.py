@@ -94,7 +94,6 @@ def score_logprobs(base_url: str, server_id: str, prompts: list[list[int]], cont
     """A ``(len(prompts), T, vocab_size)`` float32 tensor of log-probabilities
     at each continuation position, from the server's top-k prompt
     log-probabilities (the rest of the mass spread uniformly); ``concurrency``: see :func:`issue`."""
-
     if len(prompts) != len(continuations):
         raise ValueError("score: prompts and continuations differ in length")
     T = len(continuations[0])
