@@ -81,6 +81,16 @@ def test_a_vllm_session_and_a_transformers_session_measured_against_each_other(t
             served = "ttfts" in json.dumps(p[side]) or "ttft" in json.dumps(p[side])
             assert served == (arm[side] == "vllm"), (side, arm[side], sorted(p[side]))
         assert math.isclose(p["log_ratio"], math.log(p["value_b"] / p["value_a"]))
+        # every run waited for the other engine's server to be quiet: the in-process arm in the pairs' loop, the
+        # server arm in its own run; each says how much CPU the other engine's server used meanwhile
+        for side in ("a", "b"):
+            assert "quiet_wait" in p[side]["extra"] and "idle_servers_cpu_s" in p[side]["extra"], p[side]["extra"]
+    # each engine runs here about as fast as in its own session (before each run waited for the other engine's
+    # server to be quiet, the in-process engine ran at 112 tok/s here against 1,001 in its session: a vLLM
+    # CPU server's threads spin ~1 s after serving, on this 2-core machine)
+    for side, values in (("a", m["values_a"]), ("b", m["values_b"])):
+        own = rows[arm[side]]["stock_median"]
+        assert sorted(values)[len(values) // 2] > own / 3, (arm[side], values, own)
     again = decision_at([p["log_ratio"] for p in pairs], ProtocolSettings(**m["settings"]))
     assert again.verdict == m["verdict"] and math.isclose(again.ratio, m["protocol"]["decision"]["ratio"])
     # the decision follows the measured interval; the recommendation names the faster, or none

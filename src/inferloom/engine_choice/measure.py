@@ -37,6 +37,7 @@ from inferloom.redact import redact
 from inferloom.spec import objective_label
 from inferloom.workloads.base import AdapterError, ApproximateScores
 from inferloom.workloads.registry import make_adapter
+from inferloom.workloads.server_process import servers_cpu_seconds, wait_quiet
 
 __all__ = ["PAIRS_FILE", "settings_for", "orient", "measure_engines", "quality_agreement"]
 
@@ -60,15 +61,43 @@ class _Lines:
         self._f.close()
 
 
+def _servers_of(adapter: Any) -> Callable[[], list[Any]]:
+    """The live server processes ``adapter`` holds (none for an in-process engine)."""
+    live = getattr(adapter, "live_servers", None)
+    return live if callable(live) else list
+
+
+def quiet_neighbours(adapters: list[Any]) -> None:
+    """Each server adapter's runs wait for the other engine's servers to be quiet too (after its own warm-up,
+    as for its own idle servers) and count their CPU meanwhile: a vLLM CPU server's threads spin ~1 s after
+    serving, which took a 2-core machine from the in-process engine's next run (measured: transformers at 112
+    tok/s in the pairs against 1,001 in its own session, 2026-12-05)."""
+    for i, ad in enumerate(adapters):
+        if hasattr(ad, "neighbours"):
+            ad.neighbours = _servers_of(adapters[1 - i])
+
+
 class _TwoEngines:
     """One ``run(handle, seed)`` over two adapters: each handle runs on the adapter that prepared it (what
-    :func:`timed_pairs` calls, so both engines' runs go through the one paired loop)."""
+    :func:`timed_pairs` calls, so both engines' runs go through the one paired loop). An engine without servers
+    of its own (in process) first waits for the other engine's servers to be quiet, and its record says how
+    long and how much CPU they used during the run (``quiet_wait``, ``idle_servers_cpu_s``); a server engine
+    does both itself (:func:`quiet_neighbours`)."""
 
     def __init__(self, pairs: list[tuple[Any, Any]]) -> None:
         self._by = {id(h): ad for ad, h in pairs}
+        self._other = {id(h): pairs[1 - i][0] for i, (_ad, h) in enumerate(pairs)}
 
     def run(self, handle: Any, seed: int) -> Any:
-        return self._by[id(handle)].run(handle, seed)
+        ad = self._by[id(handle)]
+        if hasattr(ad, "neighbours"):
+            return ad.run(handle, seed)
+        others = _servers_of(self._other[id(handle)])
+        waited = wait_quiet(others())
+        cpu0 = servers_cpu_seconds(others())
+        rec = ad.run(handle, seed)
+        rec.extra.update(quiet_wait=waited, idle_servers_cpu_s=servers_cpu_seconds(others()) - cpu0)
+        return rec
 
 
 def _noisier(a: EngineSession, b: EngineSession) -> dict[str, Any] | None:
@@ -155,6 +184,7 @@ def measure_engines(a: EngineSession, b: EngineSession, out: Path, *, max_pairs:
     try:
         adapters = [make(s.spec) for s in (base, cand)]
         made.extend((ad, None) for ad in adapters)
+        quiet_neighbours(adapters)
         for ad in adapters:  # both shares from the memory free before either server starts: one share each
             share = getattr(ad, "memory_share", None)
             if callable(share):

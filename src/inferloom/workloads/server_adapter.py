@@ -86,6 +86,7 @@ class ServerAdapter:
         self._told: bool | None = None if progress is None else False  # None: no one to tell yet
         self._log_dir = Path(log_dir) if log_dir else None
         self._handles: dict[str, ServerHandle] = {}
+        self.neighbours: Callable[[], list[ServerProcess]] = list  # another engine's live servers (engines)
         self._counter = itertools.count(1)
         self._model_dir: str | None = None
         self._vocab: int | None = None
@@ -316,7 +317,11 @@ class ServerAdapter:
                     "seed": seed, **self._texts.state(seed, len(ps))}
 
     def _others(self, handle: ServerHandle) -> list[ServerProcess]:
-        return [h.server for h in self._handles.values() if h is not handle]
+        return [h.server for h in self._handles.values() if h is not handle] + self.neighbours()
+
+    def live_servers(self) -> list[ServerProcess]:
+        """The server processes this adapter holds now (what another engine's runs wait to be quiet)."""
+        return [h.server for h in self._handles.values() if h.server.alive()]
 
     def run(self, handle: ServerHandle, seed: int) -> RunRecord:
         return serving_run(self.spec, handle, seed, draw_prompts=self.random_prompts, run_prompts=self.run_prompts,
