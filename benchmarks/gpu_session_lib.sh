@@ -11,6 +11,11 @@
 # (NAME/, NAME.out, NAME.pid). Every function says what to run first when a step before it is missing.
 
 SESSIONS=${SESSIONS:-/tmp/sessions}
+# vLLM's warm-up JIT-compiles FlashInfer's top-k/top-p sampling kernel (nvcc on a fresh machine: run2's cold start
+# spent 112 s silent after graph capture; s25's first start 95 s of engine init against 12-22 s for the later ones)
+# though greedy requests never run it (vllm 0.26.0 v1/worker/gpu/sample/sampler.py: a batch with any greedy request
+# takes the gumbel path), and every request inferloom sends is greedy. The sessions' manifests record the variable.
+export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
 
 assemble() {  # assemble LABEL NAME PARTROOT STAGE: copy the carried PARTROOT/cN/* into STAGE; once every part and
   # SHA256 are there, cat and sha256sum -c: 0 = STAGE/NAME.tar.xz is whole and checked, 3 = more parts to carry, 1 = error

@@ -321,3 +321,18 @@ def test_stock_final_stacks_are_an_engine_choice_and_say_what_they_would_run(cap
                      "--trust-session"]) == 2
     err = capsys.readouterr().err
     assert "the sessions ran on 'NVIDIA H200'" in err and "nothing was written" in err
+
+
+def test_an_engine_variable_set_otherwise_than_in_the_sessions_is_said(two, tmp_path, monkeypatch):
+    """The servers inherit the environment: an engine's own variable (VLLM_*, SGLANG_*, FLASHINFER_*) set here
+    and not in the sessions (or otherwise) is said beside the machine's differences, per session."""
+    from inferloom.engine_choice import choose_engine
+    from inferloom.engine_choice.sessions import env_apart
+
+    a, b = read_session(two[2]), read_session(two[0])
+    assert env_apart(a, {}) == [] and env_apart(a, {"INFERLOOM_KB": "/elsewhere"}) == []  # not an engine's
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    res = choose_engine([a, b], tmp_path / "env", max_pairs=3)
+    apart = res["measurement"]["measured_apart"]
+    assert apart == [f"VLLM_USE_FLASHINFER_SAMPLER=0 ({s.name}'s session: (unset))" for s in (a, b)]
+    assert "ran apart from the sessions: VLLM_USE_FLASHINFER_SAMPLER=0" in (tmp_path / "env" / "engines.md").read_text()

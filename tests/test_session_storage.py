@@ -447,3 +447,11 @@ def test_manifest_read_errors(tmp_path):
 def test_run_env_filters_credentials():
     env = {"CUDA_VISIBLE_DEVICES": "0", "HF_TOKEN": "x", "NCCL_AUTH_SECRET": "y", "HOME": "/root"}
     assert run_env(env) == {"CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_run_env_records_the_serving_engines_own_variables():
+    # a server inherits the session's environment: what the engine reads from it is part of what ran
+    env = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "SGLANG_LOG_MS": "1", "FLASHINFER_WORKSPACE_BASE": "/tmp/fi",
+           "VLLM_API_KEY": "secret", "HOME": "/root"}
+    assert run_env(env) == {"FLASHINFER_WORKSPACE_BASE": "/tmp/fi", "SGLANG_LOG_MS": "1",
+                            "VLLM_USE_FLASHINFER_SAMPLER": "0"}

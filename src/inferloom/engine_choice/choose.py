@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.engine_choice.measure import measure_engines
 from inferloom.engine_choice.report import build_result, write_report
-from inferloom.engine_choice.sessions import (EngineSession, check_comparable, check_count, here_identity,
+from inferloom.engine_choice.sessions import (EngineSession, check_comparable, check_count, env_apart, here_identity,
                                               measured_apart, read_session)
 from inferloom.workloads.registry import make_adapter
 
@@ -34,7 +34,7 @@ def choose_engine(sessions: Sequence[EngineSession], out: Path, *, max_pairs: in
     refused before anything is written, another host or day is said in the report."""
     a, b = sessions
     where = dict(here if here is not None else here_identity())
-    apart = measured_apart(a, where)
+    apart = measured_apart(a, where) + env_apart(a) + env_apart(b)
     out.mkdir(parents=True, exist_ok=True)
     if apart:
         progress(f"engines: measured apart from the sessions: {'; '.join(apart)}")

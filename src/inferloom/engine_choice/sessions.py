@@ -26,14 +26,14 @@ from inferloom.provenance import environment
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
 from inferloom.session.shape import SHAPE_ERRORS, damaged_session
-from inferloom.session.manifest import device_record, manifest_spec, read_manifest
+from inferloom.session.manifest import device_record, manifest_spec, read_manifest, run_env
 from inferloom.session.state import Phase, load_state
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads.registry import stack_precision
 
 __all__ = ["EngineChoiceError", "EngineSession", "read_session", "workload_identity", "machine_identity",
            "workload_difference", "machine_difference", "check_count", "check_comparable", "precision_label",
-           "here_identity", "measured_apart"]
+           "here_identity", "measured_apart", "ENGINE_ENV", "env_apart"]
 
 
 class EngineChoiceError(InferloomError, ValueError):
@@ -186,6 +186,19 @@ def measured_apart(s: EngineSession, here: Mapping[str, Any]) -> list[str]:
                                 "`inferloom engines` on the kind of device the sessions ran on (nothing was written)")
     return [f"{k.split(' (')[0]} {here.get(k)} (the sessions': {there.get(k)})" for k in there
             if k != dev and here.get(k) != there.get(k)]
+
+
+#: the environment variables a serving engine reads (the servers inherit the session's environment)
+ENGINE_ENV = ("VLLM_", "SGLANG_", "SGL_", "FLASHINFER_")
+
+
+def env_apart(s: EngineSession, here: Mapping[str, str] | None = None) -> list[str]:
+    """The engines' own environment variables (:data:`ENGINE_ENV`) set differently here (``here``: default this
+    process's, as a manifest records them) than in session ``s``'s manifest, in words (empty: the same)."""
+    mine = {k: v for k, v in (run_env() if here is None else here).items() if k.startswith(ENGINE_ENV)}
+    there = {k: v for k, v in (s.manifest.get("env") or {}).items() if k.startswith(ENGINE_ENV)}
+    return [f"{k}={mine.get(k, '(unset)')} ({s.name}'s session: {there.get(k, '(unset)')})"
+            for k in sorted(set(mine) | set(there)) if mine.get(k) != there.get(k)]
 
 
 def _first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
