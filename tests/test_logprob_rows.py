@@ -58,3 +58,14 @@ def test_a_block_of_rows_is_each_row_and_ragged_blocks_are_refused():
             assert torch.allclose(block[i, t], dense(entries[i][t], 300), rtol=1e-6, atol=1e-5)
     with pytest.raises(ValueError, match="same number of positions"):
         topk_rows([entries[0], entries[1][:2]], 300)
+
+
+@pytest.mark.parametrize("bad", [4096, 5000, -1])
+def test_a_token_id_outside_the_vocabulary_is_one_adapter_error(bad):
+    # a server serving another model or tokenizer: one line naming the id, never an IndexError or (for a
+    # negative id) a value silently written at the row's end
+    from inferloom.workloads.base import AdapterError
+
+    with pytest.raises(AdapterError, match=f"token id {bad} outside the model's vocabulary \\(0..4095\\)"):
+        topk_rows([[{3: -0.5, bad: -1.0}]], 4096)
+    assert topk_rows([[{0: -0.5, 4095: -1.0}]], 4096).shape == (1, 1, 4096)

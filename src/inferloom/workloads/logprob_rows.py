@@ -9,6 +9,8 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+from inferloom.workloads.base import AdapterError
+
 __all__ = ["topk_rows", "each_prompt"]
 
 _P = TypeVar("_P")
@@ -36,6 +38,10 @@ def _closed_form(entry: Mapping[int, float], vocab_size: int) -> tuple[list[int]
     after renormalizing (the log-sum-exp over the k known values and the ``vocab_size - k`` equal fill values,
     in float64 scalars)."""
     ids = [int(k) for k in entry]
+    bad = [k for k in ids if not 0 <= k < vocab_size]
+    if bad:  # a negative id would land at the row's end (Python indexing), one past it raise an IndexError
+        raise AdapterError(f"the server returned token id {bad[0]} outside the model's vocabulary (0..{vocab_size - 1}): "
+                           "is it serving another model or tokenizer than the spec's?", kind="error")
     lps = [_finite(float(v)) for v in entry.values()]
     mass = min(math.fsum(math.exp(v) for v in lps), 1.0)
     rest = vocab_size - len(ids)
