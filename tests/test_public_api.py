@@ -8,7 +8,7 @@ API = {
     "inferloom.workloads.base": {"AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter",
                                  "resolve_config", "config_key", "ServerLogs", "RejectedFlags", "RecoveryOptions",
                                  "DeclaredProfile", "OwnQualityGate", "OwnObjective", "GreedyLogprobs",
-                                 "ApproximateScores", "SourceTrees", "ServerReuse", "OPTIONAL_HOOKS", "CrossKnobRules",
+                                 "ApproximateScores", "SourceTrees", "ServerReuse", "OPTIONAL_HOOKS", "CrossKnobRules", "ServerRuns",
                                  "ImageOutputs", "BatchedProbes", "AAQuality", "EnginePatches", "EngineTables", "SourceRungs"},
     "inferloom.phases.context": {"Agents", "SessionOptions", "SessionContext", "WorkloadStrategy", "Step", "Progress"},
     "inferloom.phases.trial": {"Guard", "noise_floor_gain", "propose", "begin", "run_trial", "execute_trial",

@@ -223,6 +223,10 @@ def test_optimize_session_survives_a_server_killed_mid_measurement(model_dir, tm
     assert all(s["memory_env"] == {"VLLM_CPU_KVCACHE_SPACE": str(kv)} for s in starts)  # equal KV on every server
     assert all(s["memory"]["VLLM_CPU_KVCACHE_SPACE"] == f"derived: {kv}" for s in starts)
     assert all(s["compile_cache"]["warm"] is None for s in starts)  # --enforce-eager: nothing compiled
+    # what each server's log says it runs (server_says): vllm-cpu keeps its prefix cache on by default; stock's is
+    # in the state, where the orchestrator reads it
+    assert all(s["server_runs"]["prefix_caching"]["value"] == "on" for s in starts), starts[0]["server_runs"]
+    assert "enable_prefix_caching=True" in state["extra"]["stock_runs"]["prefix_caching"]["said"]
     for s in starts:  # where each start-up went, from the server's own log lines; the parts sum to the start-up
         parts = s["startup_split"]["parts"]
         assert {"before_first_log", "processes", "weights", "engine_init_other", "other"} <= set(parts), parts

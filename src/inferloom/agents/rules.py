@@ -117,7 +117,7 @@ class RuleOrchestrator:
         """Unmeasured, holding no combination refused before (``search_refusals.py``), and not refused
         by the cross-knob rules (when known)."""
         cfg, key = view.candidate(changes)
-        return (key not in view.seen and not contains_refused(cfg, view.refused)
+        return (key not in view.seen and not contains_refused(cfg, view.refused) and not view.redundant(changes)
                 and (self.feasible is None or bool(self.feasible(cfg))))
 
     def _complete(self, view: SearchView, changes: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -174,6 +174,7 @@ class RuleOrchestrator:
         last: list[tuple[Prior, dict[str, Any], bool]] = []
         for prior, full, failed in self._ranked(view, state):
             changes = {k: v for k, v in full.items() if v != view.stack[k]}
+            changes = {k: v for k, v in changes.items() if k not in view.redundant(changes)}  # stock runs those
             if not changes or not self._ok(view, changes) or (self.prior_tries is not None and spent(view, full, self.prior_tries)):
                 continue
             failed = failed or suspect(view.candidate(changes)[0], view.suspect)  # like a refusal this session

@@ -26,6 +26,19 @@ def knob_from_dict(d: Mapping[str, Any]) -> Knob:
 
 
 
+def stock_runs(state: Mapping[str, Any]) -> dict[str, Any]:
+    """knob -> value from the state's ``extra.stock_runs`` (what stock's server said it runs)."""
+    runs = (state.get("extra") or {}).get("stock_runs") or {}
+    return {k: v["value"] for k, v in runs.items() if isinstance(v, Mapping) and "value" in v}
+
+
+def redundant(changes: Mapping[str, Any], stack: Mapping[str, Any], stock: Mapping[str, Any],
+              runs: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: the ``changes`` whose knob is at stock's value in ``stack`` and whose value is what stock's server
+    already runs (``runs``): each starts the same server as leaving the knob alone."""
+    return {k: v for k, v in changes.items() if k in runs and runs[k] == v and stack.get(k) == stock.get(k)}
+
+
 class SearchView:
     """What the orchestrator needs from one state dict, parsed once."""
 
@@ -54,8 +67,14 @@ class SearchView:
         self.seen.update(str(x) for x in state.get("measured_config_keys") or [])
         self.seen.update(config_key(cfg) for _, cfg in self.replayed)
         self.workload = dict(state.get("workload") or {})
+        # what the stock server's own log said it runs, where the knob's default says otherwise (server_says)
+        self.stock_runs = stock_runs(state)
         # learned from failed / refused trials: banned combinations, suspect patterns (search_refusals.py)
         self.refused, self.suspect = refused_combinations(self)
+
+    def redundant(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """The changes that set a knob still at stock's value to what stock's server already runs."""
+        return redundant(changes, self.stack, self.stock, self.stock_runs)
 
     def full(self, cfg: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
         return {n: cfg.get(n, base[n]) for n in self.by_name}

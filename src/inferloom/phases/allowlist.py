@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from inferloom.agents.base import ACTIONS
+from inferloom.agents.search_view import redundant, stock_runs
 from inferloom.workloads.base import ConfigError, config_key, resolve_config
 
 __all__ = ["PHASE_ALLOWLIST", "MAX_CONSECUTIVE_REFUSALS", "validate_proposal"]
@@ -62,6 +63,11 @@ def validate_proposal(raw: Any, phase: str, state: Mapping[str, Any], knobs: lis
         return None, "bad_value", str(exc)
     if full == state["stack"]:
         return None, "no_change", "the changes equal the current stack"
+    same = redundant({k: full[k] for k in changes}, state["stack"], state.get("stock_config") or {}, stock_runs(state))
+    if len(same) == len(changes):
+        runs = (state.get("extra") or {}).get("stock_runs") or {}
+        return None, "stock_runs_it", "; ".join(f"{k}={v!r}: the stock server already runs it (its log: "
+                                                f"{runs[k].get('said', '?')!r})" for k, v in same.items())
     if config_key(full) in state.get("measured_config_keys", []):
         return None, "already_measured", f"{config_key(full)} was measured before"
     pg = raw.get("predicted_gain")

@@ -42,7 +42,7 @@ from inferloom.phases.strategy import strategy_for
 from inferloom.phases.sweep import sweep_step
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState, load_state
-from inferloom.workloads.base import RejectedFlags, ServerLogs, ServerReuse, WorkloadAdapter
+from inferloom.workloads.base import RejectedFlags, ServerLogs, ServerReuse, ServerRuns, WorkloadAdapter
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -123,6 +123,7 @@ class Coordinator:
             finally:
                 ctx.record_server_starts()
             _sync_rejected_flags(ctx, st, restore=False)
+            _learn_stock_runs(ctx, st)
             ctx.save(st)
 
 
@@ -146,3 +147,18 @@ def _sync_rejected_flags(ctx: SessionContext, st: SessionState, *, restore: bool
                               key=step_key("rejected_flag", st.session_id, flag))
             ctx.progress(f"learned: the server rejects {flag} ({learned[flag].get('knob')}); never proposed again")
         st.extra.rejected_flags = {k: dict(v) for k, v in learned.items()}
+
+
+def _learn_stock_runs(ctx: SessionContext, st: SessionState) -> None:
+    """Once stock's server has started: what its log said it runs (``ServerRuns``), kept in the state, where the
+    orchestrator reads it (a change to a value stock already runs starts the same server: never proposed)."""
+    adapter = ctx.adapter
+    if st.extra.stock_runs is not None or not st.stock_config or not isinstance(adapter, ServerRuns):
+        return
+    runs = adapter.server_runs(st.stock_config)
+    if runs is None:
+        return
+    st.extra.stock_runs = runs
+    if runs:
+        ctx.progress("the stock server's log says it runs " + ", ".join(f"{k}={v['value']}" for k, v in runs.items())
+                     + ": a change to one of these values is the same server, never proposed")

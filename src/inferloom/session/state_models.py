@@ -322,6 +322,9 @@ class SessionExtra(StateModel):
     # flag -> what the server adapter learned when the installed server refused
     # it ({knob, value, kind, whole_flag, ...}: the adapter's own record)
     rejected_flags: dict[str, dict[str, Any]] | None = None
+    # knob -> {value, said}: what the stock server's own log said it runs where that differs from the knob's
+    # default (workloads/server_says.py); no proposal sets a knob to the value stock already runs
+    stock_runs: dict[str, dict[str, Any]] | None = None
     source: SourceState | None = None
     kernel_had_turn: int | None = None  # the cycle the KERNEL phase had its turn in
     kernel: KernelProgress | None = None

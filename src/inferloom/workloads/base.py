@@ -43,7 +43,7 @@ __all__ = [
     "AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter", "resolve_config", "config_key",
     "ServerLogs", "RejectedFlags", "RecoveryOptions", "DeclaredProfile", "OwnQualityGate", "OwnObjective",
     "GreedyLogprobs", "ApproximateScores", "SourceTrees", "ServerReuse", "ImageOutputs", "BatchedProbes", "OPTIONAL_HOOKS",
-    "CrossKnobRules", "AAQuality", "EnginePatches", "EngineTables", "SourceRungs"
+    "CrossKnobRules", "ServerRuns", "AAQuality", "EnginePatches", "EngineTables", "SourceRungs"
 ]
 
 Platform = Literal["cpu", "cuda", "rocm"]
@@ -376,6 +376,15 @@ class ServerReuse(Protocol):
 
 
 @runtime_checkable
+class ServerRuns(Protocol):
+    """``server_runs(config)``: what the log of the server started for ``config`` said it runs where the knob's
+    default says otherwise, ``{knob: {"value", "said"}}`` (``server_says``); None: none started. The session
+    keeps stock's (``extra.stock_runs``); no proposal sets a knob to the value stock already runs."""
+
+    def server_runs(self, config: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None: ...
+
+
+@runtime_checkable
 class CrossKnobRules(Protocol):
     """The adapter's rules between knobs, known before anything runs (e.g. prompt_lookup needs
     micro_batch=1). ``config_refusal(config)``: None when the full configuration is allowed, else
@@ -387,4 +396,4 @@ class CrossKnobRules(Protocol):
 
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
                                     OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ServerReuse,
-                                    CrossKnobRules, ImageOutputs, BatchedProbes, AAQuality, EnginePatches, EngineTables, SourceRungs)
+                                    CrossKnobRules, ServerRuns, ImageOutputs, BatchedProbes, AAQuality, EnginePatches, EngineTables, SourceRungs)

@@ -22,15 +22,13 @@ Everything a server adapter does that is not the engine's own lives here:
 * The knob space is the installed server's: its flags are read once from its
   own ``--help`` (``server_flags``) and a knob whose flag it lacks is dropped,
   with why; a flag the installed server rejects is learned from the launch
-  error and never launched again (``rejected_flags``).
+  error and never launched again (``rejected_flags``); what each server's log
+  says it runs is kept as knob values (``server_runs``: ``server_says``).
 
-A subclass supplies the engine's parts (a contract, each filled in by
-``vllm_adapter`` and ``sglang_adapter``): ``name`` / ``label``,
-``static_knobs()``, ``probe_flags()``, ``filter(static, flags)``,
-``to_launch`` (knob values -> flags), ``make_memory()``, ``start_hooks``,
-``launch_argv(cfg, port)``, ``distribution()``, the quality probes
-(``greedy``, ``score``, ``*_batched``, ``score_approximation``) and
-``recovery_options``; ``seqs_knob``: the knob that caps the sequences per step.
+A subclass supplies the engine's parts (``vllm_adapter``, ``sglang_adapter``): ``name`` / ``label``,
+``static_knobs()``, ``probe_flags()``, ``filter(static, flags)``, ``to_launch`` (knob values -> flags),
+``make_memory()``, ``start_hooks``, ``launch_argv(cfg, port)``, ``distribution()``, the quality probes
+(``greedy``, ``score``, ``*_batched``, ``score_approximation``), ``recovery_options``, ``seqs_knob``.
 """
 
 from __future__ import annotations
@@ -53,6 +51,7 @@ from inferloom.workloads.server_flags import ServerFlags, without_dropped
 from inferloom.workloads.server_launch import ToLaunch, check_launchable, server_model_dir
 from inferloom.workloads.server_process import ServerProcess, free_port
 from inferloom.workloads.server_run import serving_run
+from inferloom.workloads.server_says import knob_values
 from inferloom.workloads.server_start import MemoryShareOnce, ServerHandle, StartHooks, start_server
 from inferloom.workloads.vllm_texts import ServerTexts
 from inferloom.workloads.vllm_trace import ServerTrace
@@ -87,6 +86,7 @@ class ServerAdapter:
         self._log_dir = Path(log_dir) if log_dir else None
         self._handles: dict[str, ServerHandle] = {}
         self.neighbours: Callable[[], list[ServerProcess]] = list  # another engine's live servers (engines)
+        self._runs: dict[str, dict[str, dict[str, Any]]] = {}  # config key -> what its server's log said it runs
         self._counter = itertools.count(1)
         self._model_dir: str | None = None
         self._vocab: int | None = None
@@ -197,10 +197,8 @@ class ServerAdapter:
         return list(self._knobs)
 
     def config_refusal(self, config: Mapping[str, Any]) -> str | None:
-        """CrossKnobRules: a configuration that is slower by construction for this traffic, never measured:
-        the sequences-per-step cap (``seqs_knob``) below the concurrency of a closed-loop throughput run
-        serializes the requests in flight (an H200 session measured vLLM's max_num_seqs=1 at c64: -96.6%,
-        docs/benchmarks.md section 18)."""
+        """CrossKnobRules: slower by construction, never measured: the sequences-per-step cap (``seqs_knob``) below
+        a closed-loop throughput run's concurrency serializes the requests (H200: vLLM max_num_seqs=1 at c64 -96.6%)."""
         if not self.seqs_knob:
             return None
         seqs, c = int(config.get(self.seqs_knob) or 0), int(self.spec.traffic.concurrency)
@@ -232,8 +230,7 @@ class ServerAdapter:
         keys = []
         for c in configs:
             try:
-                keys.append(self.pool_key(resolve_config(self._knobs, self._without_dropped(c, "candidate"),
-                                                         self._without_dropped(self.spec.pinned, "pinned"))))
+                keys.append(self.pool_key(self._resolved(c)))
             except (AdapterError, ValueError):
                 continue  # prepare says why
         self._pool.want(keys)
@@ -246,10 +243,12 @@ class ServerAdapter:
         """Stop every server not lent out (another adapter needs the device, or the session ends)."""
         return self._pool.stop_idle()
 
+    def _resolved(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        return resolve_config(self._knobs, self._without_dropped(config, "candidate"),
+                              self._without_dropped(self.spec.pinned, "pinned"))
+
     def prepare(self, config: Mapping[str, Any]) -> ServerHandle:
-        knobs = self._knobs
-        cfg = resolve_config(knobs, self._without_dropped(config, "candidate"),
-                             self._without_dropped(self.spec.pinned, "pinned"))
+        cfg = self._resolved(config)
         self._check(cfg)
         return self._pool.acquire(self.pool_key(cfg), lambda reason: self._start(cfg, reason))
 
@@ -262,8 +261,16 @@ class ServerAdapter:
                                  self.spec.serving.startup_timeout_s, self.progress, self.rejected_flags, reason,
                                  self._memory.get(), hooks=self.start_hooks)
         self._handles[hid] = h
+        record["server_runs"] = self._runs[cid] = knob_values(record.pop("says", None) or {}, self._knobs)
         self.after_start(h, record)
         return h, record
+
+    def server_runs(self, config: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+        """ServerRuns: what the log of the server started for ``config`` said it runs (``server_says``)."""
+        try:
+            return self._runs.get(config_key(self._resolved(config)))
+        except (AdapterError, ValueError):
+            return None
 
     launches_overlays = False  # the engine's launch_argv puts ladder_overlays(cfg) on PYTHONPATH itself (vLLM's)
 
@@ -319,8 +326,7 @@ class ServerAdapter:
     def _others(self, handle: ServerHandle) -> list[ServerProcess]:
         return [h.server for h in self._handles.values() if h is not handle] + self.neighbours()
 
-    def live_servers(self) -> list[ServerProcess]:
-        """The server processes this adapter holds now (what another engine's runs wait to be quiet)."""
+    def live_servers(self) -> list[ServerProcess]:  # what another engine's runs wait to be quiet (engines)
         return [h.server for h in self._handles.values() if h.server.alive()]
 
     def run(self, handle: ServerHandle, seed: int) -> RunRecord:

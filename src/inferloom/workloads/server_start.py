@@ -20,6 +20,7 @@ from inferloom.workloads.base import AdapterError
 from inferloom.workloads.memory_share import MemoryShare, MemoryShareError
 from inferloom.workloads.server_launch import rejected_flag_info
 from inferloom.workloads.server_process import LaunchError, ServerProcess
+from inferloom.workloads.server_says import nothing_said
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -61,6 +62,7 @@ class StartHooks:
     cache_before: Callable[[Mapping[str, str]], Any] = _no_cache
     cache_after: Callable[[Mapping[str, str], Any, Mapping[str, Any], list[str]], dict[str, Any]] = _no_cache_state
     memory_env: tuple[str, ...] = ()
+    says: Callable[[str], dict[str, tuple[Any, str]]] = nothing_said  # server_says: what its log says it runs
 
 
 class MemoryShareOnce:
@@ -133,10 +135,11 @@ def start_server(hid: str, cfg: dict[str, Any], cid: str, launch: tuple[list[str
         raise AdapterError(f"{label} server for {hid} failed to start: {exc}\n{exc.log_tail[-1500:]}",
                            kind=exc.kind) from None
     cache = hooks.cache_after(env, cache0, cfg, argv)
-    try:  # where the start-up went, from the server's own log lines
-        split = hooks.split(server.log_path.read_text(errors="replace"), startup)
+    try:  # where the start-up went, and what it runs, from the server's own log lines
+        text = server.log_path.read_text(errors="replace")
+        split, says = hooks.split(text, startup), hooks.says(text)
     except OSError:
-        split = None
+        split, says = None, {}
     progress(f"{label} server {hid} healthy after {startup:.1f} s"
              + ("" if cache.get("warm") is None else f" (compile cache {'warm' if cache['warm'] else 'cold'})")
              + (f": {hooks.split_text(split['parts'])}" if split else ""))
@@ -145,6 +148,6 @@ def start_server(hid: str, cfg: dict[str, Any], cid: str, launch: tuple[list[str
                "memory": origin.get("memory", {}),
                "memory_share": share.to_dict() if share is not None else None,
                "memory_env": {k: env[k] for k in hooks.memory_env if k in env},
-               "log": server.log_path.name, "port": port,
+               "log": server.log_path.name, "port": port, "says": {k: list(v) for k, v in says.items()},
                **({"overlays": origin["overlays"]} if origin.get("overlays") else {}),
                **({"engine_env": origin["engine_env"]} if origin.get("engine_env") else {})}

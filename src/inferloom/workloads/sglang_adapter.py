@@ -35,14 +35,14 @@ from inferloom.workloads.server_start import MemoryShareOnce, ServerHandle, Star
 from inferloom.workloads.sglang_knobs import ENV_FALLBACK, VERBATIM_CHOICES, recovery_options, sglang_knobs, to_launch
 from inferloom.workloads.sglang_launch import derive_memory_share, launch_command, memory_args, server_distribution
 from inferloom.workloads.sglang_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
-from inferloom.workloads.sglang_startup import split_text, startup_split
+from inferloom.workloads.sglang_startup import says, split_text, startup_split
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
 
 __all__ = ["SGLangAdapter", "SGLANG_START", "HELP_OPTIONS", "from_spec"]
 
-SGLANG_START = StartHooks("SGLang", startup_split, split_text)
+SGLANG_START = StartHooks("SGLang", startup_split, split_text, says=says)
 #: SGLang's launch_server prints one argparse help (no paged groups)
 HELP_OPTIONS = ("--help",)
 

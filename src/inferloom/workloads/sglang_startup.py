@@ -31,7 +31,9 @@ import datetime as _dt
 import re
 from typing import Any
 
-__all__ = ["PARTS", "startup_split", "split_text"]
+from inferloom.workloads.server_says import first_match
+
+__all__ = ["PARTS", "startup_split", "split_text", "says"]
 
 PARTS = ("before_first_log", "processes", "weights", "kv_cache", "cuda_graphs", "warmup", "other")
 
@@ -98,3 +100,27 @@ def startup_split(log_text: str, startup_s: float) -> dict[str, Any]:
 def split_text(parts: dict[str, float]) -> str:
     """``"before first log 12 s, weights 5 s, ..."`` (the parts present, in order)."""
     return ", ".join(f"{k.replace('_', ' ')} {parts[k]:.0f} s" for k in PARTS if k in parts)
+
+
+#: SGLang logs its whole configuration once (``server_args=ServerArgs(...)``, 0.5.17): the fields a knob names
+_ARGS = re.compile(r"server_args=ServerArgs\(.*")
+_FIELD = r"\b{}=(?:'([^']*)'|([^,\s)]+))"
+_SAYS_FIELDS = {"attention_backend": "attention_backend", "chunked_prefill_size": "chunked_prefill_size",
+                "cuda_graph_max_bs": "cuda_graph_max_bs_decode", "schedule_policy": "schedule_policy",
+                "schedule_conservativeness": "schedule_conservativeness", "kv_cache_dtype": "kv_cache_dtype",
+                "enable_torch_compile": "enable_torch_compile", "enable_mixed_chunk": "enable_mixed_chunk",
+                "disable_overlap_schedule": "disable_overlap_schedule"}
+
+
+def says(log_text: str) -> dict[str, tuple[Any, str]]:
+    """What the server's log says it runs (``server_says``): knob -> (raw value, its line), from the
+    ``ServerArgs`` line (``None`` fields: nothing said)."""
+    m = _ARGS.search(log_text)
+    if not m:
+        return {}
+    line = m.group(0)
+    pats = [(k, re.compile(_FIELD.format(re.escape(f))), lambda x: x.group(1) if x.group(1) is not None else x.group(2))
+            for k, f in _SAYS_FIELDS.items()]
+    pats.append(("prefix_caching", re.compile(r"\bdisable_radix_cache=(True|False)"),
+                 lambda x: "off" if x.group(1) == "True" else "default"))
+    return {k: v for k, v in first_match(line, pats).items() if v[0] not in (None, "None")}

@@ -19,7 +19,7 @@ from inferloom.workloads.vllm_launch import (
     derive_memory_share,
     memory_args,
 )
-from inferloom.workloads.vllm_startup import split_text, startup_split
+from inferloom.workloads.vllm_startup import says, split_text, startup_split
 
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
@@ -34,7 +34,7 @@ def _cache_after(env: Mapping[str, str], before: Any, cfg: Mapping[str, Any], ar
 
 
 VLLM_START = StartHooks("vLLM", startup_split, split_text, compile_cache_entries, _cache_after,
-                        memory_env=("VLLM_CPU_KVCACHE_SPACE",))
+                        memory_env=("VLLM_CPU_KVCACHE_SPACE",), says=says)
 
 
 class MemoryShareOnce(_ss.MemoryShareOnce):

