@@ -227,6 +227,8 @@ def test_optimize_session_survives_a_server_killed_mid_measurement(model_dir, tm
     # in the state, where the orchestrator reads it
     assert all(s["server_runs"]["prefix_caching"]["value"] == "on" for s in starts), starts[0]["server_runs"]
     assert "enable_prefix_caching=True" in state["extra"]["stock_runs"]["prefix_caching"]["said"]
+    said = [ln for ln in (out / "report.md").read_text().splitlines() if "the stock server's log says it runs" in ln]
+    assert len(said) == 1 and "`prefix_caching=on`" in said[0], said
     for s in starts:  # where each start-up went, from the server's own log lines; the parts sum to the start-up
         parts = s["startup_split"]["parts"]
         assert {"before_first_log", "processes", "weights", "engine_init_other", "other"} <= set(parts), parts

@@ -121,6 +121,10 @@ def render_report(b: dict[str, Any], deploy: dict[str, Any] | None = None) -> st
                          + "; per start: " + "; ".join(f"{s['handle']} {s['startup_s']:.0f} s" + (
                              f" ({', '.join(f'{k} {v:.0f}' for k, v in s['split'].items())})" if s.get("split") else "")
                              for s in sv["list"][:12]))
+        if sv.get("stock_runs"):
+            r = sv["stock_runs"]
+            lines.append("- the stock server's log says it runs " + ", ".join(f"`{k}={v}`" for k, v in r["values"].items())
+                         + f" (ledger #{r['ledger_seq']}): a candidate setting one of them is the same server, never proposed")
     lines += ["", "## Predicted vs measured", ""]
     for p in b.get("predicted_vs_measured", []):
         pg = p["predicted_gain"]
