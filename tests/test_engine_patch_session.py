@@ -152,6 +152,7 @@ def test_a_session_judges_each_patch_by_its_gates_then_end_to_end(tmp_path):
 
     page = render_html(json.loads((out / "session_breakdown.json").read_text()))
     assert '<span class="tag good">kept</span> overlay <code>' in page and "dropped engine_patch=01-fast-step" in page
+    assert "<h2>Engine source patches (serving.engine_patches)</h2>" in page and "custom workload" not in page
 
 
 def test_remeasure_rebuilds_the_source_overlay_from_the_ledgers_patch_text(tmp_path):

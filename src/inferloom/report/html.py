@@ -118,6 +118,8 @@ def render_html(b: dict[str, Any], *, manifest: dict[str, Any] | None = None, ti
     if is_image_roofline(b):  # per denoising step, images/s
         body["roofline"] = image_roofline_body(b)
     shown = {k: v for k, v in SECTIONS.items() if body[k] is not None}
+    if "patches" in shown and any(p.get("engine") for p in b.get("patches") or []):  # as report.md says it
+        shown["patches"] = "Engine source patches (serving.engine_patches)"
     nav = "".join(f'<a href="#{k}">{esc(v)}</a>' for k, v in shown.items())
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
