@@ -23,7 +23,8 @@ H200 = {"model": "llama-3.1-8b", "dtype": "bfloat16", "concurrency": 64, "input_
 def test_a_stock_vllm_log_says_async_scheduling_full_graphs_and_its_chunk_size():
     runs = knob_values(vllm_startup.says((RUN2 / "vs-first-server.log").read_text()), vllm_knobs(64))
     assert {k: v["value"] for k, v in runs.items()} == {
-        "async_scheduling": True, "cudagraph_mode": "FULL_AND_PIECEWISE", "max_num_batched_tokens": 8192,
+        "async_scheduling": True, "cudagraph_mode": "FULL_AND_PIECEWISE", "max_cudagraph_capture_size": "512",
+        "max_num_batched_tokens": 8192,
         "chunked_prefill": "on", "prefix_caching": "on", "attention_backend": "FLASH_ATTN"}
     assert runs["async_scheduling"]["said"].endswith("Asynchronous scheduling is enabled.")
     assert "'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE" in runs["cudagraph_mode"]["said"]

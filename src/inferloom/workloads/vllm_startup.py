@@ -112,6 +112,7 @@ def _on_off(m: re.Match[str]) -> str:
 _SAYS = (
     ("async_scheduling", re.compile(r"Asynchronous scheduling is (enabled|disabled)"), lambda m: m.group(1)),
     ("cudagraph_mode", re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)"), lambda m: m.group(1)),
+    ("max_cudagraph_capture_size", re.compile(r"'max_cudagraph_capture_size': (\d+)"), lambda m: m.group(1)),
     ("max_num_batched_tokens", re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"),
      lambda m: m.group(1)),
     ("chunked_prefill", re.compile(r"\benable_chunked_prefill=(True|False)"), _on_off),
