@@ -37,6 +37,7 @@ from inferloom.redact import redact
 from inferloom.spec import objective_label
 from inferloom.workloads.base import AdapterError, ApproximateScores
 from inferloom.workloads.registry import make_adapter
+from inferloom.workloads.server_adapter import ServerAdapter
 from inferloom.workloads.server_process import servers_cpu_seconds, wait_quiet
 
 __all__ = ["PAIRS_FILE", "settings_for", "orient", "measure_engines", "quality_agreement"]
@@ -63,8 +64,7 @@ class _Lines:
 
 def _servers_of(adapter: Any) -> Callable[[], list[Any]]:
     """The live server processes ``adapter`` holds (none for an in-process engine)."""
-    live = getattr(adapter, "live_servers", None)
-    return live if callable(live) else list
+    return adapter.live_servers if isinstance(adapter, ServerAdapter) else list
 
 
 def quiet_neighbours(adapters: list[Any]) -> None:
@@ -73,7 +73,7 @@ def quiet_neighbours(adapters: list[Any]) -> None:
     serving, which took a 2-core machine from the in-process engine's next run (measured: transformers at 112
     tok/s in the pairs against 1,001 in its own session, 2026-12-05)."""
     for i, ad in enumerate(adapters):
-        if hasattr(ad, "neighbours"):
+        if isinstance(ad, ServerAdapter):
             ad.neighbours = _servers_of(adapters[1 - i])
 
 
@@ -90,7 +90,7 @@ class _TwoEngines:
 
     def run(self, handle: Any, seed: int) -> Any:
         ad = self._by[id(handle)]
-        if hasattr(ad, "neighbours"):
+        if isinstance(ad, ServerAdapter):
             return ad.run(handle, seed)
         others = _servers_of(self._other[id(handle)])
         waited = wait_quiet(others())
