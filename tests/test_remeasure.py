@@ -31,6 +31,24 @@ def test_remeasure_rebuilds_the_final_stack_in_a_fresh_process_and_overlaps(caps
     assert "all consistent" in out and "remeasure (fresh process" in out and "overlaps" in out and "PASS" in out
     pid = int(out.split("remeasure (fresh process ", 1)[1].split(",", 1)[0])
     assert pid != os.getpid()
+    assert "ran apart from the session" not in out  # this machine, today, the same engine variables
+
+
+def test_a_remeasure_on_another_host_day_or_engine_variable_says_so(capsys, synthetic, tmp_path, monkeypatch):
+    """The session carried to another machine (a lent GPU is another host every time): the re-measurement runs
+    and says where it differs from the session's manifest, beside its verdict."""
+    d = tmp_path / "s"
+    shutil.copytree(synthetic, d)
+    m = json.loads((d / "manifest.json").read_text())
+    m["device"]["hostname"], m["created_at"] = "gpu-7", 4_102_444_800  # 2100-01-01
+    (d / "manifest.json").write_text(json.dumps(m))
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    r = remeasure(d, max_pairs=3)
+    assert r["apart"][0].startswith("host ") and r["apart"][0].endswith("(the session's: gpu-7)")
+    assert r["apart"][1].endswith("(the session's: 2100-01-01)") and r["apart"][1].startswith("day ")
+    assert r["apart"][2] == "VLLM_USE_FLASHINFER_SAMPLER=0 (s's session: (unset))"
+    rc = main(["verify", str(d), "--remeasure", "--trust-session", "--max-pairs", "3", "--quiet"])
+    assert "remeasure ran apart from the session: host " in capsys.readouterr().out and rc in (0, 1)
 
 
 def test_a_gain_that_does_not_reproduce_fails(capsys, synthetic, tmp_path):

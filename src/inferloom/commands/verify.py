@@ -90,6 +90,9 @@ def _remeasure(args: argparse.Namespace, d: Path, bad: int, out: Any, err: Any) 
     if r.get("written_kernels"):
         out(f"remeasure written kernels: {', '.join(r['written_kernels'])} (registered from the session's files after "
             "their sha256; imported in the sandboxed process)", highlight=False, markup=False, soft_wrap=True)
+    if r.get("apart"):  # another host, day, driver or engine variable than the session's: said, not refused
+        out(f"remeasure ran apart from the session: {'; '.join(r['apart'])}", highlight=False, markup=False,
+            soft_wrap=True)
     out(f"remeasure (fresh process {r['pid']}" + (", sandboxed" if r.get("sandboxed") else "")
         + (f" of {r['python']}" if rec else "") + f", {r['seconds']:.0f} s): {r['why']}: "
         + ("PASS" if r["passed"] else "FAIL: the final stack's gain did not reproduce"),

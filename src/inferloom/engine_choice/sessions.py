@@ -14,26 +14,25 @@ ratio is the pairs').
 
 from __future__ import annotations
 
-import datetime
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from inferloom.errors import InferloomError
 from inferloom.frameworks import framework
-from inferloom.provenance import environment
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
 from inferloom.session.shape import SHAPE_ERRORS, damaged_session
-from inferloom.session.manifest import device_record, manifest_spec, read_manifest, run_env
+from inferloom.session.apart import DEVICE, here_identity, identity, machine_apart
+from inferloom.session.apart import env_apart as _env_apart
+from inferloom.session.manifest import manifest_spec, read_manifest
 from inferloom.session.state import Phase, load_state
 from inferloom.spec import WorkloadSpec
 from inferloom.workloads.registry import stack_precision
 
 __all__ = ["EngineChoiceError", "EngineSession", "read_session", "workload_identity", "machine_identity",
            "workload_difference", "machine_difference", "check_count", "check_comparable", "precision_label",
-           "here_identity", "measured_apart", "ENGINE_ENV", "env_apart"]
+           "here_identity", "measured_apart", "env_apart"]
 
 
 class EngineChoiceError(InferloomError, ValueError):
@@ -158,21 +157,9 @@ def workload_identity(s: EngineSession) -> dict[str, Any]:
     return out
 
 
-def _identity(dev: Mapping[str, Any], ts: Any) -> dict[str, Any]:
-    day = (datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).date().isoformat()
-           if isinstance(ts, (int, float)) else None)
-    return {"host (manifest device.hostname)": dev.get("hostname"), "device (manifest device.name)": dev.get("name"),
-            "GPU driver (manifest device.driver)": dev.get("driver"), "day (manifest created_at, UTC)": day}
-
-
 def machine_identity(s: EngineSession) -> dict[str, Any]:
     """Where and when the session ran (its manifest): host, device, GPU driver, and the UTC day it started."""
-    return _identity(s.manifest.get("device") or {}, s.manifest.get("created_at"))
-
-
-def here_identity() -> dict[str, Any]:
-    """This machine now, as a session started here would record it (:func:`device_record`, the manifest's own)."""
-    return _identity(device_record(environment()), time.time())
+    return identity(s.manifest)
 
 
 def measured_apart(s: EngineSession, here: Mapping[str, Any]) -> list[str]:
@@ -180,25 +167,16 @@ def measured_apart(s: EngineSession, here: Mapping[str, Any]) -> list[str]:
     same machine and day). Another kind of device is refused (:class:`EngineChoiceError`): the pairs would
     compare the two stacks on hardware neither session ran on."""
     there = machine_identity(s)
-    dev = "device (manifest device.name)"
-    if here.get(dev) != there.get(dev):
-        raise EngineChoiceError(f"the sessions ran on {there.get(dev)!r}, this machine is {here.get(dev)!r}: run "
-                                "`inferloom engines` on the kind of device the sessions ran on (nothing was written)")
-    return [f"{k.split(' (')[0]} {here.get(k)} (the sessions': {there.get(k)})" for k in there
-            if k != dev and here.get(k) != there.get(k)]
-
-
-#: the environment variables a serving engine reads (the servers inherit the session's environment)
-ENGINE_ENV = ("VLLM_", "SGLANG_", "SGL_", "FLASHINFER_")
+    if here.get(DEVICE) != there.get(DEVICE):
+        raise EngineChoiceError(f"the sessions ran on {there.get(DEVICE)!r}, this machine is {here.get(DEVICE)!r}: "
+                                "run `inferloom engines` on the kind of device the sessions ran on (nothing was written)")
+    return machine_apart(there, here, "the sessions'")
 
 
 def env_apart(s: EngineSession, here: Mapping[str, str] | None = None) -> list[str]:
-    """The engines' own environment variables (:data:`ENGINE_ENV`) set differently here (``here``: default this
-    process's, as a manifest records them) than in session ``s``'s manifest, in words (empty: the same)."""
-    mine = {k: v for k, v in (run_env() if here is None else here).items() if k.startswith(ENGINE_ENV)}
-    there = {k: v for k, v in (s.manifest.get("env") or {}).items() if k.startswith(ENGINE_ENV)}
-    return [f"{k}={mine.get(k, '(unset)')} ({s.name}'s session: {there.get(k, '(unset)')})"
-            for k in sorted(set(mine) | set(there)) if mine.get(k) != there.get(k)]
+    """The engines' own environment variables (``session.apart.ENGINE_ENV``) set differently here than in
+    session ``s``'s manifest, in words (empty: the same)."""
+    return _env_apart(s.manifest, s.name, here)
 
 
 def _first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, Any, Any] | None:

@@ -40,6 +40,7 @@ from inferloom.redact import without_secrets
 from inferloom.sandbox import Sandbox, SandboxUnavailable, required
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
+from inferloom.session.apart import env_apart, here_identity, identity, machine_apart
 from inferloom.session.manifest import manifest_spec, read_manifest
 from inferloom.session.state import Phase, load_state
 from inferloom.workloads import registry as _engines
@@ -177,6 +178,10 @@ def remeasure(directory: str | Path, *, max_pairs: int | None = None, timeout_s:
              + (f"(custom workload {spec.custom.repo}" if spec.custom is not None else f"({spec.model}")
              + f", {spec.resolved_device()}); the session's CLOSE said x{final['ratio']:.3f} "
              f"[{final['ci_low']:.3f}, {final['ci_high']:.3f}] (ledger #{final['ledger_seq']})")
+    m = read_manifest(d)  # where and how this run differs from the session's: said beside the numbers
+    apart = machine_apart(identity(m), here_identity()) + env_apart(m, d.name)
+    if apart:
+        progress(f"re-measuring apart from the session: {'; '.join(apart)}")
     box = _kernel_sandbox(d, changes)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="inferloom-remeasure-") as tmp:
@@ -223,7 +228,7 @@ def remeasure(directory: str | Path, *, max_pairs: int | None = None, timeout_s:
     return {"session": {k: final.get(k) for k in ("ratio", "ci_low", "ci_high", "n_pairs", "ledger_seq")},
             "remeasured": new, "changes": changes, "overlaps": overlaps, "passed": passed, "why": why,
             "pid": res.get("pid"), "python": python or sys.executable, "child": res.get("child"), "max_pairs": max_pairs,
-            "seconds": time.time() - t0, "sandboxed": box is not None,
+            "seconds": time.time() - t0, "sandboxed": box is not None, "apart": apart,
             **({"written_kernels": res["written_kernels"]} if res.get("written_kernels") else {}), **({"source": src} if src is not None else {}),
             **({"clock": clock} if clock else {})}
 
