@@ -15,7 +15,7 @@
 #                    sampler, sgl_kernel's sm90 ops) with /tmp/sglang-py; names each missing module
 #                    ($OUT/sglang-import-check.txt): add its wheel to benchmarks/sglang-0.5.17-lean-deps.txt
 #     help           `python -m sglang.launch_server --help` of the bundle into $OUT/sglang-0.5.17-help-h200.txt
-#                    (tests/data/sglang/ awaits it; ~30-60 s)
+#                    (tests/data/sglang/ holds the one captured on 2026-12-05; ~30-60 s)
 #     wheels         install the carried .whl/py (pydantic, optuna, sqlalchemy) into /tmp/site for inferloom itself
 #     model          write the llama-3.1-8b preset (seeded random bf16 weights, built on the GPU) where the server
 #                    adapters look for it (the same directory as the vLLM session's); a no-op when written
