@@ -174,7 +174,8 @@ class RuleOrchestrator:
         last: list[tuple[Prior, dict[str, Any], bool]] = []
         for prior, full, failed in self._ranked(view, state):
             changes = {k: v for k, v in full.items() if v != view.stack[k]}
-            changes = {k: v for k, v in changes.items() if k not in view.redundant(changes)}  # stock runs those
+            same = view.redundant(changes)  # what stock's server already runs: the same server, left out
+            changes = {k: v for k, v in changes.items() if k not in same}
             if not changes or not self._ok(view, changes) or (self.prior_tries is not None and spent(view, full, self.prior_tries)):
                 continue
             failed = failed or suspect(view.candidate(changes)[0], view.suspect)  # like a refusal this session

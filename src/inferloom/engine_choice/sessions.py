@@ -22,9 +22,9 @@ from inferloom.errors import InferloomError
 from inferloom.frameworks import framework
 from inferloom.report.breakdown import breakdown_from_ledger
 from inferloom.session import ledger as L
-from inferloom.session.shape import SHAPE_ERRORS, damaged_session
 from inferloom.session.apart import DEVICE, here_identity, identity, machine_apart
 from inferloom.session.apart import env_apart as _env_apart
+from inferloom.session.shape import SHAPE_ERRORS, damaged_session
 from inferloom.session.manifest import manifest_spec, read_manifest
 from inferloom.session.state import Phase, load_state
 from inferloom.spec import WorkloadSpec

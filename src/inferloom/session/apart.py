@@ -16,13 +16,13 @@ import time
 from typing import Any, Mapping
 
 from inferloom.provenance import environment
-from inferloom.session.manifest import device_record, run_env
+from inferloom.session.manifest import ENGINE_ENV_PREFIXES, device_record, run_env
 
 __all__ = ["DEVICE", "ENGINE_ENV", "identity", "here_identity", "machine_apart", "env_apart"]
 
 DEVICE = "device (manifest device.name)"
 #: the environment variables a serving engine reads (the servers inherit the session's environment)
-ENGINE_ENV = ("VLLM_", "SGLANG_", "SGL_", "FLASHINFER_")
+ENGINE_ENV = ENGINE_ENV_PREFIXES
 
 
 def _identity(dev: Mapping[str, Any], ts: Any) -> dict[str, Any]:

@@ -44,6 +44,7 @@ __all__ = [
     "MANIFEST_SCHEMA_VERSION",
     "MANIFEST_FILE",
     "ENV_PREFIXES",
+    "ENGINE_ENV_PREFIXES",
     "ManifestError",
     "run_env",
     "device_record",
@@ -58,10 +59,10 @@ MANIFEST_FILE = "manifest.json"
 
 #: every server inherits the session's environment, so the serving engines' own variables are recorded too
 #: (VLLM_USE_FLASHINFER_SAMPLER, VLLM_ATTENTION_BACKEND, SGLANG_*, FLASHINFER_*: each can change what runs)
+ENGINE_ENV_PREFIXES = ("VLLM_", "SGLANG_", "SGL_", "FLASHINFER_")
 ENV_PREFIXES = (
     "INFERLOOM_", "OMP_", "MKL_", "CUDA_", "PYTORCH_", "TORCH_", "TORCHINDUCTOR_",
-    "TRITON_", "NCCL_", "CUBLAS_", "CUDNN_", "HIP_", "ROCR_", "HSA_",
-    "VLLM_", "SGLANG_", "SGL_", "FLASHINFER_",
+    "TRITON_", "NCCL_", "CUBLAS_", "CUDNN_", "HIP_", "ROCR_", "HSA_", *ENGINE_ENV_PREFIXES,
 )
 
 
