@@ -336,3 +336,10 @@ def test_an_engine_variable_set_otherwise_than_in_the_sessions_is_said(two, tmp_
     apart = res["measurement"]["measured_apart"]
     assert apart == [f"VLLM_USE_FLASHINFER_SAMPLER=0 ({s.name}'s session: (unset))" for s in (a, b)]
     assert "ran apart from the sessions: VLLM_USE_FLASHINFER_SAMPLER=0" in (tmp_path / "env" / "engines.md").read_text()
+
+
+def test_a_manifest_whose_env_is_not_a_mapping_compares_as_none_set():
+    from inferloom.session.apart import env_apart
+
+    assert env_apart({"env": ["VLLM_X=1"]}, "s", {}) == [] and env_apart({}, "s", {"VLLM_X": "1"}) == [
+        "VLLM_X=1 (s's session: (unset))"]

@@ -56,6 +56,7 @@ def test_a_raw_value_becomes_a_knob_value_or_nothing():
     c = Knob("c", "choice", "default", "", choices=("default", "0.5", "FLASH_ATTN"))
     assert knob_value(b, "enabled") is True and knob_value(b, "False") is False and knob_value(b, "maybe") is None
     assert knob_value(i, "64") == 64 and knob_value(i, "8192") is None and knob_value(i, "x") is None
+    assert knob_value(i, "inf") is None and knob_value(i, "nan") is None  # a broken log: nothing, never a raise
     assert knob_value(c, "'0.50'") == "0.5" and knob_value(c, "flash_attn") == "FLASH_ATTN" and knob_value(c, "y") is None
     assert knob_values({"x": (False, "off"), "n": ("7", "n=7"), "zz": ("1", "")}, [b, i]) == {
         "n": {"value": 7, "said": "n=7"}}  # the default and an unknown knob: nothing

@@ -53,6 +53,7 @@ def env_apart(manifest: Mapping[str, Any], name: str, here: Mapping[str, str] | 
     """The engines' own variables set differently ``here`` (default: this process's, as a manifest records
     them) than in the manifest of session ``name``, in words; empty: the same."""
     mine = {k: v for k, v in (run_env() if here is None else here).items() if k.startswith(ENGINE_ENV)}
-    there = {k: v for k, v in (manifest.get("env") or {}).items() if k.startswith(ENGINE_ENV)}
+    env = manifest.get("env")
+    there = {k: v for k, v in env.items() if str(k).startswith(ENGINE_ENV)} if isinstance(env, Mapping) else {}
     return [f"{k}={mine.get(k, '(unset)')} ({name}'s session: {there.get(k, '(unset)')})"
             for k in sorted(set(mine) | set(there)) if mine.get(k) != there.get(k)]

@@ -59,7 +59,7 @@ def knob_value(knob: Knob, raw: Any) -> Any:
     if knob.kind == "int":
         try:
             v = int(float(s))
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
         return v if (knob.low is None or v >= knob.low) and (knob.high is None or v <= knob.high) else None
     for c in knob.choices or ():
