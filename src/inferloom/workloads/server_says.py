@@ -5,7 +5,7 @@ than its flags say: vLLM 0.26.0 turns asynchronous scheduling on and captures ``
 graphs by default on an H200 (its stock log: ``Asynchronous scheduling is enabled.``, ``'cudagraph_mode':
 <CUDAGraphMode.FULL_AND_PIECEWISE``). A candidate that sets a knob to the value stock already runs starts the
 same server as stock: every H200 vLLM session before this measured ``async_scheduling=True`` and
-``cudagraph_mode=FULL_AND_PIECEWISE`` as trials (two of six in a 20-minute session: ~5 minutes of noise, and a
+``cudagraph_mode=FULL_AND_PIECEWISE`` as trials (two of six in a 20-minute session: 216 s of noise, and a
 "+5.4%, reverted" that was an A/A).
 
 Each engine reads its log (``StartHooks.says``: knob -> ``(raw value, the line that says it)``); here the raw
