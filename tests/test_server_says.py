@@ -100,3 +100,16 @@ def test_a_proposal_of_what_stock_runs_is_refused_by_name():
                                                                               "kv_cache_dtype": "fp8"}},
                                           "FRAMEWORK", state, knobs)
     assert rule is None and proposal["changes"]["kv_cache_dtype"] == "fp8"
+
+
+def test_the_report_names_what_the_first_server_that_started_runs_not_a_failed_start():
+    from inferloom.report.breakdown import server_starts
+    says = {"async_scheduling": {"value": True, "line": "Asynchronous scheduling is enabled."}}
+    failed = {"kind": "server_start", "seq": 3, "failed": True, "reason": "stock", "startup_s": 4.0}
+    ok = {"kind": "server_start", "seq": 5, "reason": "enablement", "startup_s": 60.0, "server_runs": says}
+    later = {"kind": "server_start", "seq": 9, "reason": "candidate", "startup_s": 50.0,
+             "server_runs": {"cudagraph_mode": {"value": "NONE", "line": "x"}}}
+    # stock failed and ENABLEMENT recovered it: the recovered stack's server is the one the line names
+    assert server_starts([failed, ok, later])["stock_runs"] == {"values": {"async_scheduling": True}, "ledger_seq": 5}
+    # the first server that started said nothing beyond the defaults: no line, not a later candidate's values
+    assert "stock_runs" not in server_starts([dict(ok, server_runs={}), later])

@@ -178,9 +178,11 @@ def server_starts(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
         for k, v in ((e.get("startup_split") or {}).get("parts") or {}).items():
             split[k] = split.get(k, 0.0) + float(v)
     extra = {"split_s": split, "split_starts": sum(1 for e in starts if e.get("startup_split"))} if split else {}
-    if starts[0].get("server_runs"):  # what the first (stock's) server said it runs (workloads/server_says.py)
-        extra["stock_runs"] = {"values": {k: v.get("value") for k, v in starts[0]["server_runs"].items()},
-                               "ledger_seq": starts[0]["seq"]}
+    # what the first server that started (stock's, or the stack ENABLEMENT recovered it with) said it runs
+    first = next((e for e in starts if not e.get("failed")), None)  # (workloads/server_says.py)
+    if first and first.get("server_runs"):
+        extra["stock_runs"] = {"values": {k: v.get("value") for k, v in first["server_runs"].items()},
+                               "ledger_seq": first["seq"]}
     return {"starts": len(starts), "restarts": sum(1 for e in starts if str(e.get("reason", "")).startswith("restart")),
             "failed": sum(1 for e in starts if e.get("failed")), "startup_s": sum(float(e.get("startup_s") or 0.0)
                                                                                for e in starts),
