@@ -89,7 +89,8 @@ def vllm_knobs(concurrency: int, kv_space_gib: int = 0) -> list[Knob]:
              "the target's argmax, but verifies k+1 tokens per sequence in one batch: batch-dependent kernels can "
              "flip near-ties, so it is judged by the quality contract like any batching change)",
              low=0, high=8, applies_to=ALL, changes_numerics=True),
-        Knob("async_scheduling", "bool", False, "--async-scheduling: overlap scheduling with execution",
+        Knob("async_scheduling", "bool", False, "--async-scheduling: overlap scheduling with execution (False passes no flag: a "
+             "server that decides by itself may run it anyway, which its log says: server_says)",
              applies_to=ALL),
         Knob("attention_backend", "choice", "default",
              "--attention-backend (a server whose --help lacks it gets the VLLM_ATTENTION_BACKEND variable): "
