@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 from inferloom.patches.parse import PatchRefusal
 from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.engine_env import EngineEnvError, build_env, wheel_candidates
-from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, overlay_env
+from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, last_recorded, overlay_env
 from inferloom.workloads.vllm_source_overlay import build_source_overlay, engine_patch_policy, installed_package
 
 __all__ = ["PATCH_KNOB", "ENV_KNOB", "RUNG_NAMES", "patch_rung", "engine_patches", "EngineLadder", "ENVS_DIR",
@@ -178,18 +178,15 @@ def recorded_stack(cfg: Mapping[str, Any], entries: Iterable[Mapping[str, Any]])
     """``(python, source overlays)`` the session's server starts recorded for ``cfg``'s enablement knobs (the last
     start that had them): what ``deploy`` starts the final stack with. ``(None, [])`` for none."""
     patch, env = str(cfg.get(PATCH_KNOB, "none")), str(cfg.get(ENV_KNOB, "none"))
-    python, ovs = None, []
-    for e in entries:
-        if e.get("kind") != "server_start":
-            continue
+    starts = [e for e in entries if e.get("kind") == "server_start"]
+    python = None
+    for e in starts:
         rec_env = e.get("engine_env") or {}
         if env != "none" and rec_env.get("name") == env:
             python = str(rec_env["python"])
-        found = [o for o in e.get("overlays") or () if (o.get("knob") or {}).get(PATCH_KNOB) == patch]
-        if patch != "none" and found:
-            ovs = [OverlayDir("source", Path(str(o["path"])), str(o["digest"]), dict(o.get("files") or {}))
-                   for o in found]
-    return python, ovs
+    o = last_recorded(starts, "source", PATCH_KNOB, patch) if patch != "none" else None
+    return python, ([] if o is None else
+                    [OverlayDir("source", Path(str(o["path"])), str(o["digest"]), dict(o.get("files") or {}))])
 
 
 def check_session_stack(changes: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
