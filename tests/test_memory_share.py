@@ -70,6 +70,27 @@ def test_probes_read_meminfo_and_weights(tmp_path):
     assert weight_bytes(tmp_path / "m") == 15 and weight_bytes(tmp_path / "nothing") == 0
 
 
+def test_a_config_only_directory_counts_the_weights_its_server_makes(tmp_path):
+    """Measured on the H200 (2026-12-05): OLMoE-1B-7B's config-only preset (``--load-format dummy``) counted
+    0 bytes of weights, each server of the pair was given 58.9 GiB of KV cache beside the 12.89 GiB vLLM
+    loaded ("Model loading took 12.89 GiB memory"), and the second server ran out of memory."""
+    from inferloom.models.moe_preset_dir import moe_preset_dir
+
+    olmoe = weight_bytes(moe_preset_dir("olmoe-1b-7b"))
+    assert abs(olmoe / GiB - 12.89) < 0.05, olmoe / GiB
+    share = gpu_share(139.8 * GiB, 139.8 * GiB, olmoe)  # the H200's free memory that day
+    assert share.kv_cache_bytes + olmoe + 4 * GiB <= share.per_server_bytes  # weights and activations fit beside it
+    d = tmp_path / "cfg"
+    d.mkdir()
+    (d / "config.json").write_text('{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, '
+                                   '"num_attention_heads": 4, "vocab_size": 100, "torch_dtype": "float32"}')
+    # 2 layers x (attention 4 x 64^2 + MLP 3 x 64 x 128 + norms 2 x 64) + final norm + embedding and head
+    params = 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64 + 2 * 100 * 64
+    assert weight_bytes(d) == 4 * params
+    (d / "config.json").write_text("{not json")
+    assert weight_bytes(d) == 0  # an unreadable config counts no weights, as a directory without one
+
+
 def _spec(device, **more):
     return load_spec(None, {"framework": "vllm", "model": "llama-tiny", "device": device, **more})
 

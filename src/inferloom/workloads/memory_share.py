@@ -28,6 +28,7 @@ A share that can't hold the weights and the reserve raises
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
+from inferloom.measure.costs import derived_counts, model_shape
 
 __all__ = ["GiB", "MemoryShare", "MemoryShareError", "gpu_share", "cpu_share", "gpu_memory", "cpu_memory",
            "weight_bytes", "kv_bytes_per_token", "gpu_index"]
@@ -160,13 +162,36 @@ def cpu_memory(meminfo: str | Path = "/proc/meminfo") -> tuple[int, int, str]:
     return fields["MemAvailable"], fields["MemTotal"], str(meminfo)
 
 
+#: bytes per parameter of a config's ``torch_dtype`` / ``dtype`` (a config-only directory's weights)
+_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+
+
 def weight_bytes(model_dir: str | Path) -> int:
-    """The weights' size on disk (``*.safetensors``, else ``*.bin``): what one server holds."""
+    """The weights one server holds: their size on disk (``*.safetensors``, else ``*.bin``); for a directory
+    with a ``config.json`` and no weight files (a config-only preset whose server makes its own weights,
+    ``--load-format dummy``), the parameters the config counts (``measure.costs``) at its dtype. Measured on
+    the H200 (2026-12-05): OLMoE-1B-7B's config-only preset counted 0 bytes, each of a pair's servers was given
+    58.9 GiB of KV cache beside 12.9 GiB of dummy weights, and the second server ran out of memory."""
     d = Path(model_dir)
     if not d.is_dir():
         return 0
     files = list(d.glob("*.safetensors")) or list(d.glob("*.bin"))
-    return sum(f.stat().st_size for f in files)
+    if files:
+        return sum(f.stat().st_size for f in files)
+    return _config_weight_bytes(d / "config.json")
+
+
+def _config_weight_bytes(path: Path) -> int:
+    """The parameters ``path`` (a Hugging Face config.json) counts, in bytes of its dtype (2 when it names
+    none); 0 without a readable config (the share then counts no weights, as before)."""
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        text = cfg.get("text_config") or cfg
+        nbytes = _DTYPE_BYTES.get(str(text.get("torch_dtype") or text.get("dtype") or cfg.get("torch_dtype")
+                                      or "bfloat16"), 2)
+        return int(derived_counts(model_shape(cfg), nbytes, nbytes)["weight_bytes"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return 0
 
 
 def kv_bytes_per_token(config: dict[str, Any], dtype_bytes: int = 2) -> int | None:
