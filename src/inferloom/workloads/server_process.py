@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 from inferloom.process_group import kill_group
 
-__all__ = ["LaunchError", "ServerProcess", "classify_failure", "free_port", "group_alive", "group_cpu_seconds",
+__all__ = ["LaunchError", "ServerProcess", "classify_failure", "cause_line", "free_port", "group_alive", "group_cpu_seconds",
            "servers_cpu_seconds", "wait_quiet"]
 
 _LIVE: dict[int, "ServerProcess"] = {}
@@ -71,6 +71,23 @@ def classify_failure(log_text: str, returncode: int | None, timed_out: bool = Fa
     if returncode is not None and returncode < 0:
         return "crash", None  # killed by a signal
     return "crash", None
+
+
+#: a log line's own prefix: the process tag, level, timestamp and source vLLM and SGLang put before the message
+_LINE_PREFIX = re.compile(r"^(?:\([\w ]+pid=\d+\)\s*)?(?:(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\s+)?"
+                          r"(?:\d\d-\d\d \d\d:\d\d:\d\d\s+)?(?:\[[^\]]*\]\s*)?")
+
+
+def cause_line(log_text: str, kind: str, limit: int = 240) -> str | None:
+    """Pure: the log line that made :func:`classify_failure` say ``kind`` (the first that matches its pattern),
+    less the process tag, level, time and source; cut at ``limit`` characters. None for a kind no pattern
+    gives (startup_timeout, crash) or when no line matches."""
+    pats = [pat for k, pat in _PATTERNS if k == kind]
+    for line in log_text.splitlines():
+        if any(re.search(pat, line) for pat in pats):
+            msg = _LINE_PREFIX.sub("", line.strip()).strip()
+            return msg if len(msg) <= limit else msg[:limit - 3] + "..."
+    return None
 
 
 def free_port() -> int:
@@ -172,9 +189,10 @@ class ServerProcess:
                 self.stop()
                 text = self.log_path.read_text(errors="replace")
                 kind, flag = classify_failure(text, rc)
-                tail = self.log_tail(25)
+                tail, why = self.log_tail(25), cause_line(text, kind)
                 raise LaunchError(f"server exited with code {rc} after {el:.0f} s ({kind}"
-                                  + (f", flag {flag}" if flag else "") + f"); log {self.log_path}",
+                                  + (f", flag {flag}" if flag else "") + (f": {why}" if why else "")
+                                  + f"); log {self.log_path}",
                                   kind=kind, flag=flag, log_tail=tail)
             if el > timeout_s:
                 self.stop()
