@@ -194,3 +194,69 @@ def test_verify_remeasure_pins_the_recovered_stock_and_checks_the_patch_it_ran(t
     patch.write_text(patch.read_text() + "+c\n")
     with pytest.raises(RemeasureError, match="recovered stock can't be re-measured: .*fix.patch"):
         final_stack(tmp_path / "s")
+
+
+class PairOfServers(SyntheticAdapter):
+    """Servers on one device of 100 units: each takes 20 + its KV share (50, or 25 with the rung's halved share),
+    and stays alive after release until stop_idle (a server pool's reuse). Stock's pair does not fit (70 + 70):
+    its first server starts, the second runs out of memory, as OLMoE's did on the H200 (2026-12-05)."""
+
+    def __init__(self):
+        knobs = [*KNOBS, Knob("kv_share", "choice", "derived", "KV share", choices=("derived", "0.5"),
+                              phase="ENABLEMENT")]
+        super().__init__(effects={"fast_path": {True: 1.2}}, numerics={}, knobs=knobs, noise_sd=0.02)
+        self.alive, self.lent, self.starts = [], set(), []
+
+    def _size(self, config):
+        return 20 + (25 if config.get("kv_share") == "0.5" else 50)
+
+    def prepare(self, config):
+        idle = [h for h in self.alive if id(h) not in self.lent and h.config == dict(config)]
+        if idle:
+            self.lent.add(id(idle[0]))
+            return idle[0]
+        used = sum(self._size(h.config) for h in self.alive)
+        self.starts.append((dict(config), used))
+        if used + self._size(config) > 100:
+            raise AdapterError(f"server exited with code 1 (oom: CUDA out of memory, {100 - used} units free)",
+                               kind="oom")
+        h = super().prepare(config)
+        self.alive.append(h)
+        self.lent.add(id(h))
+        return h
+
+    def release(self, handle):
+        self.lent.discard(id(handle))
+
+    def reuse_servers(self, on=True, max_live=2):
+        pass
+
+    def expect_servers(self, configs):
+        pass
+
+    def take_server_starts(self):
+        return []
+
+    def stop_idle(self):
+        idle = [h for h in self.alive if id(h) not in self.lent]
+        self.alive = [h for h in self.alive if id(h) in self.lent]
+        return [str(id(h)) for h in idle]
+
+    def recovery_options(self, kind, stock):
+        return [{"kv_space": 1}, {"kv_share": "0.5"}] if kind == "oom" else []
+
+
+def test_an_out_of_memory_pair_is_recovered_by_a_rung_whose_pair_fits(tmp_path):
+    """The failed stock's surviving server is stopped before the ladder, and each rung-2 smoke starts two
+    servers side by side: `kv_space=1` starts alone (70 units) but not as a pair, so it is not taken; the halved
+    KV share (45 + 45) is, and the session then measures stock's A/A on it (the rung's two servers, reused)."""
+    a = PairOfServers()
+    st = start(tmp_path / "s", SPEC, budget_minutes=5, max_trials=1, adapter=a, agents=agents(), kb_url=None)
+    rungs = [e for e in L.read_entries(tmp_path / "s") if e["kind"] == L.ENABLEMENT_RUNG]
+    assert [(r["rung"], r.get("change")) for r in rungs] == [(1, None), (2, {"kv_space": 1}), (2, {"kv_share": "0.5"})]
+    assert rungs[1]["outcome"].startswith("still fails") and "oom" in rungs[1]["outcome"] and rungs[2]["outcome"] == "runs"
+    assert st.stock_config["kv_share"] == "0.5" and st.extra.stock_objective.median > 0
+    # every ladder start began on a device holding nothing but that rung's own first server
+    assert [used for _, used in a.starts[2:6]] == [0, 70, 0, 45], a.starts
+    # PRELUDE's A/A got the rung's two servers back: no start of the recovered stock after the ladder's
+    assert all(cfg != st.stock_config for cfg, _ in a.starts[6:]), a.starts

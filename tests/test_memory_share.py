@@ -132,3 +132,25 @@ def test_the_adapter_derives_the_cpu_share_once_and_launches_with_it(tmp_path):
     assert env["VLLM_CPU_KVCACHE_SPACE"] == str(share.kv_cache_space_gib)
     assert origin["memory"]["VLLM_CPU_KVCACHE_SPACE"].startswith("derived")
     assert a.describe()["memory_share"]["derived"]["kv_cache_space_gib"] == share.kv_cache_space_gib
+
+
+def test_the_ladders_kv_share_halves_the_derived_kv_cache_and_is_its_first_answer_to_an_oom_on_a_gpu():
+    from inferloom.workloads.base import resolve_config
+    from inferloom.workloads.vllm_knobs import KV_SHARE_KNOB, recovery_options, vllm_knobs
+
+    share = gpu_share(139.8 * GiB, H200_TOTAL, 13 * GiB)
+    flags = {"--gpu-memory-utilization", "--kv-cache-memory-bytes"}
+    full, _, _ = memory_args(_spec("cuda"), {KV_SHARE_KNOB: "derived"}, share, flags, "cuda")
+    half, _, decided = memory_args(_spec("cuda"), {KV_SHARE_KNOB: "0.5"}, share, flags, "cuda")
+    kv = lambda args: int(args[args.index("--kv-cache-memory-bytes") + 1])  # noqa: E731
+    assert kv(full) == share.kv_cache_bytes and kv(half) == share.kv_cache_bytes // 2
+    assert half[half.index("--gpu-memory-utilization") + 1] == str(share.gpu_memory_utilization)  # same share
+    assert "kv_cache_share 0.5" in decided["--kv-cache-memory-bytes"]
+    knobs = [k for k in vllm_knobs(64) if "cuda" in k.applies_to]
+    knob = next(k for k in knobs if k.name == KV_SHARE_KNOB)
+    assert knob.phase == "ENABLEMENT"  # never searched: only the ladder sets it
+    stock = resolve_config(knobs, {})
+    assert recovery_options("oom", stock, "cuda", knobs, {})[0] == {KV_SHARE_KNOB: "0.5"}
+    assert recovery_options("oom", {**stock, KV_SHARE_KNOB: "0.5"}, "cuda", knobs, {})[0] == {"max_num_seqs": 64}
+    cpu_knobs = [k for k in vllm_knobs(64) if "cpu" in k.applies_to]
+    assert all(KV_SHARE_KNOB not in o for o in recovery_options("oom", resolve_config(cpu_knobs, {}), "cpu", cpu_knobs, {}))

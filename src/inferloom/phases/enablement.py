@@ -21,7 +21,8 @@ from inferloom.phases.common import step_key as _key
 from inferloom.phases.context import SessionContext
 from inferloom.session import ledger as L
 from inferloom.session.state import Phase, SessionState
-from inferloom.workloads.base import AdapterError, ConfigError, RecoveryOptions, SourceRungs, resolve_config
+from inferloom.workloads.base import (AdapterError, ConfigError, RecoveryOptions, ServerReuse, SourceRungs,
+                                      resolve_config)
 
 __all__ = ["RUNGS", "FAILURE_KINDS", "NEXT_RUNG", "REBUILD_ON_PAPER", "enablement_step", "climb", "recovery_options",
            "rung_probe"]
@@ -84,6 +85,13 @@ def climb(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
                                         "outcome": f"classified as '{kind}'"}, key=_key("rung1", st.session_id))
     options = (ctx.adapter.recovery_options(kind, dict(st.stock_config)) if isinstance(ctx.adapter, RecoveryOptions)
                else recovery_options(kind, st.stock_config, ctx.knobs))
+    # servers of a pair: the failed stock's first server still holds its share (on the H200 an OLMoE stock's
+    # second server ran out of memory beside it, then so did every rung-2 start); for an out-of-memory stock
+    # each rung-2 smoke starts two servers of its configuration side by side, as the A/A and every trial do
+    servers = isinstance(ctx.adapter, ServerReuse)
+    if servers:
+        ctx.adapter.stop_idle()
+        ctx.record_server_starts()
     for i, change in enumerate(options):
         if any(k in st.pinned for k in change):
             ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "change": change,
@@ -96,7 +104,9 @@ def climb(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
             ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "change": change, "outcome": f"invalid: {exc}"},
                             key=_key("rung2", st.session_id, i))
             continue
-        ok, err, _start, _ = _smoke(ctx, cfg)
+        ok, err, _start, _ = _smoke(ctx, cfg, pair=servers and kind == "oom")
+        if servers and not ok:
+            ctx.adapter.stop_idle()  # a rung's server that did start holds memory the next rung needs
         ctx.record_server_starts()
         ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "change": change,
                                             "outcome": "runs" if ok else f"still fails: {err}"},
@@ -168,22 +178,27 @@ def _source_rung(ctx: SessionContext, st: SessionState, rung: int, kind: str) ->
     return None
 
 
-def _smoke(ctx: SessionContext, cfg: dict[str, Any], probe: bool = False
+def _smoke(ctx: SessionContext, cfg: dict[str, Any], probe: bool = False, pair: bool = False
            ) -> tuple[bool, str | None, str, dict[str, Any] | None]:
     """Start ``cfg`` and run it once: ``(runs, error, the start's classified outcome, the quality probe's
     verdict when ``probe``)``. The start's outcome: ``healthy``, or the kind its failure was classified as
-    (a server's: ``server_process.classify_failure`` over its log; ``patch_refused``, ``engine_env``)."""
+    (a server's: ``server_process.classify_failure`` over its log; ``patch_refused``, ``engine_env``).
+    ``pair``: a second instance of ``cfg`` is started beside the first (both must start)."""
+    handles = []
     try:
-        h = ctx.adapter.prepare(cfg)
-    except AdapterError as exc:
-        return False, str(exc), exc.kind, None
-    try:
+        for _ in range(2 if pair else 1):
+            try:
+                handles.append(ctx.adapter.prepare(cfg))
+            except AdapterError as exc:
+                return False, str(exc), exc.kind, None
+        h = handles[0]
         rec = ctx.adapter.run(h, 1)
         if not rec.success:
             return False, rec.error, "healthy", None
         return True, None, "healthy", (rung_probe(ctx, h) if probe else None)
     finally:
-        ctx.adapter.release(h)
+        for h in handles:
+            ctx.adapter.release(h)
 
 
 def rung_probe(ctx: SessionContext, handle: Any) -> dict[str, Any]:

@@ -19,8 +19,10 @@ from inferloom.workloads.vllm_kernel_overlays import plugin_knob
 from inferloom.workloads.vllm_moe_knob import moe_knob
 
 __all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES", "PRECISION_KNOBS",
-           "stack_precision", "recovery_options"]
+           "stack_precision", "recovery_options", "KV_SHARE_KNOB"]
 
+#: the enablement ladder's KV-share knob (vllm_launch.memory_args scales the derived --kv-cache-memory-bytes)
+KV_SHARE_KNOB = "kv_cache_share"
 CPU = frozenset({"cpu"})
 CUDA_ROCM = frozenset({"cuda", "rocm"})
 ALL = frozenset({"cpu", "cuda", "rocm"})
@@ -65,6 +67,10 @@ def vllm_knobs(concurrency: int, kv_space_gib: int = 0) -> list[Knob]:
              low=0, high=64, applies_to=CPU),
         Knob("gpu_memory_utilization", "choice", "default", "--gpu-memory-utilization",
              choices=("default", "0.8", "0.9", "0.95"), applies_to=CUDA_ROCM),
+        Knob(KV_SHARE_KNOB, "choice", "derived", "the KV cache (--kv-cache-memory-bytes) each server of a pair "
+             "gets, as a fraction of the one derived from free device memory (vllm_launch.memory_args): the "
+             "enablement ladder's answer to an out-of-memory start; never searched",
+             choices=("derived", "0.5", "0.25"), applies_to=CUDA_ROCM, phase="ENABLEMENT"),
         Knob("enforce_eager", "bool", False, "--enforce-eager: no compilation / graphs (faster start, slower steps)",
              applies_to=ALL, changes_numerics=True),
         Knob("optimization_level", "choice", "default", "--optimization-level (0 = no compilation ... 3)",
@@ -173,6 +179,8 @@ def recovery_options(kind: str, stock: Mapping[str, Any], device: str, knobs: Se
     if kind == "oom":
         if device == "cpu" and int(stock.get("kv_cache_space_gib", 1)) != 1:
             opts.append({"kv_cache_space_gib": 1})
+        if device != "cpu" and stock.get(KV_SHARE_KNOB, "derived") == "derived":  # the derived KV share, halved
+            opts.append({KV_SHARE_KNOB: "0.5"})  # (the batch is not the workload's smaller: tried first)
         seqs = int(stock.get("max_num_seqs") or 0)
         opts.extend({"max_num_seqs": m} for m in (64, 16) if not seqs or m < seqs)
     if kind in ("startup_timeout", "missing_kernel", "crash") and not stock.get("enforce_eager"):

@@ -51,7 +51,7 @@ from inferloom.workloads.server_launch import (
     server_model_dir,
 )
 from inferloom.workloads.server_launch import check_launchable as _check_launchable
-from inferloom.workloads.vllm_knobs import to_launch
+from inferloom.workloads.vllm_knobs import KV_SHARE_KNOB, to_launch
 from inferloom.workloads.vllm_plugins import OverlayDir, overlay_env
 
 if TYPE_CHECKING:
@@ -168,8 +168,10 @@ def memory_args(spec: WorkloadSpec, cfg: Mapping[str, Any], share: Any, server_f
             decided["VLLM_CPU_KVCACHE_SPACE"] = f"derived: {share.kv_cache_space_gib}"
         return args, env, decided
     own = cfg.get("gpu_memory_utilization", "default") != "default"
+    part = str(cfg.get(KV_SHARE_KNOB, "derived"))  # the enablement ladder's fraction of the derived KV cache
+    kv = share and (share.kv_cache_bytes if part == "derived" else int(share.kv_cache_bytes * float(part)))
     for flag, value in (("--gpu-memory-utilization", share and share.gpu_memory_utilization),
-                        ("--kv-cache-memory-bytes", share and share.kv_cache_bytes)):
+                        ("--kv-cache-memory-bytes", kv)):
         if _spec_sets(spec, flag):
             decided[flag] = "spec"
         elif own:
@@ -180,7 +182,8 @@ def memory_args(spec: WorkloadSpec, cfg: Mapping[str, Any], share: Any, server_f
             decided[flag] = "the installed server lacks it (equal share by --gpu-memory-utilization only)"
         else:
             args += [flag, str(value)]
-            decided[flag] = f"derived: {value}"
+            decided[flag] = f"derived: {value}" + ("" if flag != "--kv-cache-memory-bytes" or part == "derived"
+                                                   else f" ({KV_SHARE_KNOB} {part} of {share.kv_cache_bytes})")
     return args, env, decided
 
 
