@@ -179,8 +179,8 @@ def recovery_options(kind: str, stock: Mapping[str, Any], device: str, knobs: Se
     if kind == "oom":
         if device == "cpu" and int(stock.get("kv_cache_space_gib", 1)) != 1:
             opts.append({"kv_cache_space_gib": 1})
-        if device != "cpu" and stock.get(KV_SHARE_KNOB, "derived") == "derived":  # the derived KV share, halved
-            opts.append({KV_SHARE_KNOB: "0.5"})  # (the batch is not the workload's smaller: tried first)
+        if device != "cpu" and stock.get(KV_SHARE_KNOB, "derived") == "derived":  # half the derived KV cache:
+            opts.append({KV_SHARE_KNOB: "0.5"})  # tried first, it leaves the batch as the workload sets it
         seqs = int(stock.get("max_num_seqs") or 0)
         opts.extend({"max_num_seqs": m} for m in (64, 16) if not seqs or m < seqs)
     if kind in ("startup_timeout", "missing_kernel", "crash") and not stock.get("enforce_eager"):
