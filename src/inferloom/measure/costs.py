@@ -74,9 +74,11 @@ __all__ = [
     "weights_read",
     "decode_step_costs",
     "prefill_costs",
+    "DTYPE_BYTES",
 ]
 
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+#: bytes per element of a dtype's name (torch's, as a Hugging Face config's ``torch_dtype`` spells it)
+DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 SHAPE_KEYS = {
@@ -254,9 +256,9 @@ def step_costs(
     arithmetic intensity), and the inputs.
     """
     if isinstance(dtype_bytes, str):
-        dtype_bytes = _DTYPE_BYTES[dtype_bytes]
+        dtype_bytes = DTYPE_BYTES[dtype_bytes]
     if isinstance(kv_dtype_bytes, str):
-        kv_dtype_bytes = _DTYPE_BYTES[kv_dtype_bytes]
+        kv_dtype_bytes = DTYPE_BYTES[kv_dtype_bytes]
     B = float(dtype_bytes)
     Bkv = float(kv_dtype_bytes if kv_dtype_bytes is not None else dtype_bytes)
     if batch < 1 or context_len < 0 or B <= 0 or Bkv <= 0:

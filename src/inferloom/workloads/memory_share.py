@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
-from inferloom.measure.costs import derived_counts, model_shape
+from inferloom.measure.costs import DTYPE_BYTES, derived_counts, model_shape
 
 __all__ = ["GiB", "MemoryShare", "MemoryShareError", "gpu_share", "cpu_share", "gpu_memory", "cpu_memory",
            "weight_bytes", "kv_bytes_per_token", "gpu_index"]
@@ -162,10 +162,6 @@ def cpu_memory(meminfo: str | Path = "/proc/meminfo") -> tuple[int, int, str]:
     return fields["MemAvailable"], fields["MemTotal"], str(meminfo)
 
 
-#: bytes per parameter of a config's ``torch_dtype`` / ``dtype`` (a config-only directory's weights)
-_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
-
-
 def weight_bytes(model_dir: str | Path) -> int:
     """The weights one server holds: their size on disk (``*.safetensors``, else ``*.bin``); for a directory
     with a ``config.json`` and no weight files (a config-only preset whose server makes its own weights,
@@ -187,7 +183,7 @@ def _config_weight_bytes(path: Path) -> int:
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
         text = cfg.get("text_config") or cfg
-        nbytes = _DTYPE_BYTES.get(str(text.get("torch_dtype") or text.get("dtype") or cfg.get("torch_dtype")
+        nbytes = DTYPE_BYTES.get(str(text.get("torch_dtype") or text.get("dtype") or cfg.get("torch_dtype")
                                       or "bfloat16"), 2)
         return int(derived_counts(model_shape(cfg), nbytes, nbytes)["weight_bytes"])
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
