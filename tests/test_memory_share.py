@@ -3,6 +3,8 @@ each memory setting of a launch comes from (spec, the candidate's knob, the
 derived share), and the probes that read free memory. The real launch with the
 CPU KV knob is in test_vllm_real.py."""
 
+import json
+
 import pytest
 
 from inferloom.spec import load_spec
@@ -89,6 +91,14 @@ def test_a_config_only_directory_counts_the_weights_its_server_makes(tmp_path):
     assert weight_bytes(d) == 4 * params
     (d / "config.json").write_text("{not json")
     assert weight_bytes(d) == 0  # an unreadable config counts no weights, as a directory without one
+    text = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "vocab_size": 100}
+    (d / "config.json").write_text(json.dumps({"text_config": text, "torch_dtype": "float32"}))
+    assert weight_bytes(d) == 4 * params  # a multimodal config: its text model's parameters
+    for hostile in ({**text, "num_attention_heads": 0}, {**text, "num_hidden_layers": -5}, [1, 2],
+                    {"text_config": 3}, {**text, "hidden_size": "x"}):
+        (d / "config.json").write_text(json.dumps(hostile))
+        assert weight_bytes(d) == 0, hostile  # no traceback, no negative weights: none counted
 
 
 def _spec(device, **more):

@@ -179,14 +179,15 @@ def weight_bytes(model_dir: str | Path) -> int:
 
 def _config_weight_bytes(path: Path) -> int:
     """The parameters ``path`` (a Hugging Face config.json) counts, in bytes of its dtype (2 when it names
-    none); 0 without a readable config (the share then counts no weights, as before)."""
+    none; a multimodal config's text model); 0 without a readable config or for one whose shape counts nothing
+    sensible (a zero head count, negative sizes): the share then counts no weights, as before."""
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
         text = cfg.get("text_config") or cfg
         nbytes = DTYPE_BYTES.get(str(text.get("torch_dtype") or text.get("dtype") or cfg.get("torch_dtype")
                                       or "bfloat16"), 2)
-        return int(derived_counts(model_shape(cfg), nbytes, nbytes)["weight_bytes"])
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return max(0, int(derived_counts(model_shape(text), nbytes, nbytes)["weight_bytes"]))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError):
         return 0
 
 
