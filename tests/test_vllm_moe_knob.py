@@ -39,8 +39,8 @@ def adapter(tmp_path, python, model="olmoe-1b-7b", device="cuda", **limits):
     spec = load_spec(None, {"framework": "vllm", "model": model, "device": device, "serving.python": python,
                             "traffic.concurrency": 2, "traffic.input_len": 8})
     a = VLLMAdapter(spec, log_dir=tmp_path / "servers")
-    if a.moe().request is not None:  # a small search: the fake times nothing, but the records stay short
-        a.moe().request.update(max_configs=3, **limits)
+    if a.moe().request is not None:  # a small search: the fake times nothing, but the records stay short (5
+        a.moe().request.update(max_configs=5, **limits)  # configs reach num_warps 8, which the fake makes faster
     return a
 
 
@@ -104,6 +104,19 @@ def test_a_failed_tuning_pass_fails_the_candidate_not_the_session(fake, tmp_path
     with pytest.raises(AdapterError, match="moe_configs=tuned: fused-MoE tuning pass: exit 1") as e:
         a.overlays_of({**stock(a), MOE_KNOB: "tuned"})
     assert e.value.kind == "engine_overlay"
+
+
+def test_a_pass_that_finds_nothing_clearly_faster_offers_nothing(fake, tmp_path, monkeypatch):
+    """Noise among the configs (every one 1% faster than stock): no folder is built and no server starts;
+    the candidate fails with why, once per session and from the cache after (no second pass)."""
+    monkeypatch.setenv("FAKE_MOE_NOISE", "1")
+    a = adapter(tmp_path, fake)
+    for _ in range(2):
+        with pytest.raises(AdapterError, match=r"moe_configs=tuned: the tuning pass \((tuned|cache)\) found no config "
+                                               r"clearly faster .* on NVIDIA H200 NVL: nothing to offer") as e:
+            a.overlays_of({**stock(a), MOE_KNOB: "tuned"})
+        assert e.value.kind == "engine_overlay"
+    assert (tmp_path / "runs").read_text() == "1" and not list((tmp_path / "servers").rglob("E=64,N=1024*.json"))
 
 
 def test_the_kb_keeps_the_tables_and_a_later_session_writes_them_again(fake, tmp_path):

