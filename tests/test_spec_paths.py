@@ -304,6 +304,8 @@ RENDERED = {
     # published 2026-12-05 (docs/benchmarks.md §23: SGLang with two trials, and the same day's vLLM session)
     "sglang-h200-2026-12-05/run2/sg": ("36bc95aae91a507d", "87185b44a79a38b2", "7e63eb69136cfabc"),
     "sglang-h200-2026-12-05/run2/vs": ("ef028f44b5adfef8", "a1827191b02fddfb", "61e85a9c893ca6ae"),
+    # published 2026-12-05 (docs/benchmarks.md §26: OLMoE on vLLM, one H100, the tuned fused-MoE configs measured)
+    "olmoe-h100-2026-12-05/session": ("0be04cefce4ad7ff", "28d84df6ce47f71a", "b5c74deb9828a967"),
 }
 
 
