@@ -74,3 +74,33 @@ def test_overall_verdict_table():
     assert overall_verdict("keep", None, False) == "keep-unscored"
     assert overall_verdict("revert", True, False) == "revert"
     assert overall_verdict("failed", None, False) == "failed"
+
+
+class _Interrupted(SyntheticAdapter):
+    """Ctrl-C during the 7th run: after both warm-ups and two complete pairs."""
+
+    runs = 0
+
+    def run(self, handle, seed):
+        type(self).runs += 1
+        if self.runs == 7:
+            raise KeyboardInterrupt
+        return super().run(handle, seed)
+
+
+def test_an_interrupted_bench_keeps_the_pairs_it_measured(tmp_path, monkeypatch, capsys):
+    import inferloom.bench as B
+    from inferloom.cli import main
+
+    monkeypatch.setattr(B, "make_adapter", lambda spec: _Interrupted(noise_sd=0.05))
+    out = tmp_path / "b.json"
+    rc = main(["bench", "--model", "llama-tiny", "--device", "cpu", "--candidate", "fast_path=true", "--quiet",
+               "--no-quality", "--out", str(out)])
+    assert rc == 130 and not out.exists()
+    lines = [json.loads(x) for x in (tmp_path / "b.json.pairs.jsonl").read_text().splitlines()]
+    assert [x["pair"]["index"] for x in lines] == [0, 1] and all(x["pair"]["value_b"] > 0 for x in lines)
+    assert "the 2 pair(s) measured are in" in capsys.readouterr().err
+    monkeypatch.setattr(B, "make_adapter", lambda spec: SyntheticAdapter(noise_sd=0.05))
+    assert main(["bench", "--model", "llama-tiny", "--device", "cpu", "--candidate", "fast_path=true", "--quiet",
+                 "--no-quality", "--out", str(out), "--force"]) == 0
+    assert out.exists() and not (tmp_path / "b.json.pairs.jsonl").exists()  # the whole result replaces them

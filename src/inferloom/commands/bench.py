@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,33 @@ from inferloom.report.console import print_bench
 from inferloom.redact import redact
 from inferloom.session.atomic import write_json_atomic
 
-__all__ = ["run"]
+__all__ = ["run", "PairLog"]
+
+
+class PairLog:
+    """Each timed pair as it completes, one JSON line in ``<out>.pairs.jsonl``: what an interrupted bench
+    leaves (raw pairs, no verdict: an unfinished measurement decides nothing); removed once ``<out>`` holds
+    the whole result."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out.with_name(out.name + ".pairs.jsonl")
+        self.path.unlink(missing_ok=True)
+        self.count = 0
+
+    def add(self, pair: Any, decision: Any) -> None:
+        line = {"pair": pair.to_dict(), "verdict_so_far": getattr(decision, "verdict", None)}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(redact(line)) + "\n")
+        self.count += 1
+
+    def said(self) -> str:
+        if not self.count:
+            return "no pair had completed; nothing was written"
+        return (f"the {self.count} pair(s) measured are in {self.path} (raw pairs, no verdict: an unfinished "
+                "measurement decides nothing; run the bench again for one)")
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def run(args: argparse.Namespace, console: Any, err: Any) -> int:
@@ -28,7 +56,14 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
         out = Path("runs") / f"{'aa' if args.aa else 'bench'}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     check_runnable(spec)  # a configuration that can't work: exit 2, before anything runs
     progress = progress_printer(args, err)
-    res = run_bench(spec, candidate, aa=args.aa, progress=progress, quality=not args.no_quality, out_hint=str(out))
+    partial = PairLog(out)
+    try:
+        res = run_bench(spec, candidate, aa=args.aa, progress=progress, quality=not args.no_quality,
+                        out_hint=str(out), on_pair=partial.add)
+    except KeyboardInterrupt:
+        print(f"inferloom bench: interrupted; {partial.said()}", file=sys.stderr)
+        return 130
     write_json_atomic(out, redact(res))
+    partial.remove()
     print_bench(res, console, str(out))
     return 1 if res.get("verdict") == "failed" else 0
