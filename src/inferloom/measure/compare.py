@@ -147,7 +147,11 @@ def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int,
         vb = f"{pair.value_b:,.1f}" if pair.value_b is not None else "failed"
         tail = (f" -> {decision.verdict}, ratio {decision.ratio:.4f} "
                 f"[{decision.ci_low:.4f}, {decision.ci_high:.4f}]") if decision else ""
-        progress(f"pair {pair.index + 1}/{settings.max_pairs} ({pair.order}): {labels[0]} {va} vs {labels[1]} {vb} {unit}{tail}")
+        jit = [f"{lab} {', '.join(sorted(set(r.extra['server_jit'])))}" for lab, r in zip(labels, (pair.a, pair.b))
+               if r is not None and (r.extra or {}).get("server_jit")]
+        said = f" (its server's log: JIT compile during the run: {'; '.join(jit)})" if jit else ""
+        progress(f"pair {pair.index + 1}/{settings.max_pairs} ({pair.order}): {labels[0]} {va} vs {labels[1]} {vb} "
+                 f"{unit}{tail}{said}")
         if on_pair:
             on_pair(pair, decision)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferloom.report.platform import platform_breakdown, run_extras
+from inferloom.report.server_jit import jit_runs
 from inferloom.session import ledger as L
 from inferloom.measure.metrics import median_objective
 from inferloom.report.llm_usage import llm_breakdown
@@ -135,6 +136,9 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     plat = platform_breakdown(entries)
     if plat is not None:  # only then: an older breakdown keeps exactly its keys
         out["platform"] = plat
+    jit = jit_runs(entries)
+    if jit:  # only then: an older breakdown keeps exactly its keys
+        out["server_jit_runs"] = jit
     kb_fail = next((e for e in entries if e["kind"] == L.ERROR and e.get("failure") == "kb_write"), None)
     if kb_fail is not None:  # only then: an older breakdown keeps exactly its keys
         out["kb_write_failed"] = {"error": kb_fail.get("error"), "todo": kb_fail.get("todo"), "ledger_seq": kb_fail["seq"]}

@@ -10,6 +10,7 @@ from inferloom.report.breakdown import TIME_CATEGORIES
 from inferloom.report.deploy import deploy_lines
 from inferloom.report.fmt import changes_text, pct, sandbox_text
 from inferloom.report.platform import platform_lines
+from inferloom.report.server_jit import jit_lines
 from inferloom.report.llm_usage import llm_report_lines
 
 __all__ = ["render_report", "patch_report_lines", "stock_never_ran_title"]
@@ -47,6 +48,7 @@ def render_report(b: dict[str, Any], deploy: dict[str, Any] | None = None) -> st
     if kf:
         lines.append(f"- **Not filed in the knowledge base**: {kf.get('error')}; {kf.get('todo')} (ledger #{kf.get('ledger_seq')}).")
     lines += platform_lines(b.get("platform"))
+    lines += jit_lines(b.get("server_jit_runs"))
     if b.get("enablement"):  # stock failed: the ladder's rungs (docs/enablement.md)
         lines += ["", "## Enablement: stock failed, the ladder", ""]
         lines += [f"- rung {r['rung']} ({r['name']})" + (f" `{r['candidate']}`" if r.get("candidate") else "")

@@ -1,7 +1,8 @@
 """One timed run of a server framework's server (``ServerAdapter.run``): untimed warm-up requests, a wait until the other
 live servers are quiet, the streaming load generator (``inferloom.loadgen``) on the run's fresh prompts, and
 the RunRecord: ``extra['serving']`` (vLLM bench field names), ``extra['idle_servers_cpu_s']`` (the CPU seconds
-the other live servers burnt meanwhile), a failure as data with its kind. A trace run (``trace_plan``) sends
+the other live servers burnt meanwhile), ``extra['server_jit']`` (the kernels the server's log says it
+JIT-compiled during the timed requests, ``server_jit``), a failure as data with its kind. A trace run (``trace_plan``) sends
 its window's prompts at their arrival offsets with their own output lengths (``extra['serving']['trace']``
 records the file, its sha256, the window, the time scale and how late requests were sent)."""
 
@@ -14,6 +15,7 @@ from inferloom.loadgen.client import run_load
 from inferloom.loadgen.metrics import SLO, summarize
 from inferloom.workloads.base import RunRecord
 from inferloom.workloads.server_process import ServerProcess, servers_cpu_seconds, wait_quiet
+from inferloom.workloads.server_jit import jit_events, log_offset
 from inferloom.workloads.server_launch import SERVED_NAME
 from inferloom.workloads.server_start import ServerHandle
 
@@ -57,6 +59,7 @@ def serving_run(spec: WorkloadSpec, handle: ServerHandle, seed: int, *, draw_pro
                      seed=seed, timeout_s=s.request_timeout_s)
         rec.extra["quiet_wait"] = wait_quiet(others())
         cpu0 = servers_cpu_seconds(others())
+        log0 = log_offset(handle.server.log_path)
         records, duration = run_load(handle.server.base_url, SERVED_NAME, prompts, out_lens,
                                      concurrency=t.trace_max_in_flight if plan is not None else t.concurrency,
                                      request_rate=s.request_rate if s.arrival == "poisson" else None,
@@ -67,6 +70,9 @@ def serving_run(spec: WorkloadSpec, handle: ServerHandle, seed: int, *, draw_pro
         rec.extra["kind"] = "error"
         return rec
     idle_cpu = servers_cpu_seconds(others()) - cpu0
+    jit = jit_events(handle.server.log_path, log0)
+    if jit:  # the server compiled during the timed requests (server_jit's docstring); only then: older records keep their keys
+        rec.extra["server_jit"] = jit
     slo = SLO(s.slo_ttft_ms, s.slo_tpot_ms, s.slo_e2el_ms)
     cache["prefix_caching"] = handle.config.get("prefix_caching")
     extra: dict[str, Any] = {
