@@ -21,7 +21,6 @@ the error base (:mod:`inferloom.errors`); ``tests/test_verify.py`` enforces it. 
 from __future__ import annotations
 
 import math
-import statistics
 from pathlib import Path
 from typing import Any, Mapping
 

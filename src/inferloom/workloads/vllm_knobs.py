@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Collection, Mapping, Sequence
 
-from inferloom.workloads.base import AdapterError, Knob
+from inferloom.workloads.base import Knob
 from inferloom.workloads.server_precision import stack_precision  # noqa: F401  (re-exported)
 from inferloom.workloads.vllm_kernel_overlays import plugin_knob
 from inferloom.workloads.vllm_moe_knob import moe_knob

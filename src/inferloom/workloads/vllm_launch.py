@@ -29,7 +29,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 
 from inferloom.models.moe_preset_dir import MARKER, SERVER_ARGS
 from inferloom.workloads.base import Knob
