@@ -30,6 +30,9 @@ def test_example_vllm_specs_load_and_validate_without_a_gpu():
     good = load_spec(ROOT / "examples" / "llama-3.1-8b-h200-vllm-goodput.yaml")
     assert good.objective == "goodput" and good.serving.arrival == "poisson" and good.serving.request_rate
     assert good.serving.slo_ttft_ms and good.serving.slo_tpot_ms
+    kern = load_spec(ROOT / "examples" / "llama-3.1-8b-h200-vllm-kernels.yaml")  # issue 33: the KERNEL phase in vLLM
+    assert (kern.model, kern.device, kern.traffic.concurrency) == ("llama-3.1-8b", "cuda", 64)
+    assert (kern.kernels.backend, kern.kernels.server_profile, kern.kernels.budget_share) == ("plugin", "always", 0.8)
 
 
 def _parts(root: Path, n: int) -> None:
