@@ -25,13 +25,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from inferloom.agents.priors import DEFAULT_PRIORS, Prior
-from inferloom.measure.costs import mean_decode_context, step_costs
+from inferloom.measure.costs import DTYPE_BYTES, mean_decode_context, step_costs
 from inferloom.measure.roofline import amdahl_limit
 
 __all__ = ["decode_shares", "server_priors", "default_table", "DEFAULT_OVERHEAD"]
 
 _CUDA = frozenset({"cuda", "rocm"})
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: the share of stock's time assumed to be overhead when PRELUDE measured no roofline (a guess)
 DEFAULT_OVERHEAD = 0.3
 
@@ -41,7 +40,7 @@ def decode_shares(workload: Mapping[str, Any]) -> dict[str, float] | None:
     ``activations``) for the workload's model, batch and lengths at its dtype;
     None when the model's shape can't be read."""
     try:
-        nbytes = _BYTES.get(str(workload.get("dtype")), 2)
+        nbytes = DTYPE_BYTES.get(str(workload.get("dtype")), 2)
         inl, outl = int(workload.get("input_len") or 128), int(workload.get("output_len") or 64)
         c = step_costs(str(workload["model"]), int(workload.get("concurrency") or 1), mean_decode_context(inl, outl),
                        nbytes, input_len=inl)

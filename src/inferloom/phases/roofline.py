@@ -9,7 +9,7 @@ import statistics
 from typing import Any, Mapping
 
 from inferloom.frameworks import framework
-from inferloom.measure.costs import mean_decode_context, step_costs
+from inferloom.measure.costs import DTYPE_BYTES, mean_decode_context, step_costs
 from inferloom.measure.diffusion_costs import diffusion_costs, image_roofline
 from inferloom.measure.roofline import roofline
 from inferloom.models.diffusion_presets import preset_family, uses_cfg_batch
@@ -50,7 +50,7 @@ def roofline_for(ctx: SessionContext, st: SessionState, tok_per_s: float, cfg: d
         nbytes, kv_bytes = prec["weight_bytes"], prec["kv_bytes"]
     else:
         dtype = cfg.get("dtype", ctx.spec.dtype)
-        nbytes = kv_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(dtype), 2)
+        nbytes = kv_bytes = DTYPE_BYTES.get(str(dtype), 2)
     d = ctx.spec.diffusion
     if d is not None:  # an image workload: per denoising step, objective in images/s
         cfg_batch = uses_cfg_batch(preset_family(ctx.spec.model), d.guidance_scale)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from inferloom.measure.costs import DTYPE_BYTES
+
 __all__ = ["stack_precision"]
 
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
+_BYTES = {**DTYPE_BYTES, "fp8": 1}  # the servers' knob value for 8-bit floats beside torch's dtype names
 
 
 def stack_precision(cfg: Mapping[str, Any], model_dtype: str) -> dict[str, Any]:
