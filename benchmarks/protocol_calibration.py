@@ -29,7 +29,9 @@ Noise models (per-run log-throughput):
   (the direction that favours the candidate: the worst case);
 * ``loaded``: a twice-loaded machine: 20% Gaussian plus 10% of runs stalling
   to half speed (per-pair sd about 0.41, as a 2x loaded CPU measured);
-* ``loaded_t3``: Student t with 3 d.f., scale 15% (heavy tails on a loaded machine).
+* ``loaded_t3``: Student t with 3 d.f., scale 15% (heavy tails on a loaded machine);
+* ``gpu_stalls``: 0.7% Gaussian plus 5% of runs 22% slower (one H100, OLMoE on vLLM, 2026-12-05: 2 of
+  ~40 timed runs were 19-25% slow; docs/benchmarks.md section 26).
 
 The harm stop (``protocol.harm_ratio``; before the first look, every pair grossly slower: revert) is in
 the session's protocol as ``run_paired`` has it (:func:`inferloom.measure.protocol.first_harm_stop` on the
@@ -62,11 +64,13 @@ MODELS: dict[str, dict[str, Any]] = {
     "order": {"noise": 0.03, "order": 0.04}, "stalls": {"noise": 0.02, "stall_p": 0.10, "stall": 0.40},
     "instance1": {"noise": 0.01, "instance": (0.03, 0.06)}, "instance3": {"noise": 0.03, "instance": (0.03, 0.06)},
     "loaded": {"noise": 0.20, "stall_p": 0.10, "stall": 1.0}, "loaded_t3": {"noise": 0.15, "t3": True},
+    "gpu_stalls": {"noise": 0.007, "stall_p": 0.05, "stall": 0.22},
 }
 LABELS = {"gauss1": "1% Gaussian", "gauss3": "3% Gaussian", "gauss5": "5% Gaussian", "t3": "5% scale, t 3 d.f.",
           "drift": "3% + shared drift -25%", "order": "3% + 4% order effect", "stalls": "2% + 10% stalls (40% slower)",
           "instance1": "1% + instance effect 3-6%", "instance3": "3% + instance effect 3-6%",
-          "loaded": "2x loaded: 20% + 10% half-speed stalls", "loaded_t3": "2x loaded: t 3 d.f., scale 15%"}
+          "loaded": "2x loaded: 20% + 10% half-speed stalls", "loaded_t3": "2x loaded: t 3 d.f., scale 15%",
+          "gpu_stalls": "0.7% + 5% of runs 22% slower (the H100 OLMoE runs)"}
 
 
 def simulate(model: dict[str, Any], ratio: float, trials: int, pairs: int, rng: np.random.Generator,

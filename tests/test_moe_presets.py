@@ -85,3 +85,11 @@ def test_the_preset_is_a_config_only_model_directory_a_session_can_name(tmp_path
     assert MARKER in files and not any(f.endswith((".safetensors", ".bin")) for f in files)  # no 14 GB written
     again = load_spec(None, {"framework": "vllm", "model": "olmoe-1b-7b", "device": "cpu"})
     assert again.model == d
+    # a session's manifest holds the directory of the machine that ran it (the H100's was under
+    # /tmp/inferloom-cache): here it is written again from the preset, so the session resumes and reports
+    there = load_spec(None, {"framework": "vllm", "model": "/tmp/elsewhere/server-models/olmoe-1b-7b-config-only",
+                             "device": "cpu"})
+    assert there.model == d
+    with pytest.raises(Exception, match="expected a preset"):  # not a preset's name: no directory to write
+        load_spec(None, {"framework": "vllm", "model": "/tmp/elsewhere/server-models/mixtral-x-config-only",
+                         "device": "cpu"})

@@ -12,6 +12,11 @@
 * a local Hugging Face model directory (with ``config.json``, or a diffusers
   pipeline's ``model_index.json``): its absolute path.
 
+A session's manifest holds the resolved directory of the machine that ran it. Where that directory is
+not here, one that names a real model's conversion (``.../models/<GGUF sha256>``) or an MoE preset's
+config-only directory (``.../server-models/<preset>-config-only``) resolves to this machine's copy (the
+MoE one written again from the preset), so the session resumes, reports and verifies anywhere.
+
 Where a GGUF is converted: in the spec's validation, as the *resolved path* of
 the field, so every command, the manifest and the session see one model
 directory and nothing downstream knows about GGUF. ``inferloom validate`` asks
@@ -68,6 +73,15 @@ def _converted_real_model(p: Path) -> str | None:
     return next((n for n, m in REAL_MODELS.items() if m.gguf_sha256 == p.name), None)
 
 
+def _moe_preset_of(p: Path) -> str | None:
+    """The MoE preset whose config-only directory ``p`` names (``.../server-models/<preset>-config-only``, as a
+    session's manifest records it on the machine that ran it), else None."""
+    if p.parent.name != "server-models" or not p.name.endswith("-config-only"):
+        return None
+    name = p.name[: -len("-config-only")]
+    return name if name in MOE_PRESETS else None
+
+
 def resolve_model(value: str, *, convert: bool = True) -> str:
     """What the spec holds for ``model: value`` (see the module docstring); a
     ValueError (one line) for a value that names nothing usable."""
@@ -84,6 +98,8 @@ def resolve_model(value: str, *, convert: bool = True) -> str:
     p = Path(value).expanduser()
     if not p.is_dir() and (name := _converted_real_model(p)):  # another machine's conversion of a real model:
         return str(real_model_dir(name))  # the same content (keyed by the GGUF's sha256) in this cache
+    if not p.is_dir() and (name := _moe_preset_of(p)):  # another machine's config-only MoE preset directory:
+        return str(moe_preset_dir(name))  # written again here from the preset (config and tokenizer only)
     if not p.is_dir():
         raise ValueError(
             "expected a preset (" + ", ".join(sorted([*PRESETS, *TRAINED_PRESETS, *MOE_PRESETS])) + "), a real model ("
