@@ -1,5 +1,6 @@
-"""The fused-MoE tuning pass: a standalone script run by the vLLM server's own Python (never imported by
-inferloom, and it imports nothing of inferloom): ``python vllm_moe_tune_pass.py --request REQ.json --out OUT.json``.
+"""The fused-MoE tuning pass: a standalone script run by the vLLM server's own Python (it imports nothing of
+inferloom, and nothing heavy at import; inferloom imports only its :data:`SCHEMA` and :func:`clearly_faster` to
+check a result by the rule that made it): ``python vllm_moe_tune_pass.py --request REQ.json --out OUT.json``.
 
 For one MoE layer shape (``E`` experts, per-partition intermediate size ``N``, hidden size ``K``, ``topk``
 experts per token, activation dtype) and a list of batch sizes ``M``, it times vLLM's own Triton fused-MoE
