@@ -301,3 +301,17 @@ def test_timing_replays_a_cuda_graph_and_says_when_it_fell_back_to_eager():
     bad = _FakeTorch(fail_capture=True)
     times = P.timed_replays(bad, bad.call, repeats=3, iters=20, into=into)
     assert into.last_timing == "eager (RuntimeError)" and times == [7.0, 7.0, 7.0] and "replay" not in bad.log
+
+
+def test_a_record_of_the_wrong_shape_is_refused_in_one_line(fake, tmp_path):
+    """A damaged cache or a foreign file: MoETuningError (tuned again from the cache), never a traceback."""
+    req = T.tune_request(OLMOE, "bfloat16", 2, 2, max_configs=6)
+    good = T.run_pass(fake, req, tmp_path, lambda _m: None)
+    r1 = good["results"]["1"]
+    no_times = [{k: v for k, v in t.items() if k != "times_us"} for t in r1["trials"]]
+    for bad in ({**good, "results": {**good["results"], "1": {**r1, "trials": no_times}}},
+                {**good, "results": {**good["results"], "1": "x"}}, {**good, "improved": None},
+                {**good, "results": {**good["results"], "1": {k: v for k, v in r1.items() if k != "best_us"}}}):
+        with pytest.raises(T.MoETuningError, match="fused-MoE tuning pass result: ") as e:
+            T.check_result(bad, req)
+        assert "\n" not in str(e.value)

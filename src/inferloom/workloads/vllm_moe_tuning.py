@@ -114,7 +114,16 @@ def run_pass(python: str, request: Mapping[str, Any], work_dir: str | Path, prog
 
 
 def check_result(result: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
-    """The pass's result, checked (see the module docstring); MoETuningError naming what is wrong."""
+    """The pass's result, checked (see the module docstring); MoETuningError naming what is wrong (a record
+    of the wrong shape too: a damaged cache or a foreign file is refused, never a traceback)."""
+    try:
+        return _checked(result, request)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise MoETuningError(f"fused-MoE tuning pass result: a record of the wrong shape "
+                             f"({type(exc).__name__}: {exc})") from None
+
+
+def _checked(result: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
     def bad(why: str) -> MoETuningError:
         return MoETuningError(f"fused-MoE tuning pass result: {why}")
 
