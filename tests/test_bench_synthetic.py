@@ -101,6 +101,23 @@ def test_an_interrupted_bench_keeps_the_pairs_it_measured(tmp_path, monkeypatch,
     assert [x["pair"]["index"] for x in lines] == [0, 1] and all(x["pair"]["value_b"] > 0 for x in lines)
     assert "the 2 pair(s) measured are in" in capsys.readouterr().err
     monkeypatch.setattr(B, "make_adapter", lambda spec: SyntheticAdapter(noise_sd=0.05))
+    kept = (tmp_path / "b.json.pairs.jsonl").read_bytes()  # a rerun without --force never deletes them
+    assert main(["bench", "--model", "llama-tiny", "--device", "cpu", "--candidate", "fast_path=true", "--quiet",
+                 "--no-quality", "--out", str(out)]) == 2
+    assert "holds the pairs of an interrupted bench" in capsys.readouterr().err
+    assert (tmp_path / "b.json.pairs.jsonl").read_bytes() == kept and not out.exists()
     assert main(["bench", "--model", "llama-tiny", "--device", "cpu", "--candidate", "fast_path=true", "--quiet",
                  "--no-quality", "--out", str(out), "--force"]) == 0
     assert out.exists() and not (tmp_path / "b.json.pairs.jsonl").exists()  # the whole result replaces them
+
+
+def test_a_bench_without_out_writes_its_pairs_beside_the_default_result(tmp_path, monkeypatch):
+    """No --out and no runs/ yet: the pairs file's folder is made like the result's (before, the first pair's write raised FileNotFoundError there)."""
+    import inferloom.bench as B
+    from inferloom.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(B, "make_adapter", lambda spec: SyntheticAdapter(noise_sd=0.05))
+    assert main(["bench", "--model", "llama-tiny", "--device", "cpu", "--candidate", "fast_path=true", "--quiet",
+                 "--no-quality"]) == 0
+    assert [p.suffix for p in (tmp_path / "runs").iterdir()] == [".json"]  # the result; its pairs file removed

@@ -24,13 +24,17 @@ class PairLog:
     leaves (raw pairs, no verdict: an unfinished measurement decides nothing); removed once ``<out>`` holds
     the whole result."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, force: bool = False) -> None:
         self.path = out.with_name(out.name + ".pairs.jsonl")
+        if self.path.exists() and not force:  # an earlier interrupted bench's pairs: never deleted unasked
+            raise UsageError(f"--out {out}: {self.path} holds the pairs of an interrupted bench; move it, or pass "
+                             "--force to replace it (nothing was written)")
         self.path.unlink(missing_ok=True)
         self.count = 0
 
     def add(self, pair: Any, decision: Any) -> None:
         line = {"pair": pair.to_dict(), "verdict_so_far": getattr(decision, "verdict", None)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # the default runs/ may not exist yet
         with open(self.path, "a") as f:
             f.write(json.dumps(redact(line)) + "\n")
         self.count += 1
@@ -55,8 +59,8 @@ def run(args: argparse.Namespace, console: Any, err: Any) -> int:
     else:
         out = Path("runs") / f"{'aa' if args.aa else 'bench'}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     check_runnable(spec)  # a configuration that can't work: exit 2, before anything runs
+    partial = PairLog(out, force=args.force)  # checked before anything runs, like --out
     progress = progress_printer(args, err)
-    partial = PairLog(out)
     try:
         res = run_bench(spec, candidate, aa=args.aa, progress=progress, quality=not args.no_quality,
                         out_hint=str(out), on_pair=partial.add)
