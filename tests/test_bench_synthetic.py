@@ -112,7 +112,8 @@ def test_an_interrupted_bench_keeps_the_pairs_it_measured(tmp_path, monkeypatch,
 
 
 def test_a_bench_without_out_writes_its_pairs_beside_the_default_result(tmp_path, monkeypatch):
-    """No --out and no runs/ yet: the pairs file's folder is made like the result's (before, the first pair's write raised FileNotFoundError there)."""
+    """No --out and no runs/ yet: the pairs file's folder is made like the result's (before, the first
+    pair's write raised FileNotFoundError there)."""
     import inferloom.bench as B
     from inferloom.cli import main
 
