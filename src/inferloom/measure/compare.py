@@ -148,7 +148,7 @@ def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int,
         tail = (f" -> {decision.verdict}, ratio {decision.ratio:.4f} "
                 f"[{decision.ci_low:.4f}, {decision.ci_high:.4f}]") if decision else ""
         jit = [f"{lab} {', '.join(sorted(set(r.extra['server_jit'])))}" for lab, r in zip(labels, (pair.a, pair.b))
-               if r is not None and (r.extra or {}).get("server_jit")]
+               if r.extra.get("server_jit")]
         said = f" (its server's log: JIT compile during the run: {'; '.join(jit)})" if jit else ""
         progress(f"pair {pair.index + 1}/{settings.max_pairs} ({pair.order}): {labels[0]} {va} vs {labels[1]} {vb} "
                  f"{unit}{tail}{said}")
