@@ -260,3 +260,50 @@ def test_an_out_of_memory_pair_is_recovered_by_a_rung_whose_pair_fits(tmp_path):
     assert [used for _, used in a.starts[2:6]] == [0, 70, 0, 45], a.starts
     # PRELUDE's A/A got the rung's two servers back: no start of the recovered stock after the ladder's
     assert all(cfg != st.stock_config for cfg, _ in a.starts[6:]), a.starts
+
+
+class PairOfPatchedServers(PairOfServers):
+    """As :class:`PairOfServers`, with no flag that helps and two rung-3 patches: ``big.patch`` leaves a server of
+    60 units (it starts alone, not beside a second), ``slim.patch`` one of 45 (a pair fits)."""
+
+    SIZES = {"none": 70, "big.patch": 60, "slim.patch": 45}
+
+    def __init__(self):
+        super().__init__()
+        self._knobs = [*self._knobs, Knob(PATCH_KNOB, "choice", "none", "rung 3",
+                                          choices=tuple(self.SIZES), phase="ENABLEMENT")]
+
+    def _size(self, config):
+        return self.SIZES[config.get(PATCH_KNOB, "none")]
+
+    def recovery_options(self, kind, stock):
+        return []
+
+    def source_rungs(self, rung):
+        if rung != 3:
+            return [], "none"
+        return [{"name": n, "change": {PATCH_KNOB: n}, "what": n} for n in ("big.patch", "slim.patch")], ""
+
+    def rung_stack(self, config):
+        return {"overlay": {"patch_file": config[PATCH_KNOB]}}
+
+
+def test_an_out_of_memory_pair_is_recovered_by_a_source_rung_whose_pair_fits(tmp_path):
+    """Rungs 3-5 smoke an out-of-memory stock's candidates as pairs too: `big.patch` starts alone but its second
+    server runs out of memory beside the first, so it is not taken (its first server stopped before the next
+    candidate); `slim.patch`'s pair fits and becomes stock."""
+    a = PairOfPatchedServers()
+    assert isinstance(a, SourceRungs)
+    st = start(tmp_path / "s", SPEC, budget_minutes=5, max_trials=1, adapter=a, agents=agents(), kb_url=None)
+    rungs = [e for e in L.read_entries(tmp_path / "s") if e["kind"] == L.ENABLEMENT_RUNG]
+    assert [(r["rung"], r.get("candidate")) for r in rungs] == [(1, None), (2, None), (3, "big.patch"),
+                                                                 (3, "slim.patch")]
+    big, slim = rungs[2], rungs[3]
+    assert big["pair"] and big["start"] == "oom" and big["outcome"].startswith("still fails")
+    assert slim["pair"] and slim["outcome"] == "runs; quality probe passed"
+    assert st.stock_config[PATCH_KNOB] == "slim.patch" and st.extra.stock_objective.median > 0
+    # after stock's pair: big's first server on an empty device, its second beside it (60 used), slim's two
+    assert [(cfg[PATCH_KNOB], used) for cfg, used in a.starts[2:6]] == [
+        ("big.patch", 0), ("big.patch", 60), ("slim.patch", 0), ("slim.patch", 45)], a.starts
+    report = (tmp_path / "s" / "report.md").read_text()
+    assert "- rung 3 (in-tree patch) `slim.patch`, start healthy, two servers side by side" in report

@@ -104,12 +104,14 @@ def climb(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
             ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "change": change, "outcome": f"invalid: {exc}"},
                             key=_key("rung2", st.session_id, i))
             continue
-        ok, err, _start, _ = _smoke(ctx, cfg, pair=servers and kind == "oom")
+        pair = servers and kind == "oom"
+        ok, err, _start, _ = _smoke(ctx, cfg, pair=pair)
         if servers and not ok:
             ctx.adapter.stop_idle()  # a rung's server that did start holds memory the next rung needs
         ctx.record_server_starts()
         ctx.ledger.append(L.ENABLEMENT_RUNG, {"rung": 2, "name": RUNGS[1], "change": change,
-                                            "outcome": "runs" if ok else f"still fails: {err}"},
+                                            "outcome": "runs" if ok else f"still fails: {err}",
+                                            **({"pair": True} if pair else {})},
                         key=_key("rung2", st.session_id, i))
         ctx.progress(f"ENABLEMENT rung 2 {change}: {'runs' if ok else 'still fails'}")
         if ok:
@@ -122,7 +124,7 @@ def climb(ctx: SessionContext, st: SessionState) -> dict[str, Any] | None:
     need = NEXT_RUNG.get(kind, 3)
     if isinstance(ctx.adapter, SourceRungs):
         for rung in (3, 4, 5):
-            found = _source_rung(ctx, st, rung, kind)
+            found = _source_rung(ctx, st, rung, kind, pair=servers and kind == "oom")
             if found is not None:
                 return found
     else:
@@ -141,9 +143,12 @@ def _record(ctx: SessionContext, st: SessionState, rung: int, tag: Any, body: di
                       key=_key(f"rung{rung}", st.session_id, tag))
 
 
-def _source_rung(ctx: SessionContext, st: SessionState, rung: int, kind: str) -> dict[str, Any] | None:
+def _source_rung(ctx: SessionContext, st: SessionState, rung: int, kind: str, pair: bool = False
+                 ) -> dict[str, Any] | None:
     """Rung 3, 4 or 5: each candidate started on stock's configuration; the first whose server starts, runs and
-    passes the rung's quality probe is the new stock (recorded with its stack), else None."""
+    passes the rung's quality probe is the new stock (recorded with its stack), else None. ``pair`` (an
+    out-of-memory stock on a server engine): each candidate starts two servers side by side, as rung 2's do,
+    and a server left from a failed candidate is stopped before the next."""
     cands, why = ctx.adapter.source_rungs(rung)
     if not cands:
         _record(ctx, st, rung, "none", {"failure_kind": kind, "outcome": f"nothing to try: {why}"})
@@ -158,10 +163,14 @@ def _source_rung(ctx: SessionContext, st: SessionState, rung: int, kind: str) ->
         except ConfigError as exc:
             cfg, ok, err, start = None, False, f"invalid: {exc}", "invalid"
         else:
-            ok, err, start, probe = _smoke(ctx, cfg, probe=True)
+            ok, err, start, probe = _smoke(ctx, cfg, probe=True, pair=pair)
             body["quality_probe"] = probe
+            if pair:
+                body["pair"] = True  # its smoke starts two servers of it side by side
         body.update({"start": start, "duration_s": round(time.perf_counter() - t0, 3)})
         passed = ok and bool((body.get("quality_probe") or {}).get("passed"))
+        if pair and not passed:
+            ctx.adapter.stop_idle()  # a server of it that did start holds memory the next candidate needs
         body["outcome"] = ("runs; quality probe passed" if passed else f"still fails: {err}" if not ok
                            else f"runs, but the quality probe failed: {body['quality_probe'].get('why')}")
         if ok and cfg is not None:

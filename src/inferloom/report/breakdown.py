@@ -147,6 +147,7 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     rungs = [e for e in entries if e["kind"] == L.ENABLEMENT_RUNG]
     if rungs:  # only then (stock failed): an older breakdown keeps exactly its keys
         out["enablement"] = [{k: e.get(k) for k in ("rung", "name", "candidate", "start", "duration_s", "outcome")}
+                             | ({"pair": True} if e.get("pair") else {})  # a rung's smoke that started two servers
                              | {"ledger_seq": e["seq"]} for e in rungs]
     never = stock_never_ran(entries)
     if never is not None:  # only then: a session that measured stock has the breakdown it always had

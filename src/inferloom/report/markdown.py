@@ -53,6 +53,7 @@ def render_report(b: dict[str, Any], deploy: dict[str, Any] | None = None) -> st
         lines += ["", "## Enablement: stock failed, the ladder", ""]
         lines += [f"- rung {r['rung']} ({r['name']})" + (f" `{r['candidate']}`" if r.get("candidate") else "")
                   + (f", start {r['start']}" if r.get("start") else "")
+                  + (", two servers side by side" if r.get("pair") else "")
                   + (f", {r['duration_s']:.1f} s" if r.get("duration_s") is not None else "")
                   + f": {str(r.get('outcome'))[:300]} (ledger #{r['ledger_seq']})" for r in b["enablement"]]
     lines += ["", "## Kept, in order", ""]
