@@ -7,6 +7,8 @@ content with the winner and a later session's replay writes the folder again fro
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from _moe_fake_python import write_fake_python
@@ -111,11 +113,15 @@ def test_a_pass_that_finds_nothing_clearly_faster_offers_nothing(fake, tmp_path,
     the candidate fails with why, once per session and from the cache after (no second pass)."""
     monkeypatch.setenv("FAKE_MOE_NOISE", "1")
     a = adapter(tmp_path, fake)
-    for _ in range(2):
-        with pytest.raises(AdapterError, match=r"moe_configs=tuned: the tuning pass \((tuned|cache)\) found no config "
+    for source in ("tuned", "cache"):
+        with pytest.raises(AdapterError, match=rf"moe_configs=tuned: the tuning pass \({source}\) found no config "
                                                r"clearly faster .* on NVIDIA H200 NVL: nothing to offer") as e:
             a.overlays_of({**stock(a), MOE_KNOB: "tuned"})
         assert e.value.kind == "engine_overlay"
+        cached = re.search(r"every config's times are in (\S+\.json)", str(e.value)).group(1)
+        assert json.loads(Path(cached).read_text())["improved"] == []  # the message names the real file
+        assert ("moe-tune-result.json" in str(e.value)) == (source == "tuned")
+        assert f"(delete {Path(cached).name} to tune again)" in str(e.value)
     assert (tmp_path / "runs").read_text() == "1" and not list((tmp_path / "servers").rglob("E=64,N=1024*.json"))
 
 

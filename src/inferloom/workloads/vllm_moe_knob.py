@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 from inferloom.workloads.base import Knob
 from inferloom.workloads.vllm_moe_configs import (CPU_NOTE, check_configs, config_file_name, moe_config_source, moe_shape,
                                                   tuned_folder)
-from inferloom.workloads.vllm_moe_tuning import MoETuningError, summary, tune_request, tuned_tables
+from inferloom.workloads.vllm_moe_tuning import MoETuningError, cache_file, summary, tune_request, tuned_tables
 from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, last_recorded
 
 __all__ = ["MOE_KNOB", "moe_knob", "moe_refusal", "MoEConfigs", "recorded_folder"]
@@ -110,10 +110,13 @@ class MoEConfigs:
             res, source = tuned_tables(self.python, self.request, dev, self.server_version(), self.work_dir,
                                        self.progress)
             if not res["improved"]:
+                where = cache_file(self.request, dev, self.server_version())
                 raise EngineOverlayError(
                     f"the tuning pass ({source}) found no config clearly faster than the installed "
                     f"vLLM's at any of its {len(res['results'])} batch sizes on {dev}: nothing to offer (the server "
-                    "would run the same configs; its record is in the session's moe-tune-result.json or the cache)")
+                    f"would run the same configs); every config's times are in {where}"
+                    + (f" and {Path(self.work_dir) / 'moe-tune-result.json'}" if source == "tuned" else "")
+                    + f" (delete {where.name} to tune again)")
             tables, rec = {res["file_name"]: res["configs"]}, {"source": source, **summary(res)}
             self._search = {"request": res["request"], "results": res["results"]}
         ov = tuned_folder(root, tables, self.base_folder, record=rec)
