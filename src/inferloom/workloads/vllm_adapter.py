@@ -43,6 +43,7 @@ from inferloom.workloads.vllm_engine_patches import (ENGINE_PATCH_KNOB, build_en
 from inferloom.workloads.vllm_kernel_overlays import OVERLAY_DIR, overlays_for
 from inferloom.workloads.vllm_knobs import recovery_options, to_launch, vllm_knobs
 from inferloom.workloads.vllm_launch import launch_command, server_distribution
+from inferloom.workloads.vllm_moe_backend import MOE_BACKEND_KNOB, moe_only_refusal
 from inferloom.workloads.vllm_moe_knob import MOE_KNOB, MoEConfigs, moe_refusal
 from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_overlays, overlay_key
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
@@ -89,11 +90,13 @@ class VLLMAdapter(ServerAdapter):
 
     def filter(self, knobs: list[Knob], flags: ServerFlags) -> tuple[list[Knob], dict[str, str], dict[str, str]]:
         kept, dropped, notes = filter_knobs(knobs, flags)
-        # moe_configs off CUDA is refused at launch like every CUDA-only knob (applies_to); on CUDA, a dense
-        # model drops it with the reason
-        why = moe_refusal(self._hf_config(), self.device) if self.device == "cuda" else None
-        if why is not None and any(k.name == MOE_KNOB for k in kept):
-            kept, dropped = [k for k in kept if k.name != MOE_KNOB], {**dropped, MOE_KNOB: why}
+        # the MoE knobs off their devices are refused at launch like every device-specific knob (applies_to);
+        # on a GPU, a dense model drops them with the reason
+        if self.device != "cpu":
+            hf = self._hf_config()
+            whys = {MOE_KNOB: moe_refusal(hf, self.device), MOE_BACKEND_KNOB: moe_only_refusal(MOE_BACKEND_KNOB, hf)}
+            gone = {k.name: whys[k.name] for k in kept if whys.get(k.name) is not None}
+            kept, dropped = [k for k in kept if k.name not in gone], {**dropped, **gone}
         return kept, dropped, notes
 
     def _hf_config(self) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ from typing import Any, Collection, Mapping, Sequence
 from inferloom.workloads.base import Knob
 from inferloom.workloads.server_precision import stack_precision  # noqa: F401  (re-exported)
 from inferloom.workloads.vllm_kernel_overlays import plugin_knob
+from inferloom.workloads.vllm_moe_backend import moe_backend_knob
 from inferloom.workloads.vllm_moe_knob import moe_knob
 
 __all__ = ["vllm_knobs", "to_launch", "CPU", "CUDA_ROCM", "ENV_FALLBACK", "VERBATIM_CHOICES", "PRECISION_KNOBS",
@@ -37,7 +38,8 @@ PRECISION_KNOBS = frozenset({"quantization", "kv_cache_dtype", "dtype"})
 ENV_FALLBACK = {"attention_backend": "VLLM_ATTENTION_BACKEND"}
 #: choice knob -> its flag, whose argument is the knob's value as is (narrowed
 #: to the ``{...}`` choices the server's help lists, where it lists them)
-VERBATIM_CHOICES = {"dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype", "performance_mode": "--performance-mode"}
+VERBATIM_CHOICES = {"dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype", "performance_mode": "--performance-mode",
+                    "moe_backend": "--moe-backend"}
 
 
 def vllm_knobs(concurrency: int, kv_space_gib: int = 0) -> list[Knob]:
@@ -109,6 +111,7 @@ def vllm_knobs(concurrency: int, kv_space_gib: int = 0) -> list[Knob]:
              low=1, high=16, applies_to=ALL, changes_numerics=True),
         plugin_knob(),  # KERNEL phase: a register_oot replacement through a plugin overlay (no flag)
         moe_knob(),  # tuned fused-MoE configs through VLLM_TUNED_CONFIG_FOLDER (no flag; CUDA, MoE models)
+        moe_backend_knob(),  # --moe-backend: the experts' kernels (CUDA/ROCm, MoE models)
     ]
 
 
@@ -140,7 +143,7 @@ def to_launch(cfg: Mapping[str, Any], server_flags: Collection[str] | None = Non
         if cfg.get(knob, "auto") != "auto":
             flag(name, knob, str(cfg[knob]))
     for knob, name in (("quantization", "--quantization"), ("max_cudagraph_capture_size", "--max-cudagraph-capture-size"),
-                       ("performance_mode", "--performance-mode")):
+                       ("performance_mode", "--performance-mode"), ("moe_backend", "--moe-backend")):
         if cfg.get(knob, "default") != "default":
             flag(name, knob, str(cfg[knob]))
     if cfg.get("gpu_memory_utilization", "default") != "default":

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 
 from inferloom.models.moe_preset_dir import MARKER, SERVER_ARGS
-from inferloom.workloads.base import Knob
+from inferloom.workloads.base import AdapterError, Knob
 from inferloom.workloads.memory_share import (
     MemoryShare,
     cpu_memory,
@@ -52,6 +52,7 @@ from inferloom.workloads.server_launch import (
 )
 from inferloom.workloads.server_launch import check_launchable as _check_launchable
 from inferloom.workloads.vllm_knobs import KV_SHARE_KNOB, to_launch
+from inferloom.workloads.vllm_moe_backend import moe_backend_refusal
 from inferloom.workloads.vllm_plugins import OverlayDir, overlay_env
 
 if TYPE_CHECKING:
@@ -105,8 +106,12 @@ def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], p
 
 def check_launchable(cfg: Mapping[str, Any], knobs: list[Knob], device: str,
                      rejected_flags: Mapping[str, Mapping[str, Any]]) -> None:
-    """Raise :class:`AdapterError` for a configuration that must not be launched (``server_launch``)."""
+    """Raise :class:`AdapterError` for a configuration that must not be launched (``server_launch``; tuned
+    fused-MoE configs for a server told to run other MoE kernels: ``vllm_moe_backend``)."""
     _check_launchable(cfg, knobs, device, rejected_flags, to_launch)
+    why = moe_backend_refusal(cfg)
+    if why is not None:
+        raise AdapterError(f"{why}; not launched", kind="unsupported")
 
 
 def server_distribution(python: str) -> str:

@@ -31,6 +31,7 @@ import re
 from typing import Any
 
 from inferloom.workloads.server_says import first_match
+from inferloom.workloads.vllm_moe_backend import SAYS as MOE_SAYS
 
 __all__ = ["PARTS", "startup_split", "split_text", "says"]
 
@@ -118,6 +119,7 @@ _SAYS = (
     ("chunked_prefill", re.compile(r"\benable_chunked_prefill=(True|False)"), _on_off),
     ("prefix_caching", re.compile(r"\benable_prefix_caching=(True|False)"), _on_off),
     ("attention_backend", re.compile(r"Using (\w+) attention backend"), lambda m: m.group(1)),
+    MOE_SAYS,  # "Using TRITON Unquantized MoE backend out of potential backends: [...]" (0.26.0 on an H100)
 )
 
 
