@@ -200,3 +200,44 @@ def test_the_silu_mul_candidate_passes_the_guards_and_correctness_and_a_wrong_on
     cuda = [x.id for x in b.propose([Target("elementwise", 0.07, True, "p"), Target("normalization", 0.03, True, "p")],
                                     {**WORK, "device": "cuda"})]
     assert cuda == ["plugin-torch-silu-mul", "plugin-triton-silu-mul", "plugin-torch-rmsnorm", "plugin-triton-rmsnorm"]
+
+
+def test_the_gates_run_the_replacement_and_stock_as_the_server_does_compiled_or_eager():
+    """A vLLM server compiles its model unless --enforce-eager / -O0: the gates then race compiled stock
+    against the compiled replacement (what the server would run), and a replacement torch.compile can't
+    trace as one graph is refused by the gate, not at its server's start; an eager stack gets eager gates."""
+    from inferloom.kernels.base import workload_of
+    from inferloom.kernels.gates import microbenchmark
+    from inferloom.spec import load_spec
+    from inferloom.workloads import vllm_kernel_backend as KB
+
+    assert KB.server_compiles(WORK)
+    for eager in ({"stack": {"enforce_eager": True}}, {"stack": {"optimization_level": "0"}},
+                  {"server_args": ["--enforce-eager"]}, {"server_args": ["-O0"]},
+                  {"server_args": ["--optimization-level", "0"]}, {"server_args": ["--optimization-level=0"]}):
+        assert not KB.server_compiles({**WORK, **eager}), eager
+    assert KB.server_compiles({**WORK, "server_args": ["--optimization-level", "3"]})
+    spec = load_spec(None, {"framework": "vllm", "model": "llama-tiny", "serving.extra_args": ["--enforce-eager"]})
+    assert workload_of(spec, "cpu", {})["server_args"] == ["--enforce-eager"]  # the spec's own arguments reach it
+
+    b = VLLMPluginBackend()
+    target = [Target("normalization", UNPROFILED, True, "fixed order")]
+    (compiled,) = b.propose(target, WORK)
+    (eager,) = b.propose(target, {**WORK, "stack": {**WORK["stack"], "enforce_eager": True}})
+    assert compiled.op.endswith("; compiled)") and "both compiled with torch.compile" in compiled.notes
+    assert eager.op.endswith("; eager)") and eager.baseline is KB.vllm_rmsnorm  # vLLM's op as written
+    assert compiled.baseline is not KB.vllm_rmsnorm and hasattr(compiled.baseline, "_torchdynamo_orig_callable")
+    for c in (compiled, eager):
+        assert correctness(c, "cpu").passed
+        mb = microbenchmark(c, "cpu", runs=6, warmup=2, min_speedup=0.01)
+        assert mb.passed and mb.details["speedup"] > 0, mb.why
+    # data-dependent Python control flow: fine eagerly, not one graph (vLLM compiles with fullgraph)
+    untraceable = KO.REPLACEMENTS["torch_rmsnorm"].build().source.replace(
+        "    dtype = x.dtype\n", "    dtype = x.dtype\n    if float(x.abs().max()) > 1e30:\n        return x\n", 1)
+    assert untraceable != KO.REPLACEMENTS["torch_rmsnorm"].build().source
+    ok = type(eager)(**{**eager.__dict__, "implementation": KB._rmsnorm_impl(untraceable, "untraceable_e")})
+    assert correctness(ok, "cpu").passed
+    bad = type(compiled)(**{**compiled.__dict__, "implementation": KB._rmsnorm_impl(untraceable, "untraceable_c", True)})
+    res = correctness(bad, "cpu")
+    assert res.rule == "kernel_crashed" and "torch.compile can't trace it as one graph, as the server would " \
+        "(UserError): if float(x.abs().max()) > 1e30" in res.why, res.why

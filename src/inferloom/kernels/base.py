@@ -152,12 +152,16 @@ def model_config(model: str) -> dict[str, Any]:
 
 
 def workload_of(spec: WorkloadSpec, device: str, stack: Mapping[str, Any]) -> dict[str, Any]:
-    """What a backend sees of the workload: device, dtype, model, traffic, the current stack; for an image
-    workload also ``diffusion`` (:func:`~inferloom.models.diffusion_shapes.diffusion_workload`)."""
+    """What a backend sees of the workload: device, dtype, model, traffic, the current stack, the server's
+    ``serving.extra_args`` as ``server_args`` where the spec sets some; for an image workload also
+    ``diffusion`` (:func:`~inferloom.models.diffusion_shapes.diffusion_workload`)."""
     t = spec.traffic
     out = {"device": device, "dtype": str(stack.get("dtype", spec.dtype)), "model": spec.model,
            "framework": spec.framework, "batch": t.concurrency, "input_len": t.input_len,
            "output_len": t.output_len, "stack": dict(stack)}
+    serving = getattr(spec, "serving", None)
+    if serving is not None and serving.extra_args:  # a server's own arguments (e.g. --enforce-eager)
+        out["server_args"] = list(serving.extra_args)
     if getattr(spec, "diffusion", None) is not None:  # an image workload: the denoiser's shapes
         out["diffusion"] = diffusion_workload(spec)
     return out

@@ -23,11 +23,20 @@ The framework descriptor names it (``Framework.kernel_backend``); ``spec.kernels
   (RMSNorm: ``weight``, ``variance_epsilon``, a residual as the decoder's fused add; ``stock_forward`` =
   vLLM's composition) at the decode and a prefill shape; the baseline the microbenchmark races is vLLM
   0.32's native op for op (``fused_add_rms_norm``; ``SiluAndMul.forward_native``), the reference float64.
+* **As the server runs them** (:func:`server_compiles`): a vLLM server compiles its model with
+  torch.compile (inductor) unless ``--enforce-eager`` or ``--optimization-level 0``, on a CPU as on a GPU;
+  inductor fuses stock's native composition into one kernel and traces the replacement into the same graph.
+  Then the gates run both compiled (``torch.compile(fullgraph=True)``: the baseline, and the replacement's
+  ``forward`` with its stand-in layer), so the microbenchmark races what the server would run, not an eager
+  op the server never runs, and a replacement torch.compile can't trace fails here (``kernel_crashed``)
+  rather than at its server's start. An eager stack gets the eager gates. The candidate's ``op`` and
+  ``notes`` say which.
 """
 
 from __future__ import annotations
 
 import linecache
+import sys
 import types
 from typing import Any, Callable, Mapping, Sequence
 
@@ -36,8 +45,8 @@ from inferloom.models.presets import parse_dtype
 from inferloom.workloads.vllm_kernel_overlays import PLUGIN_KNOB, REPLACEMENTS, combine
 
 __all__ = ["VLLMPluginBackend", "FIXED_ORDER", "vllm_rmsnorm", "rmsnorm_reference", "rmsnorm_inputs",
-           "vllm_silu_mul", "silu_mul_reference", "silu_mul_inputs", "replacement_forward", "PREFILL_TOKENS_CHECKED",
-           "TOLERANCES"]
+           "vllm_silu_mul", "silu_mul_reference", "silu_mul_inputs", "replacement_forward", "server_compiles",
+           "PREFILL_TOKENS_CHECKED", "TOLERANCES"]
 
 #: the categories the backend tries, in this order, when the session has no profile of the server
 FIXED_ORDER: tuple[str, ...] = ("normalization", "elementwise")
@@ -115,27 +124,84 @@ def replacement_forward(source: str, name: str) -> Callable[..., Any]:
     # the source's lines where inspect finds them: triton.jit reads its kernel's source (a file in the server)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), mod.__dict__)  # noqa: S102 - inferloom's own source
+    sys.modules[mod.__name__] = mod  # torch.compile resolves the forward's globals through its module
     return mod.forward
 
 
-def _rmsnorm_impl(source: str, name: str) -> Callable[..., Any]:
+def server_compiles(workload: Mapping[str, Any]) -> bool:
+    """Whether the workload's vLLM server compiles its model (torch.compile, inductor): not when the stack
+    sets ``enforce_eager`` or ``optimization_level`` 0, or the spec's ``serving.extra_args`` pass
+    ``--enforce-eager`` / ``-O0`` / ``--optimization-level 0``."""
+    stack = workload.get("stack") or {}
+    args = [str(a) for a in workload.get("server_args") or ()]
+    level = next((b for a, b in zip(args, args[1:]) if a in ("--optimization-level", "-O")), None)
+    return not (stack.get("enforce_eager") is True or str(stack.get("optimization_level", "default")) == "0"
+                or "--enforce-eager" in args or "-O0" in args or "--optimization-level=0" in args or level == "0")
+
+
+def _compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` under torch.compile as vLLM compiles its model (inductor, the whole function as one graph)."""
+    import torch
+
+    return torch.compile(fn, fullgraph=True)
+
+
+def _compiled_replacement(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The replacement's call under torch.compile as the server would trace it; torch.compile's refusal is
+    re-raised as one that says so (Dynamo's own message is mostly advice, its cause line the useful part)."""
+    import torch
+
+    run = _compiled(fn)
+
+    def call(*args: Any) -> Any:
+        try:
+            return run(*args)
+        except torch._dynamo.exc.TorchDynamoException as exc:
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            cause = next((ln for ln in lines if ln.startswith("Caused by:")), "")
+            what = (cause.removeprefix("Caused by:").strip() or (lines[0] if lines else ""))[:160]
+            raise RuntimeError(f"torch.compile can't trace it as one graph, as the server would "
+                               f"({type(exc).__name__}): {what}") from None
+    return call
+
+
+class _NormLayer:
+    """The stand-in RMSNorm layer the replacement's ``forward`` gets as ``self``."""
+
+    def __init__(self, weight: Any, eps: float) -> None:
+        self.weight, self.variance_epsilon, self.variance_size_override = weight, eps, None
+        self.has_weight, self.stock_forward = True, None
+
+
+class _SiluLayer:
+    """The stand-in SiluAndMul layer (its stock method is vLLM's ``forward_native``)."""
+
+    stock_forward = staticmethod(vllm_silu_mul)
+
+
+def _rmsnorm_impl(source: str, name: str, compiled: bool = False) -> Callable[..., Any]:
     fwd = replacement_forward(source, name)
 
+    def call(hidden_states: Any, residual: Any, weight: Any, eps: float) -> Any:
+        return fwd(_NormLayer(weight, eps), hidden_states, residual)
+    run = _compiled_replacement(call) if compiled else call
+
     def implementation(hidden_states: Any, residual: Any, weight: Any, eps: float, out: Any) -> Any:
-        layer = types.SimpleNamespace(weight=weight, variance_epsilon=eps, variance_size_override=None,
-                                      has_weight=True, stock_forward=None)
-        res = fwd(layer, hidden_states, residual)
+        res = run(hidden_states, residual, weight, eps)
         out.copy_(res[0] if isinstance(res, tuple) else res)
         return out
     return implementation
 
 
-def _silu_impl(source: str, name: str) -> Callable[..., Any]:
+def _silu_impl(source: str, name: str, compiled: bool = False) -> Callable[..., Any]:
     fwd = replacement_forward(source, name)
 
+    def call(x: Any) -> Any:
+        return fwd(_SiluLayer(), x)
+    run = _compiled_replacement(call) if compiled else call
+
     def implementation(x: Any, out: Any) -> Any:
-        layer = types.SimpleNamespace(stock_forward=vllm_silu_mul)
-        out.copy_(fwd(layer, x))
+        out.copy_(run(x))
         return out
     return implementation
 
@@ -206,6 +272,9 @@ class VLLMPluginBackend:
         device, dtype = str(workload.get("device")), str(workload["dtype"])
         cfg = model_config(str(workload["model"]))
         tensors = _checked_dtype(dtype, cfg)
+        compiled = server_compiles(workload)
+        mode = ("both compiled with torch.compile, as the server compiles its model" if compiled
+                else "both eager, as the server runs (--enforce-eager / -O0)")
         b = int(workload["batch"])
         prefill = min(b * int(workload["input_len"]), PREFILL_TOKENS_CHECKED)
         out = []
@@ -217,11 +286,14 @@ class VLLMPluginBackend:
                 w = int(cfg[field])
                 src = r.build()
                 out.append(KernelCandidate(
-                    id=f"plugin-{value.replace('_', '-')}", target=cat, op=f"vLLM {r.op} (register_oot, {r.stock})",
-                    implementation=impl(src.source, value), baseline=base, reference=ref,
+                    id=f"plugin-{value.replace('_', '-')}", target=cat,
+                    op=f"vLLM {r.op} (register_oot, {r.stock}; {'compiled' if compiled else 'eager'})",
+                    implementation=impl(src.source, value, compiled), baseline=_compiled(base) if compiled else base,
+                    reference=ref,
                     make_inputs=_inputs_at(tensors, inputs), shapes=({"tokens": b, width: w}, {"tokens": prefill, width: w}),
                     dtype=dtype, claimed_speedup=r.claimed_speedup, config_changes={PLUGIN_KNOB: value},
                     tolerance=dict(TOLERANCES.get(tensors, TOLERANCES["bfloat16"])),
                     notes=f"{r.notes}; delivered as a vllm.general_plugins overlay on the server's PYTHONPATH; "
+                          f"gates: the replacement and stock {mode}; "
                           f"claim x{r.claimed_speedup} (a guess, unverified)"))
         return out
