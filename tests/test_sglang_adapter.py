@@ -276,3 +276,31 @@ def test_the_final_stack_deploys_as_the_sglang_command_inferloom_launched(tmp_pa
     assert d["kind"] == "command" and d["code"].startswith("/env/bin/python -m sglang.launch_server --model-path ")
     assert "--cuda-graph-max-bs-decode 256" in d["code"] and "--port" not in d["code"] and "--host" not in d["code"]
     assert "sglang serve --model-path" in d["notes"][0] and "`--schedule-policy` from knob" in d["notes"][1]
+
+
+def test_the_experts_kernels_knob_is_an_moe_models_and_becomes_moe_runner_backend(tmp_path):
+    """``moe_runner_backend``: kept with every value 0.5.17's help lists for an MoE model on a GPU, dropped with
+    why for a dense one (read from the model's config.json), passed as --moe-runner-backend."""
+    flags, choices = parse_help(HELP)
+    assert {"triton", "triton_kernel", "flashinfer_cutlass", "flashinfer_trtllm", "aiter"} <= set(
+        choices["--moe-runner-backend"])
+    py = fake_python(tmp_path, HELP)
+    dense = _spec(tmp_path, py, device="cuda")
+    moe_dir = tmp_path / "moe"
+    moe_dir.mkdir()
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    (moe_dir / "config.json").write_text(json.dumps({**cfg, "num_experts": 8, "num_experts_per_tok": 2,
+                                                     "intermediate_size": 128}))
+    moe = load_spec(None, {**dense.model_dump(mode="json", exclude_defaults=True), "model": str(moe_dir)})
+    for spec, has in ((moe, True), (dense, False)):
+        clear_cache()
+        a = make_adapter(spec)
+        names = {k.name for k in a.knob_space()}
+        assert ("moe_runner_backend" in names) == has
+        if not has:
+            assert a.describe()["server_flags"]["dropped_knobs"]["moe_runner_backend"] == (
+                "moe_runner_backend: the model has no MoE layers (a dense model)")
+    stock = {k.name: k.default for k in sglang_knobs(64)}
+    args, _, origin = to_launch({**stock, "moe_runner_backend": "flashinfer_cutlass"})
+    assert args == ["--moe-runner-backend", "flashinfer_cutlass"]
+    assert origin["--moe-runner-backend"] == ("moe_runner_backend", "flashinfer_cutlass")

@@ -9,7 +9,8 @@ server-framework base's (``server_adapter``); this module supplies SGLang's part
   (``serving.module`` defaults to ``sglang.launch_server`` for this framework), the
   memory share as ``--mem-fraction-static`` and ``--max-total-tokens``;
 * the knob table (``sglang_knobs``, issue 32's list) cut to the installed
-  server's ``--help`` (``server_flags``, with SGLang's tables), its recovery
+  server's ``--help`` (``server_flags``, with SGLang's tables; ``moe_runner_backend`` dropped for a dense
+  model: ``moe_knobs``), its recovery
   options, ``max_running_requests`` as the sequences-per-step cap;
 * where a start-up went (``sglang_startup``: SGLang's own log lines);
 * the quality probes (``sglang_probes``: the native ``/generate`` API's
@@ -32,7 +33,9 @@ from inferloom.workloads.server_adapter import ServerAdapter
 from inferloom.workloads.server_flags import ServerFlags
 from inferloom.workloads.server_launch import check_launchable
 from inferloom.workloads.server_start import MemoryShareOnce, ServerHandle, StartHooks
-from inferloom.workloads.sglang_knobs import ENV_FALLBACK, VERBATIM_CHOICES, recovery_options, sglang_knobs, to_launch
+from inferloom.workloads.moe_knobs import config_json, drop_moe_only, moe_only_refusal
+from inferloom.workloads.sglang_knobs import (ENV_FALLBACK, MOE_RUNNER_KNOB, VERBATIM_CHOICES, recovery_options,
+                                             sglang_knobs, to_launch)
 from inferloom.workloads.sglang_launch import derive_memory_share, launch_command, memory_args, server_distribution
 from inferloom.workloads.sglang_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
 from inferloom.workloads.sglang_startup import says, split_text, startup_split
@@ -69,7 +72,11 @@ class SGLangAdapter(ServerAdapter):
                                       options=HELP_OPTIONS)
 
     def filter(self, knobs: list[Knob], flags: ServerFlags) -> tuple[list[Knob], dict[str, str], dict[str, str]]:
-        return _sf.filter_knobs(knobs, flags, to_launch, ENV_FALLBACK, VERBATIM_CHOICES)
+        kept, dropped, notes = _sf.filter_knobs(knobs, flags, to_launch, ENV_FALLBACK, VERBATIM_CHOICES)
+        if self.device != "cpu":  # a dense model drops the experts' kernels (on a CPU: refused at launch)
+            why = moe_only_refusal(MOE_RUNNER_KNOB, config_json(self.model_dir()))
+            kept, dropped = drop_moe_only(kept, dropped, {MOE_RUNNER_KNOB: why})
+        return kept, dropped, notes
 
     def make_memory(self) -> MemoryShareOnce:
         def args(spec: Any, cfg: Mapping[str, Any], share: Any, flags: Any, device: str) -> Any:

@@ -16,7 +16,7 @@ from inferloom.workloads.base import Knob
 from inferloom.workloads.server_precision import stack_precision  # noqa: F401  (re-exported)
 
 __all__ = ["sglang_knobs", "to_launch", "VERBATIM_CHOICES", "ENV_FALLBACK", "PRECISION_KNOBS", "stack_precision",
-           "recovery_options", "CUDA_ROCM"]
+           "recovery_options", "CUDA_ROCM", "MOE_RUNNER_KNOB"]
 
 CUDA_ROCM = frozenset({"cuda", "rocm"})
 ALL = frozenset({"cpu", "cuda", "rocm"})
@@ -27,7 +27,10 @@ PRECISION_KNOBS = frozenset({"quantization", "kv_cache_dtype", "dtype"})
 ENV_FALLBACK: dict[str, str] = {}
 #: choice knob -> its flag, whose argument is the knob's value as is
 VERBATIM_CHOICES = {"attention_backend": "--attention-backend", "kv_cache_dtype": "--kv-cache-dtype",
-                    "schedule_policy": "--schedule-policy", "dtype": "--dtype", "quantization": "--quantization"}
+                    "schedule_policy": "--schedule-policy", "dtype": "--dtype", "quantization": "--quantization",
+                    "moe_runner_backend": "--moe-runner-backend"}
+#: the knob of the MoE layers' experts' kernels (MoE models only: the adapter drops it for a dense one)
+MOE_RUNNER_KNOB = "moe_runner_backend"
 #: the decode CUDA-graph batch cap: SGLang 0.5.17 renamed it, the old name stays a deprecated alias
 GRAPH_BS_FLAGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
 
@@ -76,6 +79,12 @@ def sglang_knobs(concurrency: int) -> list[Knob]:
              "--speculative-algorithm NGRAM --speculative-num-draft-tokens k: n-gram speculative decoding, 0 = off "
              "(verification batches can flip near-ties: judged by the quality contract)",
              low=0, high=8, applies_to=CUDA_ROCM, changes_numerics=True),
+        Knob(MOE_RUNNER_KNOB, "choice", "default",
+             "--moe-runner-backend: the kernels of the MoE layers' experts (triton, triton_kernel, FlashInfer's "
+             "cutlass / trtllm, AMD's aiter; each kept only when the installed server's --help lists it; one the "
+             "GPU or the layer can't run fails at the server's start); MoE models only",
+             choices=("default", "triton", "triton_kernel", "flashinfer_cutlass", "flashinfer_trtllm", "aiter"),
+             applies_to=CUDA_ROCM, changes_numerics=True),
     ]
 
 
@@ -94,7 +103,8 @@ def to_launch(cfg: Mapping[str, Any], server_flags: Collection[str] | None = Non
     for knob, name in (("attention_backend", "--attention-backend"), ("mem_fraction_static", "--mem-fraction-static"),
                        ("chunked_prefill_size", "--chunked-prefill-size"), ("quantization", "--quantization"),
                        ("schedule_policy", "--schedule-policy"),
-                       ("schedule_conservativeness", "--schedule-conservativeness")):
+                       ("schedule_conservativeness", "--schedule-conservativeness"),
+                       (MOE_RUNNER_KNOB, "--moe-runner-backend")):
         if cfg.get(knob, "default") != "default":
             flag(name, knob, str(cfg[knob]))
     if cfg.get("cuda_graph_max_bs", "default") != "default":

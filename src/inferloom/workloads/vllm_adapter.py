@@ -26,7 +26,6 @@ live servers burnt meanwhile (``extra['idle_servers_cpu_s']``, docs/loadgen.md).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -43,7 +42,8 @@ from inferloom.workloads.vllm_engine_patches import (ENGINE_PATCH_KNOB, build_en
 from inferloom.workloads.vllm_kernel_overlays import OVERLAY_DIR, overlays_for
 from inferloom.workloads.vllm_knobs import recovery_options, to_launch, vllm_knobs
 from inferloom.workloads.vllm_launch import launch_command, server_distribution
-from inferloom.workloads.vllm_moe_backend import MOE_BACKEND_KNOB, moe_only_refusal
+from inferloom.workloads.moe_knobs import config_json, drop_moe_only, moe_only_refusal
+from inferloom.workloads.vllm_moe_backend import MOE_BACKEND_KNOB
 from inferloom.workloads.vllm_moe_knob import MOE_KNOB, MoEConfigs, moe_refusal
 from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_overlays, overlay_key
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
@@ -94,16 +94,12 @@ class VLLMAdapter(ServerAdapter):
         # on a GPU, a dense model drops them with the reason
         if self.device != "cpu":
             hf = self._hf_config()
-            whys = {MOE_KNOB: moe_refusal(hf, self.device), MOE_BACKEND_KNOB: moe_only_refusal(MOE_BACKEND_KNOB, hf)}
-            gone = {k.name: whys[k.name] for k in kept if whys.get(k.name) is not None}
-            kept, dropped = [k for k in kept if k.name not in gone], {**dropped, **gone}
+            kept, dropped = drop_moe_only(kept, dropped, {MOE_KNOB: moe_refusal(hf, self.device),
+                                                          MOE_BACKEND_KNOB: moe_only_refusal(MOE_BACKEND_KNOB, hf)})
         return kept, dropped, notes
 
     def _hf_config(self) -> dict[str, Any] | None:
-        try:
-            return json.loads((Path(self.model_dir()) / "config.json").read_text())
-        except (OSError, ValueError):
-            return None
+        return config_json(self.model_dir())
 
     def moe(self) -> MoEConfigs:
         """The fused-MoE config folders of the knob ``moe_configs`` (``vllm_moe_knob``)."""

@@ -9,7 +9,7 @@ backends: ['TRITON', 'BATCHED_TRITON', 'FlashInfer TRTLLM', 'FlashInfer CUTLASS'
 for one: vLLM uses it or refuses to load the model (``_return_or_raise``: no silent fallback), so a candidate
 either runs the backend it names or fails at its start, and the server's log says which ran (:data:`SAYS`).
 
-* :func:`moe_backend_knob`: the knob (GPUs; a dense model drops it: :func:`moe_only_refusal`). Its values are
+* :func:`moe_backend_knob`: the knob (GPUs; a dense model drops it: ``moe_knobs.moe_only_refusal``). Its values are
   the backends that take unquantized weights; the installed server's ``--help`` narrows them
   (``vllm_flags.filter_knobs``: a server without ``--moe-backend`` drops the knob). The spec's device can't
   tell an NVIDIA GPU from an AMD one (ROCm's torch is ``cuda`` too), so both vendors' backends stay: one the
@@ -27,9 +27,10 @@ import re
 from typing import Any, Mapping
 
 from inferloom.workloads.base import Knob
-from inferloom.workloads.vllm_moe_configs import moe_shape
+from inferloom.workloads.moe_knobs import moe_only_refusal
 
 __all__ = ["MOE_BACKEND_KNOB", "MOE_BACKENDS", "moe_backend_knob", "moe_only_refusal", "moe_backend_refusal", "SAYS"]
+# moe_only_refusal: re-exported from moe_knobs (shared with SGLang's moe_runner_backend)
 
 MOE_BACKEND_KNOB = "moe_backend"
 #: the --moe-backend values vLLM maps for unquantized MoE layers (``map_unquantized_backend``), "default" first
@@ -42,15 +43,6 @@ def moe_backend_knob() -> Knob:
                 "flashinfer_cutlass / flashinfer_trtllm: FlashInfer's; aiter: AMD's); a backend the device or "
                 "the layer can't run fails at the server's start; MoE models only",
                 choices=MOE_BACKENDS, applies_to=frozenset({"cuda", "rocm"}), changes_numerics=True)
-
-
-def moe_only_refusal(knob: str, hf_config: Mapping[str, Any] | None) -> str | None:
-    """Why a knob of MoE layers does not apply to this model (its config unreadable, or a dense model), or None."""
-    if hf_config is None:
-        return f"{knob}: the model's config.json can't be read, so whether it has MoE layers is unknown"
-    if moe_shape(hf_config) is None:
-        return f"{knob}: the model has no MoE layers (a dense model)"
-    return None
 
 
 def moe_backend_refusal(cfg: Mapping[str, Any], moe_configs_knob: str = "moe_configs") -> str | None:
