@@ -74,3 +74,8 @@ def test_an_moe_model_gets_the_tuned_fused_moe_configs_prior_and_a_dense_one_doe
     assert dict(moe["tuned-moe-configs"].changes) == {"moe_configs": "tuned"}
     assert 0 < moe["tuned-moe-configs"].predicted_gain < moe["fp8-weights"].predicted_gain
     assert "tuned-moe-configs" not in {p.name for p in server_priors(H200)}
+    # the experts' other kernels, one prior per engine's knob; none for a dense model
+    assert dict(moe["flashinfer-moe-experts"].changes) == {"moe_backend": "flashinfer_cutlass"}
+    assert dict(moe["flashinfer-moe-runner"].changes) == {"moe_runner_backend": "flashinfer_cutlass"}
+    assert moe["flashinfer-moe-experts"].predicted_gain < moe["tuned-moe-configs"].predicted_gain
+    assert not {"flashinfer-moe-experts", "flashinfer-moe-runner"} & {p.name for p in server_priors(H200)}

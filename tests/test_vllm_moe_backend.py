@@ -70,6 +70,9 @@ def test_tuned_triton_configs_with_other_kernels_are_refused_before_launch(tmp_p
         check_launchable({**stock, "moe_configs": "tuned", MOE_BACKEND_KNOB: "flashinfer_cutlass"},
                          a.static_knobs(), "cuda", {})
     assert e.value.kind == "unsupported"
+    # a cross-knob rule too, so the search never proposes the pair (it completes a change instead)
+    assert "never be read" in a.config_refusal({**stock, "moe_configs": "tuned", MOE_BACKEND_KNOB: "aiter"})
+    assert a.config_refusal({**stock, MOE_BACKEND_KNOB: "aiter"}) is None
 
 
 def test_the_log_says_which_backend_ran_so_stock_triton_is_never_proposed_as_a_change():

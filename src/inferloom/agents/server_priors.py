@@ -98,6 +98,13 @@ def server_priors(workload: Mapping[str, Any], stock_fraction: float | None = No
                       "fused-MoE Triton kernel, which runs a default config where the installed vLLM ships none "
                       "for the shape; tiles tuned on the device for the traffic's batch sizes (guess: 10% of that "
                       "share; the tuning pass runs once, docs/kernels.md)"))
+        # the experts' other kernels: vLLM moe_backend / SGLang moe_runner_backend (the engine's knob; the other
+        # engine's prior is skipped). vLLM puts FlashInfer behind Triton on Hopper on a comment's belief
+        for name, knob in (("flashinfer-moe-experts", "moe_backend"), ("flashinfer-moe-runner", "moe_runner_backend")):
+            cands.append((name, {knob: "flashinfer_cutlass"}, 0.03,
+                          "the experts' GEMMs through FlashInfer's CUTLASS grouped GEMM instead of the engine's "
+                          "default (Triton on Hopper, where vLLM's source ranks FlashInfer slower without a "
+                          "measurement of this shape); a guess of +3%, measured like any change"))
     cands.sort(key=lambda c: -c[2])
     return [Prior(name, changes, round(gain, 4), why, _CUDA, rank=1.0 + i)
             for i, (name, changes, gain, why) in enumerate(cands)]

@@ -43,7 +43,7 @@ from inferloom.workloads.vllm_kernel_overlays import OVERLAY_DIR, overlays_for
 from inferloom.workloads.vllm_knobs import recovery_options, to_launch, vllm_knobs
 from inferloom.workloads.vllm_launch import launch_command, server_distribution
 from inferloom.workloads.moe_knobs import config_json, drop_moe_only, moe_only_refusal
-from inferloom.workloads.vllm_moe_backend import MOE_BACKEND_KNOB
+from inferloom.workloads.vllm_moe_backend import MOE_BACKEND_KNOB, moe_backend_refusal
 from inferloom.workloads.vllm_moe_knob import MOE_KNOB, MoEConfigs, moe_refusal
 from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_overlays, overlay_key
 from inferloom.workloads.vllm_probes import SCORE_APPROXIMATION, greedy_continuations, score_logprobs
@@ -100,6 +100,11 @@ class VLLMAdapter(ServerAdapter):
 
     def _hf_config(self) -> dict[str, Any] | None:
         return config_json(self.model_dir())
+
+    def config_refusal(self, config: Mapping[str, Any]) -> str | None:
+        """CrossKnobRules: the base's, and tuned Triton MoE configs beside another experts' backend (the server
+        would never read them: ``vllm_moe_backend``), so the search never proposes that pair."""
+        return super().config_refusal(config) or moe_backend_refusal(config)
 
     def moe(self) -> MoEConfigs:
         """The fused-MoE config folders of the knob ``moe_configs`` (``vllm_moe_knob``)."""
