@@ -35,9 +35,13 @@ The framework descriptor names it (``Framework.kernel_backend``); ``spec.kernels
 
 from __future__ import annotations
 
-import linecache
+import atexit
+import hashlib
+import importlib.util
+import shutil
 import sys
-import types
+import tempfile
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.kernels.base import KernelCandidate, Target, model_config
@@ -117,15 +121,31 @@ def silu_mul_reference(x: Any) -> Any:
     return F.silu(y[..., :d]) * y[..., d:]
 
 
+_SOURCES: list[Path] = []  # this process's private folder of gate modules (made once, removed at exit)
+
+
+def _source_dir() -> Path:
+    if not _SOURCES:
+        d = Path(tempfile.mkdtemp(prefix="inferloom-gate-"))  # mode 0700: no other user can plant a module
+        atexit.register(shutil.rmtree, d, True)
+        _SOURCES.append(d)
+    return _SOURCES[0]
+
+
 def replacement_forward(source: str, name: str) -> Callable[..., Any]:
-    """The ``forward`` of a replacement's source, executed as its own module (as the plugin imports it)."""
-    mod = types.ModuleType(f"inferloom_gate_{name}")
-    filename = f"<kernel_plugin {name}>"
-    # the source's lines where inspect finds them: triton.jit reads its kernel's source (a file in the server)
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), mod.__dict__)  # noqa: S102 - inferloom's own source
-    sys.modules[mod.__name__] = mod  # torch.compile resolves the forward's globals through its module
-    return mod.forward
+    """The ``forward`` of a replacement's source, imported from a file of its own as the plugin's module is in
+    the server (``triton.jit`` and torch.compile read a function's source and module as they would there)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    modname = f"inferloom_gate_{name}_{digest}"
+    if modname not in sys.modules:
+        path = _source_dir() / f"{modname}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(modname, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)  # inferloom's own source, or a written kernel the gates are about to judge
+        sys.modules[modname] = mod  # torch.compile resolves the forward's globals through its module
+    return sys.modules[modname].forward
 
 
 def server_compiles(workload: Mapping[str, Any]) -> bool:
