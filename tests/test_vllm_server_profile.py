@@ -113,7 +113,7 @@ def _session(tmp_path, monkeypatch, mode, profile):
     spec = load_spec(None, {"framework": "vllm", "device": "cpu", "model": "llama-tiny", "protocol.bootstrap_resamples": 999,
                             "quality.eval_prompts": 4, "quality.heldout_prompts": 4, "quality.prompt_len": 8,
                             "quality.continuation_len": 8, "kernels.min_speedup": 0.01, "kernels.backend": "plugin",
-                            "kernels.server_profile": mode})
+                            "kernels.server_profile": mode, "serving.extra_args": ["--enforce-eager"]})
     lines: list[str] = []
     st = start(tmp_path / "s", spec, budget_minutes=30, max_trials=6, adapter=ad, agents=agents(), kb_url=None,
                kernel_backend=VLLMPluginBackend(), progress=lines.append)
@@ -132,8 +132,10 @@ def test_a_session_picks_the_plugin_targets_from_its_server_profile(tmp_path, mo
     assert picked == [("elementwise", prof["profile"]["categories"]["elementwise"]["share"])]
     gates = [e["gate"] for e in entries if e["kind"] == "kernel_gate"]
     assert gates == ["reward_hacking_guards", "correctness", "microbenchmark"]  # the guards first for a plugin
-    (t,) = [t for t in st.trials if t.agent == "kernel:vllm_plugin"]
-    assert t.changes == {KO.PLUGIN_KNOB: "torch_silu_mul"}
+    # one trial; or two when the measured gain beat the Amdahl bound from the gate's (load-sensitive) speed-up
+    # and the trial was measured once more (amdahl_suspect): the synthetic effect ignores the kernel's speed
+    *first, t = [t for t in st.trials if t.agent == "kernel:vllm_plugin"]
+    assert t.changes == {KO.PLUGIN_KNOB: "torch_silu_mul"} and [f.verdict for f in first] in ([], ["amdahl_suspect"])
     prop = next(e for e in entries if e["kind"] == "proposal" and e.get("candidate") == "plugin-torch-silu-mul")
     share = prof["profile"]["categories"]["elementwise"]["share"]
     assert f"Amdahl bound x" in prop["rationale"] and f"from its {share * 100:.1f}% share (elementwise)" in prop["rationale"]
