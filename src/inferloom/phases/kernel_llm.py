@@ -47,7 +47,7 @@ from inferloom.phases.kernel_trial import KERNEL_CLAIM, KERNEL_GATE, decided, ke
 from inferloom.session import ledger as L
 from inferloom.session.state import SessionState
 from inferloom.session.state_models import KernelProgress
-from inferloom.workloads.base import config_key
+from inferloom.workloads.base import CrossKnobRules, config_key
 
 __all__ = ["AGENT", "author_entries", "author_categories", "author_step"]
 
@@ -167,6 +167,10 @@ def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: in
         own, untouched, _ = written.REPLACES[written.entry_of(m)]
         if st.stack.get(own, untouched) != untouched:
             changes[own] = untouched
+    clash = ctx.adapter.config_refusal({**st.stack, **changes}) if isinstance(ctx.adapter, CrossKnobRules) else None
+    if clash:  # the engine's own rule (a vLLM plugin: one replacement per op, the stack's catalog one kept)
+        _refuse(ctx, st, ks, i, entry_name, "kernel_conflict", clash, {})
+        return
     cand = written_candidate(entry, dtype, shown, fn, name, float(ans["claimed_speedup"]),
                              f"written by the LLM kernel author: {str(ans.get('rationale'))[:300]}")
     category = next(c for c, e in written.WRITABLE.items() if e == entry_name)  # the profile's name for the op

@@ -40,9 +40,11 @@ from inferloom.workloads.vllm_flags import ServerFlags, filter_knobs, probe_serv
 from inferloom.workloads.vllm_engine_patches import (ENGINE_PATCH_KNOB, build_engine_overlay, engine_patch_knob,
                                                      patch_files)
 from inferloom.workloads.vllm_kernel_overlays import OVERLAY_DIR, overlays_for
+from inferloom.workloads.vllm_kernel_overlays import plugin_refusal as written_refusal
 from inferloom.workloads.vllm_knobs import recovery_options, to_launch, vllm_knobs
 from inferloom.workloads.vllm_launch import launch_command, server_distribution
 from inferloom.workloads.moe_knobs import config_json, drop_moe_only, moe_only_refusal
+from inferloom.workloads.engine_written import knob as written_knob
 from inferloom.workloads.vllm_moe_backend import MOE_BACKEND_KNOB, moe_backend_refusal
 from inferloom.workloads.vllm_moe_knob import MOE_KNOB, MoEConfigs, moe_refusal
 from inferloom.workloads.vllm_plugins import EngineOverlayError, OverlayDir, check_overlays, overlay_key
@@ -102,9 +104,18 @@ class VLLMAdapter(ServerAdapter):
         return config_json(self.model_dir())
 
     def config_refusal(self, config: Mapping[str, Any]) -> str | None:
-        """CrossKnobRules: the base's, and tuned Triton MoE configs beside another experts' backend (the server
-        would never read them: ``vllm_moe_backend``), so the search never proposes that pair."""
-        return super().config_refusal(config) or moe_backend_refusal(config)
+        """CrossKnobRules: the base's, tuned Triton MoE configs beside another experts' backend (the server
+        would never read them: ``vllm_moe_backend``), and a catalog replacement and a written kernel of one op
+        (one plugin, one replacement per op: ``vllm_written``), so the search never proposes those."""
+        return super().config_refusal(config) or moe_backend_refusal(config) or written_refusal(config)
+
+    @property
+    def _knobs(self) -> list[Knob]:
+        """The installed server's knobs, and in a session with the LLM kernel author its ``llm_kernel`` switch
+        (its domain the kernels whose gates passed so far: ``vllm_written``), as the in-process engines have."""
+        base = ServerAdapter._knobs.fget(self)  # type: ignore[attr-defined]
+        llm = self.spec.agents.llm
+        return base + [written_knob()] if llm is not None and "kernel_author" in llm.roles else base
 
     def moe(self) -> MoEConfigs:
         """The fused-MoE config folders of the knob ``moe_configs`` (``vllm_moe_knob``)."""

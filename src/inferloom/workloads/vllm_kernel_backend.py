@@ -46,7 +46,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.kernels.base import KernelCandidate, Target, model_config
 from inferloom.models.presets import parse_dtype
+from inferloom.kernels.written import KNOB as WRITTEN_KNOB
 from inferloom.workloads.vllm_kernel_overlays import PLUGIN_KNOB, REPLACEMENTS, combine
+from inferloom.workloads.vllm_written import ops as written_ops
 
 __all__ = ["VLLMPluginBackend", "FIXED_ORDER", "vllm_rmsnorm", "rmsnorm_reference", "rmsnorm_inputs",
            "vllm_silu_mul", "silu_mul_reference", "silu_mul_inputs", "replacement_forward", "server_compiles",
@@ -289,6 +291,7 @@ class VLLMPluginBackend:
         picked = [t.category for t in targets if t.picked]
         stack = workload.get("stack", {})
         have = {REPLACEMENTS[v].op for v in str(stack.get(PLUGIN_KNOB, "none")).split("+") if v in REPLACEMENTS}
+        have |= written_ops(str(stack.get(WRITTEN_KNOB, "none")))  # an op a kept written kernel replaces
         device, dtype = str(workload.get("device")), str(workload["dtype"])
         cfg = model_config(str(workload["model"]))
         tensors = _checked_dtype(dtype, cfg)

@@ -9,7 +9,9 @@ overlay (``vllm_plugins``) built from its value, and the check ``verify --remeas
   ``changes_numerics``: a kernel is judged by the quality contract).
 * :func:`overlays_for`: the overlay a configuration's value builds under a root (content-addressed: the
   same value gives the same directory, checked against its record when it exists). Its record (in the
-  session's ``server_start`` entries, ``overlays``) carries ``knob: {kernel_plugin: value}``.
+  session's ``server_start`` entries, ``overlays``) carries ``knob: {kernel_plugin: value}``. The same
+  overlay carries the LLM-written kernels the configuration's ``llm_kernel`` names (``vllm_written``: one
+  plugin per server), and its record ``llm_kernel`` too then.
 * :func:`check_session_overlays` (``Framework.session_overlays``, ``verify --remeasure``): for the final
   stack's value, the session's copy of the overlay (under the session directory) checked file by file
   against the sha256 its server start recorded, then the overlay rebuilt from the value and compared with
@@ -26,13 +28,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from inferloom.workloads.base import Knob
+from inferloom.kernels.written import KNOB as WRITTEN_KNOB
 from inferloom.workloads.vllm_plugins import (EngineOverlayError, KernelReplacement, OverlayDir, build_plugin_overlay,
-                                              check_rebuilt, last_recorded, verify_overlay)
+                                              check_rebuilt, verify_overlay)
 from inferloom.workloads.vllm_replacements import torch_rmsnorm, torch_silu_mul
 from inferloom.workloads.vllm_triton_replacements import triton_rmsnorm, triton_silu_mul
+from inferloom.workloads.vllm_written import ops as written_ops
+from inferloom.workloads.vllm_written import replacements as written_replacements
 
 __all__ = ["PLUGIN_KNOB", "PluginEntry", "REPLACEMENTS", "plugin_knob", "combine", "overlays_for", "check_session_overlays",
-           "OVERLAY_DIR", "recorded_plugin"]
+           "OVERLAY_DIR", "recorded_plugin", "plugin_refusal"]
 
 PLUGIN_KNOB = "kernel_plugin"
 OVERLAY_DIR = "overlays"  # under the adapter's log directory (a session's servers/)
@@ -103,57 +108,92 @@ def plugin_knob() -> Knob:
                 changes_numerics=True, phase="KERNEL")
 
 
-def _build(root: Path, value: str) -> OverlayDir:
-    names = value.split("+")
+def _knobs(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """The plugin's knobs in ``cfg`` as its overlay records them: ``kernel_plugin``, and ``llm_kernel`` when it
+    names written kernels (a record without them stays as it was)."""
+    out = {PLUGIN_KNOB: str(cfg.get(PLUGIN_KNOB, "none"))}
+    if str(cfg.get(WRITTEN_KNOB, "none")) != "none":
+        out[WRITTEN_KNOB] = str(cfg[WRITTEN_KNOB])
+    return out
+
+
+def _build(root: Path, value: str, written_value: str = "none") -> OverlayDir:
+    names = [] if value == "none" else value.split("+")
     unknown = [v for v in names if v not in REPLACEMENTS]
     if unknown:
         raise EngineOverlayError(f"{PLUGIN_KNOB}={value!r}: no such replacement {unknown[0]!r} "
                                  f"({', '.join(REPLACEMENTS)}; several joined by '+')")
-    ov = build_plugin_overlay(root, [REPLACEMENTS[v].build() for v in names])
-    return dataclasses.replace(ov, info={**ov.info, "knob": {PLUGIN_KNOB: value}})
+    try:
+        theirs = written_replacements(written_value)
+    except (ValueError, OSError) as exc:
+        raise EngineOverlayError(f"{WRITTEN_KNOB}={written_value!r}: {exc}") from None
+    ov = build_plugin_overlay(root, [REPLACEMENTS[v].build() for v in names] + theirs)
+    return dataclasses.replace(ov, info={**ov.info, "knob": _knobs({PLUGIN_KNOB: value, WRITTEN_KNOB: written_value})})
 
 
 def overlays_for(cfg: Mapping[str, Any], root: str | Path) -> list[OverlayDir]:
-    """The overlays ``cfg``'s knobs add (none for ``kernel_plugin: none``), built under ``root``."""
-    value = str(cfg.get(PLUGIN_KNOB, "none"))
-    return [] if value == "none" else [_build(Path(root), value)]
+    """The overlays ``cfg``'s knobs add (none for ``kernel_plugin: none`` and ``llm_kernel: none``), built under
+    ``root``."""
+    knobs = _knobs(cfg)
+    if knobs == {PLUGIN_KNOB: "none"}:
+        return []
+    return [_build(Path(root), knobs[PLUGIN_KNOB], knobs.get(WRITTEN_KNOB, "none"))]
 
 
-def _recorded(value: str, entries: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The last plugin overlay a server start recorded for ``value``."""
-    return last_recorded(entries, "plugin", PLUGIN_KNOB, value)
+def _recorded(knobs: Mapping[str, str], entries: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The last plugin overlay a server start recorded for these plugin knobs."""
+    found = None
+    for e in entries:
+        for o in (e.get("overlays") or ()) if isinstance(e, Mapping) else ():
+            if isinstance(o, Mapping) and o.get("kind") == "plugin" and o.get("knob") == dict(knobs):
+                found = dict(o)
+    return found
 
 
 def recorded_plugin(cfg: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) -> OverlayDir | None:
-    """The plugin overlay a server start of the session recorded for ``cfg``'s ``kernel_plugin`` (its
-    recorded path), or None (``none``, or no start recorded it)."""
-    value = str(cfg.get(PLUGIN_KNOB, "none"))
-    rec = None if value == "none" else _recorded(value, entries)
+    """The plugin overlay a server start of the session recorded for ``cfg``'s ``kernel_plugin`` (and
+    ``llm_kernel``) (its recorded path), or None (both ``none``, or no start recorded it)."""
+    knobs = _knobs(cfg)
+    rec = None if knobs == {PLUGIN_KNOB: "none"} else _recorded(knobs, entries)
     if rec is None:
         return None
     return OverlayDir("plugin", Path(str(rec["path"])), str(rec["digest"]), dict(rec.get("files") or {}),
                       tuple(rec.get("entry_points") or ()))
 
 
+def plugin_refusal(cfg: Mapping[str, Any]) -> str | None:
+    """Why ``cfg`` can't be launched: its ``kernel_plugin`` and its ``llm_kernel`` replace the same op (one
+    plugin registers one replacement per op), else None."""
+    value = str(cfg.get(WRITTEN_KNOB, "none"))
+    theirs = {REPLACEMENTS[v].op for v in str(cfg.get(PLUGIN_KNOB, "none")).split("+") if v in REPLACEMENTS}
+    both = sorted(theirs & written_ops(value)) if value != "none" else []
+    if both:
+        return (f"{PLUGIN_KNOB}={cfg.get(PLUGIN_KNOB)} and {WRITTEN_KNOB}={value} both replace {', '.join(both)}; "
+                "one plugin registers one replacement per op")
+    return None
+
+
 def check_session_overlays(d: str | Path, changes: Mapping[str, Any],
                            entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """See the module docstring; ``entries``: the session's ledger entries. Returns what was checked."""
-    value = str(changes.get(PLUGIN_KNOB, "none"))
-    if value == "none":
+    knobs = _knobs(changes)
+    if knobs == {PLUGIN_KNOB: "none"}:
         return []
+    what = ", ".join(f"{k}={v}" for k, v in knobs.items())
     d = Path(d)
-    rec = _recorded(value, entries)
+    rec = _recorded(knobs, entries)
     if rec is None:
         raise EngineOverlayError(f"{d}: no server start of the session recorded the plugin overlay of "
-                                 f"{PLUGIN_KNOB}={value}; the session's files can't show which kernel it ran")
+                                 f"{what}; the session's files can't show which kernel it ran")
     name = Path(str(rec.get("path"))).name
     copies = sorted(p for p in d.rglob(name) if p.is_dir())
     if not copies:
-        raise EngineOverlayError(f"{d}: the session's plugin overlay {name} ({PLUGIN_KNOB}={value}) is missing")
+        raise EngineOverlayError(f"{d}: the session's plugin overlay {name} ({what}) is missing")
     for c in copies:  # every copy the session kept (a sweep's servers keep their own)
         verify_overlay(OverlayDir("plugin", c, str(rec["digest"]), dict(rec.get("files") or {})))
     with tempfile.TemporaryDirectory(prefix="inferloom-overlay-rebuild-") as tmp:
-        rebuilt = _build(Path(tmp), value)
+        # written kernels: registered from the session's files (sha256-checked) before this is called
+        rebuilt = _build(Path(tmp), knobs[PLUGIN_KNOB], knobs.get(WRITTEN_KNOB, "none"))
         check_rebuilt(rebuilt, rec)
-    return [{"knob": {PLUGIN_KNOB: value}, "digest": rebuilt.digest, "copies": [str(c.relative_to(d)) for c in copies],
+    return [{"knob": knobs, "digest": rebuilt.digest, "copies": [str(c.relative_to(d)) for c in copies],
              "files": len(rebuilt.files)}]

@@ -53,6 +53,7 @@ from inferloom.workloads.server_launch import (
 from inferloom.workloads.server_launch import check_launchable as _check_launchable
 from inferloom.workloads.vllm_knobs import KV_SHARE_KNOB, to_launch
 from inferloom.workloads.vllm_moe_backend import moe_backend_refusal
+from inferloom.workloads.vllm_kernel_overlays import plugin_refusal as written_refusal
 from inferloom.workloads.vllm_plugins import OverlayDir, overlay_env
 
 if TYPE_CHECKING:
@@ -107,9 +108,10 @@ def launch_command(spec: WorkloadSpec, model_dir: str, cfg: Mapping[str, Any], p
 def check_launchable(cfg: Mapping[str, Any], knobs: list[Knob], device: str,
                      rejected_flags: Mapping[str, Mapping[str, Any]]) -> None:
     """Raise :class:`AdapterError` for a configuration that must not be launched (``server_launch``; tuned
-    fused-MoE configs for a server told to run other MoE kernels: ``vllm_moe_backend``)."""
+    fused-MoE configs for a server told to run other MoE kernels: ``vllm_moe_backend``; a catalog replacement
+    and a written kernel of one op: ``vllm_written``)."""
     _check_launchable(cfg, knobs, device, rejected_flags, to_launch)
-    why = moe_backend_refusal(cfg)
+    why = moe_backend_refusal(cfg) or written_refusal(cfg)
     if why is not None:
         raise AdapterError(f"{why}; not launched", kind="unsupported")
 
