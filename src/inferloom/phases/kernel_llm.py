@@ -25,7 +25,9 @@ first, once per session:
    (:func:`~inferloom.kernels.written_set.combine`: a member of X that
    rewrites the same modules is replaced by it, as its rationale says).
 
-Every refusal is a ``refusal`` ledger entry from ``llm-kernel-author``.
+A candidate the engine's own cross-knob rule refuses on the stack (``CrossKnobRules``: a vLLM stack whose
+catalog plugin already replaces that op) is refused ``kernel_conflict`` before its gates. Every refusal is a
+``refusal`` ledger entry from ``llm-kernel-author``.
 """
 
 from __future__ import annotations
