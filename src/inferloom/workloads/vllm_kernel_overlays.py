@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from inferloom.workloads.base import Knob
 from inferloom.kernels.written import KNOB as WRITTEN_KNOB
+from inferloom.workloads.base import Knob
 from inferloom.workloads.vllm_plugins import (EngineOverlayError, KernelReplacement, OverlayDir, build_plugin_overlay,
                                               check_rebuilt, verify_overlay)
 from inferloom.workloads.vllm_replacements import torch_rmsnorm, torch_silu_mul
