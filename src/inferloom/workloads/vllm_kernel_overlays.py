@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Mapping
 from inferloom.kernels.written import KNOB as WRITTEN_KNOB
 from inferloom.workloads.base import Knob
 from inferloom.workloads.vllm_plugins import (EngineOverlayError, KernelReplacement, OverlayDir, build_plugin_overlay,
-                                              check_rebuilt, verify_overlay)
+                                              check_rebuilt, last_recorded, verify_overlay)
 from inferloom.workloads.vllm_replacements import torch_rmsnorm, torch_silu_mul
 from inferloom.workloads.vllm_triton_replacements import triton_rmsnorm, triton_silu_mul
 from inferloom.workloads.vllm_written import ops as written_ops
@@ -142,12 +142,7 @@ def overlays_for(cfg: Mapping[str, Any], root: str | Path) -> list[OverlayDir]:
 
 def _recorded(knobs: Mapping[str, str], entries: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The last plugin overlay a server start recorded for these plugin knobs."""
-    found = None
-    for e in entries:
-        for o in (e.get("overlays") or ()) if isinstance(e, Mapping) else ():
-            if isinstance(o, Mapping) and o.get("kind") == "plugin" and o.get("knob") == dict(knobs):
-                found = dict(o)
-    return found
+    return last_recorded(entries, "plugin", knobs)
 
 
 def recorded_plugin(cfg: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) -> OverlayDir | None:

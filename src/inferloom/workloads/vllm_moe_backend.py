@@ -27,10 +27,8 @@ import re
 from typing import Any, Mapping
 
 from inferloom.workloads.base import Knob
-from inferloom.workloads.moe_knobs import moe_only_refusal
 
-__all__ = ["MOE_BACKEND_KNOB", "MOE_BACKENDS", "moe_backend_knob", "moe_only_refusal", "moe_backend_refusal", "SAYS"]
-# moe_only_refusal: re-exported from moe_knobs (shared with SGLang's moe_runner_backend)
+__all__ = ["MOE_BACKEND_KNOB", "MOE_BACKENDS", "moe_backend_knob", "moe_backend_refusal", "SAYS"]
 
 MOE_BACKEND_KNOB = "moe_backend"
 #: the --moe-backend values vLLM maps for unquantized MoE layers (``map_unquantized_backend``), "default" first

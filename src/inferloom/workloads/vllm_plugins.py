@@ -282,15 +282,21 @@ def load_overlay(path: str | Path) -> OverlayDir:
     return ov
 
 
-def last_recorded(entries: Iterable[Mapping[str, Any]], kind: str, knob: str, value: str | None = None) -> dict[str, Any] | None:
+def last_recorded(entries: Iterable[Mapping[str, Any]], kind: str, knob: str | Mapping[str, str],
+                  value: str | None = None) -> dict[str, Any] | None:
     """The last overlay of ``kind`` that a ledger entry (a server start) recorded for ``knob`` set to ``value``
-    (None: to any value), or None: what the deploy command and ``verify --remeasure`` reuse."""
+    (None: to any value; ``knob`` a mapping: its record's knobs exactly those), or None: what the deploy command
+    and ``verify --remeasure`` reuse."""
     found = None
     for e in entries:
         for o in (e.get("overlays") or ()) if isinstance(e, Mapping) else ():
             if isinstance(o, Mapping) and o.get("kind") == kind:
-                got = (o.get("knob") or {}).get(knob)
-                if (got == value) if value is not None else got:
+                if isinstance(knob, Mapping):
+                    hit = o.get("knob") == dict(knob)
+                else:
+                    got = (o.get("knob") or {}).get(knob)
+                    hit = bool((got == value) if value is not None else got)
+                if hit:
                     found = dict(o)
     return found
 
