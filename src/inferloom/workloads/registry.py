@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from inferloom.frameworks import FRAMEWORKS, Framework, framework
 
 __all__ = ["ADAPTERS", "make_adapter", "resolve", "stack_precision", "deploy", "kernel_backend", "session_overlays",
-           "server_profile"]
+           "server_profile", "written_served"]
 
 #: framework name -> its adapter's lazy target (the descriptors' ``adapter`` field)
 ADAPTERS: dict[str, str] = {name: f.adapter for name, f in FRAMEWORKS.items()}
@@ -44,6 +44,13 @@ def kernel_backend(fw: Framework) -> Any:
     """The framework's own KERNEL phase backend (the descriptor's ``kernel_backend`` target, instantiated), or
     None where kernels.registry's backends apply."""
     return resolve(fw.kernel_backend)() if fw.kernel_backend else None
+
+
+def written_served(fw: Framework, workload: Mapping[str, Any], entry: str, name: str, path: Any,
+                   claimed_speedup: float) -> Any:
+    """A written kernel as the framework's server runs it (the descriptor's ``written_served`` target: a
+    ``KernelCandidate`` for the gates' second look), or None where the framework names none."""
+    return resolve(fw.written_served)(workload, entry, name, path, claimed_speedup) if fw.written_served else None
 
 
 def session_overlays(fw: Framework, d: Any, changes: Mapping[str, Any], entries: list[dict[str, Any]]) -> list[Any]:

@@ -49,10 +49,11 @@ from inferloom.models.presets import parse_dtype
 from inferloom.kernels.written import KNOB as WRITTEN_KNOB
 from inferloom.workloads.vllm_kernel_overlays import PLUGIN_KNOB, REPLACEMENTS, combine
 from inferloom.workloads.vllm_written import ops as written_ops
+from inferloom.workloads.vllm_written import replacement_of as written_replacement
 
 __all__ = ["VLLMPluginBackend", "FIXED_ORDER", "vllm_rmsnorm", "rmsnorm_reference", "rmsnorm_inputs",
            "vllm_silu_mul", "silu_mul_reference", "silu_mul_inputs", "replacement_forward", "server_compiles",
-           "PREFILL_TOKENS_CHECKED", "TOLERANCES"]
+           "server_candidate", "written_as_served", "PREFILL_TOKENS_CHECKED", "TOLERANCES"]
 
 #: the categories the backend tries, in this order, when the session has no profile of the server
 FIXED_ORDER: tuple[str, ...] = ("normalization", "elementwise")
@@ -292,31 +293,56 @@ class VLLMPluginBackend:
         stack = workload.get("stack", {})
         have = {REPLACEMENTS[v].op for v in str(stack.get(PLUGIN_KNOB, "none")).split("+") if v in REPLACEMENTS}
         have |= written_ops(str(stack.get(WRITTEN_KNOB, "none")))  # an op a kept written kernel replaces
-        device, dtype = str(workload.get("device")), str(workload["dtype"])
-        cfg = model_config(str(workload["model"]))
-        tensors = _checked_dtype(dtype, cfg)
-        compiled = server_compiles(workload)
-        mode = ("both compiled with torch.compile, as the server compiles its model" if compiled
-                else "both eager, as the server runs (--enforce-eager / -O0)")
-        b = int(workload["batch"])
-        prefill = min(b * int(workload["input_len"]), PREFILL_TOKENS_CHECKED)
+        device = str(workload.get("device"))
         out = []
         for cat in picked:  # hottest first (the profile's order), then the replacements' order
             for value, r in REPLACEMENTS.items():
                 if r.category != cat or device not in r.devices or r.op not in _OPS or r.op in have:
                     continue  # an op the stack's plugin already replaces is not replaced again
-                impl, base, ref, inputs, width, field = _OPS[r.op]
-                w = int(cfg[field])
                 src = r.build()
-                out.append(KernelCandidate(
-                    id=f"plugin-{value.replace('_', '-')}", target=cat,
-                    op=f"vLLM {r.op} (register_oot, {r.stock}; {'compiled' if compiled else 'eager'})",
-                    implementation=impl(src.source, value, compiled), baseline=_compiled(base) if compiled else base,
-                    reference=ref,
-                    make_inputs=_inputs_at(tensors, inputs), shapes=({"tokens": b, width: w}, {"tokens": prefill, width: w}),
-                    dtype=dtype, claimed_speedup=r.claimed_speedup, config_changes={PLUGIN_KNOB: value},
-                    tolerance=dict(TOLERANCES.get(tensors, TOLERANCES["bfloat16"])),
-                    notes=f"{r.notes}; delivered as a vllm.general_plugins overlay on the server's PYTHONPATH; "
-                          f"gates: the replacement and stock {mode}; "
-                          f"claim x{r.claimed_speedup} (a guess, unverified)"))
+                out.append(server_candidate(
+                    r.op, src.source, value, workload, id=f"plugin-{value.replace('_', '-')}", target=cat,
+                    claimed_speedup=r.claimed_speedup, config_changes={PLUGIN_KNOB: value},
+                    notes=f"{r.notes}; delivered as a vllm.general_plugins overlay on the server's PYTHONPATH",
+                    stock=r.stock))
         return out
+
+
+def server_candidate(op: str, source: str, name: str, workload: Mapping[str, Any], *, id: str, target: str,
+                     claimed_speedup: float, config_changes: Mapping[str, Any], notes: str,
+                     stock: str = "vLLM's native op") -> KernelCandidate:
+    """A replacement of vLLM's ``op`` (``RMSNorm``, ``SiluAndMul``: its module's ``source``) as the workload's
+    server runs it: its ``forward`` with a stand-in layer, against vLLM's native op, both compiled when the
+    server compiles (:func:`server_compiles`), at the decode batch and a prefill shape, the reference float64."""
+    dtype = str(workload["dtype"])
+    cfg = model_config(str(workload["model"]))
+    tensors = _checked_dtype(dtype, cfg)
+    compiled = server_compiles(workload)
+    mode = ("both compiled with torch.compile, as the server compiles its model" if compiled
+            else "both eager, as the server runs (--enforce-eager / -O0)")
+    b = int(workload["batch"])
+    prefill = min(b * int(workload["input_len"]), PREFILL_TOKENS_CHECKED)
+    impl, base, ref, inputs, width, field = _OPS[op]
+    w = int(cfg[field])
+    return KernelCandidate(
+        id=id, target=target, op=f"vLLM {op} (register_oot, {stock}; {'compiled' if compiled else 'eager'})",
+        implementation=impl(source, name, compiled), baseline=_compiled(base) if compiled else base, reference=ref,
+        make_inputs=_inputs_at(tensors, inputs), shapes=({"tokens": b, width: w}, {"tokens": prefill, width: w}),
+        dtype=dtype, claimed_speedup=claimed_speedup, config_changes=dict(config_changes),
+        tolerance=dict(TOLERANCES.get(tensors, TOLERANCES["bfloat16"])),
+        notes=f"{notes}; gates: the replacement and stock {mode}; claim x{claimed_speedup} (a guess, unverified)")
+
+
+def written_as_served(workload: Mapping[str, Any], entry: str, name: str, path: Path,
+                      claimed_speedup: float = 1.0) -> KernelCandidate | None:
+    """The written kernel ``name`` (catalog ``entry``, its module at ``path``) as the workload's server would run
+    it: the plugin's replacement (the author's module and the generated ``forward``, ``vllm_written``) through
+    :func:`server_candidate`, for the gates' second look (the framework descriptor's ``written_served``); None for
+    an entry the server does not take."""
+    r = written_replacement(entry, name, Path(path))
+    if r is None:
+        return None
+    return server_candidate(r.op, r.source, name, workload, id=f"llm:{name}", target=entry,
+                            claimed_speedup=claimed_speedup, config_changes={},
+                            notes=f"the written {entry} kernel as the server runs it (the author's claim)",
+                            stock=f"vLLM's {r.op}")

@@ -25,10 +25,12 @@ registers the session's kernels again only after their sha256 matched, and runs 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from inferloom.kernels import written, written_set
 from inferloom.workloads.vllm_plugins import KernelReplacement
 
-__all__ = ["OPS", "replacements", "ops", "SILU_MUL_FORWARD", "RMSNORM_FORWARD"]
+__all__ = ["OPS", "replacements", "replacement_of", "ops", "SILU_MUL_FORWARD", "RMSNORM_FORWARD"]
 
 #: catalog entry -> the vLLM op its written kernel replaces
 OPS: dict[str, str] = {"silu_mul": "SiluAndMul", "add_rmsnorm": "RMSNorm"}
@@ -74,11 +76,20 @@ def replacements(value: str) -> list[KernelReplacement]:
     out = []
     for member in written_set.members(value):
         entry, path = written.lookup(member)
-        if entry not in OPS:
+        r = replacement_of(entry, member, path)
+        if r is None:
             raise ValueError(f"{written.KNOB}={member}: a written {entry} kernel has no vLLM op to replace "
                              f"(the server takes {', '.join(OPS)})")
-        out.append(KernelReplacement(OPS[entry], path.read_text() + _FORWARD[entry], name=member))
+        out.append(r)
     return out
+
+
+def replacement_of(entry: str, name: str, path: Path) -> KernelReplacement | None:
+    """The replacement a written ``entry`` kernel ``name`` (its module at ``path``, registered or not: the
+    KERNEL phase gates it before registering it) becomes in the server; None for an entry it doesn't take."""
+    if entry not in OPS:
+        return None
+    return KernelReplacement(OPS[entry], Path(path).read_text() + _FORWARD[entry], name=name)
 
 
 def ops(value: str) -> set[str]:
