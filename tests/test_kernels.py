@@ -121,6 +121,25 @@ def test_microbenchmark_refuses_a_slower_kernel_and_passes_a_faster_one(one_thre
     assert len(fast.details["kernel_s"]) == 15  # warm-up excluded
 
 
+def test_microbenchmark_times_the_kernel_as_delivered_when_the_candidate_says_so(one_thread):
+    """``timed``: a kernel delivered as a function returning its result (a server's forward) is raced as that,
+    not through the gates' ``out=`` wrapper; here the wrapper is the slow part, so the verdict flips."""
+    shapes = ({"batch": 16, "seq": 8, "hidden": 512},)
+
+    def fast(hidden_states, weight, eps):
+        return weight * torch.nn.functional.rms_norm(hidden_states.float(), (hidden_states.shape[-1],), None, eps
+                                                     ).to(hidden_states.dtype)
+
+    def via_out(hidden_states, weight, eps, out):  # the result, then a slow copy into out
+        _slow(hidden_states, weight, eps, out)
+
+    wrapped = microbenchmark(_cand(via_out, shapes=shapes), "cpu", runs=15)
+    assert not wrapped.passed and "timed" not in wrapped.details
+    delivered = microbenchmark(_cand(via_out, timed=fast, shapes=shapes), "cpu", runs=15)
+    assert delivered.details["speedup"] > 5 * wrapped.details["speedup"]
+    assert delivered.details["timed"].startswith("the kernel as delivered")
+
+
 def test_backend_resolution():
     work = {"framework": "transformers", "device": "cpu"}
     b, why = resolve_backend("auto", work)

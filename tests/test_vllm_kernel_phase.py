@@ -43,7 +43,7 @@ def test_the_candidate_runs_the_overlays_own_source_through_the_correctness_gate
     wrong = KO.REPLACEMENTS["torch_rmsnorm"].build().source.replace("* self.weight", "* (self.weight + 0.5)")
     from inferloom.workloads import vllm_kernel_backend as KB
 
-    bad = type(c)(**{**c.__dict__, "implementation": KB._rmsnorm_impl(wrong, "wrong")})
+    bad = type(c)(**{**c.__dict__, "implementation": KB._rmsnorm_impl(wrong, "wrong")[0]})
     assert correctness(bad, "cpu").rule == "kernel_incorrect"
     assert b.propose([Target("normalization", UNPROFILED, True, "x")],
                      {**WORK, "stack": {KO.PLUGIN_KNOB: "torch_rmsnorm"}}) == []  # already in the stack
@@ -190,11 +190,11 @@ def test_the_silu_mul_candidate_passes_the_guards_and_correctness_and_a_wrong_on
     assert c.shapes[0] == {"tokens": 4, "intermediate": 512}  # llama-tiny's intermediate_size, the decode batch
     assert reward_hacking_guards(c, "cpu").passed and correctness(c, "cpu").passed
     wrong = KO.REPLACEMENTS["torch_silu_mul"].build().source.replace(".mul_(", ".mul_(1.02 * ")
-    bad = type(c)(**{**c.__dict__, "implementation": KB._silu_impl(wrong, "wrong")})
+    bad = type(c)(**{**c.__dict__, "implementation": KB._silu_impl(wrong, "wrong")[0]})
     assert correctness(bad, "cpu").rule == "kernel_incorrect"
     # a replacement that hands back its input's memory is caught by the guards, not by correctness
     alias = "def forward(self, x):\n    d = x.shape[-1] // 2\n    return x[..., :d].mul_(0).add_(1)\n"
-    hacked = type(c)(**{**c.__dict__, "implementation": KB._silu_impl(alias, "alias")})
+    hacked = type(c)(**{**c.__dict__, "implementation": KB._silu_impl(alias, "alias")[0]})
     assert reward_hacking_guards(hacked, "cpu").rule in ("kernel_modifies_input", "kernel_incorrect")
     # the Triton catalog's replacements are offered on CUDA only
     cuda = [x.id for x in b.propose([Target("elementwise", 0.07, True, "p"), Target("normalization", 0.03, True, "p")],
@@ -235,9 +235,9 @@ def test_the_gates_run_the_replacement_and_stock_as_the_server_does_compiled_or_
     untraceable = KO.REPLACEMENTS["torch_rmsnorm"].build().source.replace(
         "    dtype = x.dtype\n", "    dtype = x.dtype\n    if float(x.abs().max()) > 1e30:\n        return x\n", 1)
     assert untraceable != KO.REPLACEMENTS["torch_rmsnorm"].build().source
-    ok = type(eager)(**{**eager.__dict__, "implementation": KB._rmsnorm_impl(untraceable, "untraceable_e")})
+    ok = type(eager)(**{**eager.__dict__, "implementation": KB._rmsnorm_impl(untraceable, "untraceable_e")[0]})
     assert correctness(ok, "cpu").passed
-    bad = type(compiled)(**{**compiled.__dict__, "implementation": KB._rmsnorm_impl(untraceable, "untraceable_c", True)})
+    bad = type(compiled)(**{**compiled.__dict__, "implementation": KB._rmsnorm_impl(untraceable, "untraceable_c", True)[0]})
     res = correctness(bad, "cpu")
     assert res.rule == "kernel_crashed" and "torch.compile can't trace it as one graph, as the server would " \
         "(UserError): if float(x.abs().max()) > 1e30" in res.why, res.why

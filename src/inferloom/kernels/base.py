@@ -78,6 +78,10 @@ class KernelCandidate:
     # makes a shape the reward-hacking guards moved (each dimension to a nearby odd size) valid for
     # make_inputs again, e.g. decode attention's q_heads a multiple of kv_heads (None: every shape is valid)
     shape_fit: Callable[[dict[str, int]], dict[str, int]] | None = None
+    # what the microbenchmark times instead of ``implementation(**inputs, out=out)``: the kernel as it is
+    # delivered when that returns its result rather than writing an ``out`` (a server's ``forward``), so the
+    # gates' copy into ``out`` is not counted against it while ``baseline`` returns its own (None: implementation)
+    timed: Callable[..., Any] | None = None
 
     def to_record(self) -> dict[str, Any]:
         """JSON-able description (no callables) for the ledger."""

@@ -14,7 +14,8 @@ end to end, each refusing with a named rule.
    kernel against the op it replaces, the two interleaved call by call,
    warm-up excluded, the median of many timed calls (on a GPU, CUDA events
    around each call with the host's launch overhead hidden, see
-   :func:`time_call`; the host clock on a CPU), rotating over enough input sets that together
+   :func:`time_call`; the host clock on a CPU; a candidate's ``timed`` call, where it has one, instead of
+   its ``implementation`` writing ``out``), rotating over enough input sets that together
    they exceed the L2 cache, so a cache can't flatter either side. The candidate must beat the op by
    ``min_speedup``.
 
@@ -215,9 +216,9 @@ def microbenchmark(cand: KernelCandidate, device: str, *, runs: int = 50, warmup
         need = 2 * cache_bytes(device)
         n_sets = max(2, min(max_sets, math.ceil(need / max(per_set, 1))))
         sets = [(first, out0)] + [cand.make_inputs(shape, cand.dtype, device, 1001 + i) for i in range(n_sets - 1)]
-        t_base, t_impl = _time_interleaved(lambda k: cand.baseline(**sets[k][0]),
-                                           lambda k: cand.implementation(**sets[k][0], out=sets[k][1]),
-                                           n_sets, runs, warmup, device)
+        timed = (lambda k: cand.timed(**sets[k][0])) if cand.timed is not None else (
+            lambda k: cand.implementation(**sets[k][0], out=sets[k][1]))
+        t_base, t_impl = _time_interleaved(lambda k: cand.baseline(**sets[k][0]), timed, n_sets, runs, warmup, device)
     except Exception as exc:  # noqa: BLE001
         return GateResult("microbenchmark", False, "kernel_crashed",
                           f"{cand.id} raised {type(exc).__name__} in the microbenchmark: {crash_text(exc)}")
@@ -227,7 +228,8 @@ def microbenchmark(cand: KernelCandidate, device: str, *, runs: int = 50, warmup
                "bytes_rotated": n_sets * per_set, "cache_bytes": need // 2,
                "rotation_exceeds_cache": n_sets * per_set > need // 2, "timer": "cuda events" if device.startswith("cuda") else "host clock",
                "baseline_median_s": mb, "kernel_median_s": mi, "speedup": speedup,
-               "claimed_speedup": cand.claimed_speedup, "baseline_s": t_base, "kernel_s": t_impl}
+               "claimed_speedup": cand.claimed_speedup, "baseline_s": t_base, "kernel_s": t_impl,
+               **({"timed": "the kernel as delivered, returning its result (no copy into out=)"} if cand.timed else {})}
     if speedup < min_speedup:
         return GateResult("microbenchmark", False, "kernel_not_faster",
                           f"{cand.id}: x{speedup:.3f} against {cand.op} (median {mi * 1e6:,.1f} vs {mb * 1e6:,.1f} us), "

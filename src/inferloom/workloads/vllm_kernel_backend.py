@@ -22,7 +22,11 @@ The framework descriptor names it (``Framework.kernel_backend``); ``spec.kernels
   tensors, before any server starts: the module is executed, its ``forward`` called with a stand-in layer
   (RMSNorm: ``weight``, ``variance_epsilon``, a residual as the decoder's fused add; ``stock_forward`` =
   vLLM's composition) at the decode and a prefill shape; the baseline the microbenchmark races is vLLM
-  0.32's native op for op (``fused_add_rms_norm``; ``SiluAndMul.forward_native``), the reference float64.
+  0.32's native op for op (``fused_add_rms_norm``, which writes the normalised output and the residual;
+  ``SiluAndMul.forward_native``), the reference float64. The microbenchmark times the replacement's
+  ``forward`` as the server calls it (``KernelCandidate.timed``: its result returned, as stock's is), not the
+  gates' copy of it into ``out`` (on the H100 that copy, a second kernel, made every replacement look ~2x
+  slower than inductor's one kernel: docs/benchmarks.md section 27).
 * **As the server runs them** (:func:`server_compiles`): a vLLM server compiles its model with
   torch.compile (inductor) unless ``--enforce-eager`` or ``--optimization-level 0``, on a CPU as on a GPU;
   inductor fuses stock's native composition into one kernel and traces the replacement into the same graph.
@@ -79,13 +83,15 @@ def rmsnorm_inputs(shape: Mapping[str, int], dtype: str, device: str, seed: int)
 
 
 def vllm_rmsnorm(hidden_states: Any, residual: Any, weight: Any, eps: float) -> Any:
-    """vLLM 0.32's ``ir.ops.fused_add_rms_norm`` (the stock op on CPU), op for op; the normalised output."""
+    """vLLM 0.32's ``ir.ops.fused_add_rms_norm`` (the stock op on CPU), op for op: the normalised output and the
+    residual handed on (the sum in the activations' dtype), both of which the op writes."""
     import torch
 
     dt = hidden_states.dtype
     x = hidden_states.to(torch.float32) + residual.to(torch.float32)
+    summed = x.to(dt)
     x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return (x.to(weight.dtype) * weight).to(dt)
+    return (x.to(weight.dtype) * weight).to(dt), summed
 
 
 def rmsnorm_reference(hidden_states: Any, residual: Any, weight: Any, eps: float) -> Any:
@@ -176,9 +182,9 @@ def _compiled_replacement(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     run = _compiled(fn)
 
-    def call(*args: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
         try:
-            return run(*args)
+            return run(*args, **kwargs)
         except torch._dynamo.exc.TorchDynamoException as exc:
             lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
             cause = next((ln for ln in lines if ln.startswith("Caused by:")), "")
@@ -202,7 +208,9 @@ class _SiluLayer:
     stock_forward = staticmethod(vllm_silu_mul)
 
 
-def _rmsnorm_impl(source: str, name: str, compiled: bool = False) -> Callable[..., Any]:
+def _rmsnorm_impl(source: str, name: str, compiled: bool = False) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(the gates' implementation, writing ``out``; the forward as the server calls it, which the microbenchmark
+    times against stock's op: both return their results, neither copies)."""
     fwd = replacement_forward(source, name)
 
     def call(hidden_states: Any, residual: Any, weight: Any, eps: float) -> Any:
@@ -213,10 +221,10 @@ def _rmsnorm_impl(source: str, name: str, compiled: bool = False) -> Callable[..
         res = run(hidden_states, residual, weight, eps)
         out.copy_(res[0] if isinstance(res, tuple) else res)
         return out
-    return implementation
+    return implementation, run
 
 
-def _silu_impl(source: str, name: str, compiled: bool = False) -> Callable[..., Any]:
+def _silu_impl(source: str, name: str, compiled: bool = False) -> tuple[Callable[..., Any], Callable[..., Any]]:
     fwd = replacement_forward(source, name)
 
     def call(x: Any) -> Any:
@@ -226,7 +234,7 @@ def _silu_impl(source: str, name: str, compiled: bool = False) -> Callable[..., 
     def implementation(x: Any, out: Any) -> Any:
         out.copy_(run(x))
         return out
-    return implementation
+    return implementation, run
 
 
 def _checked_dtype(dtype: str, cfg: Mapping[str, Any]) -> str:
@@ -246,7 +254,7 @@ def _inputs_at(tensors: str, make: Callable[..., tuple[dict[str, Any], Any]]) ->
 
 #: per op: (the gate's implementation from the source, the baseline, the reference, the inputs, the shape's
 #: width key and the model config's field for it)
-_OPS: dict[str, tuple[Callable[[str, str], Callable[..., Any]], Callable[..., Any], Callable[..., Any],
+_OPS: dict[str, tuple[Callable[..., tuple[Callable[..., Any], Callable[..., Any]]], Callable[..., Any], Callable[..., Any],
                       Callable[..., tuple[dict[str, Any], Any]], str, str]] = {
     "RMSNorm": (_rmsnorm_impl, vllm_rmsnorm, rmsnorm_reference, rmsnorm_inputs, "hidden", "hidden_size"),
     "SiluAndMul": (_silu_impl, vllm_silu_mul, silu_mul_reference, silu_mul_inputs, "intermediate",
@@ -324,9 +332,10 @@ def server_candidate(op: str, source: str, name: str, workload: Mapping[str, Any
     prefill = min(b * int(workload["input_len"]), PREFILL_TOKENS_CHECKED)
     impl, base, ref, inputs, width, field = _OPS[op]
     w = int(cfg[field])
+    implementation, timed = impl(source, name, compiled)
     return KernelCandidate(
         id=id, target=target, op=f"vLLM {op} (register_oot, {stock}; {'compiled' if compiled else 'eager'})",
-        implementation=impl(source, name, compiled), baseline=_compiled(base) if compiled else base, reference=ref,
+        implementation=implementation, timed=timed, baseline=_compiled(base) if compiled else base, reference=ref,
         make_inputs=_inputs_at(tensors, inputs), shapes=({"tokens": b, width: w}, {"tokens": prefill, width: w}),
         dtype=dtype, claimed_speedup=claimed_speedup, config_changes=dict(config_changes),
         tolerance=dict(TOLERANCES.get(tensors, TOLERANCES["bfloat16"])),
