@@ -306,6 +306,8 @@ RENDERED = {
     "sglang-h200-2026-12-05/run2/vs": ("ef028f44b5adfef8", "a1827191b02fddfb", "61e85a9c893ca6ae"),
     # published 2026-12-05 (docs/benchmarks.md §26: OLMoE on vLLM, one H100, the tuned fused-MoE configs measured)
     "olmoe-h100-2026-12-05/session": ("0be04cefce4ad7ff", "28d84df6ce47f71a", "b5c74deb9828a967"),
+    # published 2026-12-06 (docs/benchmarks.md §27: the 8B shape's KERNEL phase through vLLM's plugin, one H100)
+    "llama8b-h100-vllm-kernels-2026-12-06/session": ("c2d69889cf65dc63", "326d9bf90816f058", "59f9bb20aee04045"),
 }
 
 
