@@ -19,8 +19,13 @@ Contract:
   seed)``; ``implementation(**inputs, out=out)`` writes its result into
   ``out`` (the gate fills ``out`` with NaN first, so an element it does not
   write fails); ``baseline(**inputs)`` is the op it replaces at the
-  workload's dtype (what the microbenchmark races); ``reference(**inputs)``
-  is the truth in higher precision (what correctness compares against).
+  workload's dtype (what the microbenchmark races; its result, or a tuple
+  whose first is the result where the op writes more, as vLLM's RMSNorm
+  hands on its residual); ``timed(**inputs)``, where a candidate has one,
+  is the kernel as it is delivered (its result returned: the microbenchmark
+  times it instead of ``implementation``, so the gates' copy into ``out`` is
+  not counted on one side only); ``reference(**inputs)`` is the truth in
+  higher precision (what correctness compares against).
 """
 
 from __future__ import annotations

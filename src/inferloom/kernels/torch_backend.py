@@ -99,8 +99,13 @@ def _attention_reference(query: Any, key: Any, value: Any, start: Any, end: Any,
 
 
 def _sliced_into(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float, mask: Any, out: Any) -> Any:
-    out.copy_(sliced_decode(query, key, value, start, end, scale))
+    out.copy_(_sliced(query, key, value, start, end, scale, mask))
     return out
+
+
+def _sliced(query: Any, key: Any, value: Any, start: Any, end: Any, scale: float, mask: Any) -> Any:
+    """The candidate as the engine runs it (its result returned, no copy into ``out``: what the gate times)."""
+    return sliced_decode(query, key, value, start, end, scale)
 
 
 def gate_up_inputs(shape: Mapping[str, int], dtype: str, device: str, seed: int) -> tuple[dict[str, Any], Any]:
@@ -135,8 +140,13 @@ def gate_up_reference(x: Any, w_gate_up: Any) -> Any:
 
 
 def _gate_up_into(x: Any, w_gate_up: Any, out: Any) -> Any:
-    out.copy_(gate_up_silu_torch(x, w_gate_up, w_gate_up.shape[0] // 2))
+    out.copy_(_gate_up(x, w_gate_up))
     return out
+
+
+def _gate_up(x: Any, w_gate_up: Any) -> Any:
+    """The candidate as the engine runs it (what the gate times)."""
+    return gate_up_silu_torch(x, w_gate_up, w_gate_up.shape[0] // 2)
 
 
 def gate_up_shapes(workload: Mapping[str, Any]) -> tuple[dict[str, int], ...] | None:
@@ -213,7 +223,7 @@ class TorchBackend:
                       {"batch": b, "seq": int(workload["input_len"]), "hidden": hidden})
             out.append(KernelCandidate(
                 id="rmsnorm-torch-fused", target="normalization", op="LlamaRMSNorm.forward (eager, 5+ ops)",
-                implementation=_fused_into, baseline=rmsnorm_eager, reference=rmsnorm_reference,
+                implementation=_fused_into, timed=fused_rmsnorm, baseline=rmsnorm_eager, reference=rmsnorm_reference,
                 make_inputs=rmsnorm_inputs, shapes=shapes, dtype=str(workload["dtype"]), claimed_speedup=1.3,
                 config_changes={"rmsnorm_impl": "torch_fused"},
                 tolerance={"rel_l2": 1e-2, "max_rel": 2e-2},
@@ -230,7 +240,7 @@ class TorchBackend:
             out.append(KernelCandidate(
                 id="attention-torch-sliced", target="attention",
                 op="transformers SDPA decode step over the whole padded static cache",
-                implementation=_sliced_into, baseline=attention_hf_sdpa, reference=_attention_reference,
+                implementation=_sliced_into, timed=_sliced, baseline=attention_hf_sdpa, reference=_attention_reference,
                 make_inputs=attention_inputs, shapes=(shape, {**shape, "context": cache}),
                 dtype=str(workload["dtype"]), claimed_speedup=cache / max(1, shape["context"]),
                 config_changes={"attention_kernel": "torch_sliced"},
@@ -243,7 +253,7 @@ class TorchBackend:
             out.append(KernelCandidate(
                 id="torch-gate-up", target="gemm",
                 op="LlamaMLP: act_fn(gate_proj(x)) * up_proj(x) (two GEMMs + SiLU + mul)",
-                implementation=_gate_up_into, baseline=gate_up_eager, reference=gate_up_reference,
+                implementation=_gate_up_into, timed=_gate_up, baseline=gate_up_eager, reference=gate_up_reference,
                 make_inputs=gate_up_inputs, shapes=shapes, dtype=dtype, claimed_speedup=1.1,
                 config_changes={"mlp_kernel": "torch_gate_up"},
                 tolerance=dict(GATE_UP_TOLERANCE.get(dtype, GATE_UP_TOLERANCE["bfloat16"])),
@@ -259,7 +269,7 @@ class TorchBackend:
         shape = {"batch": 1, "seq": int(d["rms_rows"]), "hidden": int(d["head_dim"])}
         return [KernelCandidate(
             id="rmsnorm-torch-fused", target="normalization", op="diffusers RMSNorm.forward (eager q/k norm, 5+ ops)",
-            implementation=_fused_into, baseline=rmsnorm_eager, reference=rmsnorm_reference,
+            implementation=_fused_into, timed=fused_rmsnorm, baseline=rmsnorm_eager, reference=rmsnorm_reference,
             make_inputs=rmsnorm_inputs, shapes=(shape, {**shape, "seq": min(shape["seq"], 64)}),
             dtype=str(workload["dtype"]), claimed_speedup=1.3, config_changes={"rmsnorm_impl": "torch_fused"},
             tolerance={"rel_l2": 1e-2, "max_rel": 2e-2},
