@@ -59,28 +59,35 @@ class EndFramework:
         return {"action": "end_phase", "rationale": "test: go straight to KERNEL"}
 
 
-def test_a_written_kernel_for_an_op_the_stacks_plugin_replaces_is_refused_kernel_conflict(tmp_path, monkeypatch):
+def _session(tmp_path, monkeypatch, source, overrides):
+    """A vLLM session (synthetic server, the recorded profile) whose scripted author writes ``source``;
+    (its state, its ledger entries) once it ended, the author asked exactly once."""
     monkeypatch.setattr(written, "_REGISTRY", {})
     monkeypatch.setattr(SP._engines, "server_profile", lambda *a, **k: recorded_profile())
     d = tmp_path / "s"
     ad = _Server(effects={}, numerics={}, knobs=[KO.plugin_knob()], noise_sd=0.01)
     with ScriptedLLM() as s:
-        s.script("KernelSource", ok({"source": SILU, "claimed_speedup": 1.1, "rationale": "scripted"}))
+        s.script("KernelSource", ok({"source": source, "claimed_speedup": 1.1, "rationale": "scripted"}))
         spec = load_spec(None, {
             "framework": "vllm", "device": "cpu", "model": "llama-tiny", "protocol.bootstrap_resamples": 999,
             "quality.eval_prompts": 4, "quality.heldout_prompts": 4, "quality.prompt_len": 8,
             "quality.continuation_len": 8, "kernels.backend": "plugin", "kernels.server_profile": "always",
-            "kernels.min_speedup": 0.01, "pinned": {KO.PLUGIN_KNOB: "torch_silu_mul"},
-            "agents.llm.provider": "openai", "agents.llm.model": "scripted", "agents.llm.base_url": f"{s.url}/v1",
-            "agents.llm.api_key_env": "K", "agents.llm.max_retries": 0, "agents.llm.roles": "kernel_author",
-            "agents.llm.usd_per_mtok_input": 3, "agents.llm.usd_per_mtok_output": 15})
+            "kernels.min_speedup": 0.01, "agents.llm.provider": "openai", "agents.llm.model": "scripted",
+            "agents.llm.base_url": f"{s.url}/v1", "agents.llm.api_key_env": "K", "agents.llm.max_retries": 0,
+            "agents.llm.roles": "kernel_author", "agents.llm.usd_per_mtok_input": 3,
+            "agents.llm.usd_per_mtok_output": 15, **overrides})
         ag = {"orchestrator": EndFramework(), "critic_factory": RuleCritic, "robustness": RuleRobustness(),
               **llm_agents(spec.agents.llm, d, None, lambda: {}, environ={"K": "k"})}
         st = start(d, spec, budget_minutes=10, max_trials=3, adapter=ad, agents=ag, sweep=False,
                    kernel_backend=VLLMPluginBackend())
-        assert not s.left()  # the author was asked (for silu_mul: the profile's elementwise target)
+        assert not s.left()  # the author was asked
+    return st, L.read_entries(d)
+
+
+def test_a_written_kernel_for_an_op_the_stacks_plugin_replaces_is_refused_kernel_conflict(tmp_path, monkeypatch):
+    # the author is asked for silu_mul: the profile's elementwise target
+    st, entries = _session(tmp_path, monkeypatch, SILU, {"pinned": {KO.PLUGIN_KNOB: "torch_silu_mul"}})
     assert st.phase == Phase.DONE
-    entries = L.read_entries(d)
     asked = [e for e in entries if e["kind"] == L.AGENT_IO and e.get("role") == "kernel_author"]
     assert [e["input"]["entry"] for e in asked] == ["silu_mul"]
     (ref,) = [e for e in entries if e["kind"] == L.REFUSAL and e.get("agent") == "llm-kernel-author"]
@@ -106,26 +113,8 @@ def test_a_written_kernel_is_gated_as_the_server_runs_it(tmp_path, monkeypatch, 
     """A compiling server traces the plugin's forward into its graph: a written kernel torch.compile can't trace
     as one graph is refused at the correctness gate, before any server starts; the same kernel on an eager server
     passes, and its microbenchmark races vLLM's own SiluAndMul as that server runs it."""
-    monkeypatch.setattr(written, "_REGISTRY", {})
-    monkeypatch.setattr(SP._engines, "server_profile", lambda *a, **k: recorded_profile())
-    d = tmp_path / "s"
-    ad = _Server(effects={}, numerics={}, knobs=[KO.plugin_knob()], noise_sd=0.01)
-    with ScriptedLLM() as s:
-        s.script("KernelSource", ok({"source": UNTRACEABLE, "claimed_speedup": 1.1, "rationale": "scripted"}))
-        spec = load_spec(None, {
-            "framework": "vllm", "device": "cpu", "model": "llama-tiny", "protocol.bootstrap_resamples": 999,
-            "quality.eval_prompts": 4, "quality.heldout_prompts": 4, "quality.prompt_len": 8,
-            "quality.continuation_len": 8, "kernels.backend": "plugin", "kernels.server_profile": "always",
-            "kernels.min_speedup": 0.01, "pinned": {KO.PLUGIN_KNOB: "none"}, "serving.extra_args": server_args,
-            "agents.llm.provider": "openai", "agents.llm.model": "scripted", "agents.llm.base_url": f"{s.url}/v1",
-            "agents.llm.api_key_env": "K", "agents.llm.max_retries": 0, "agents.llm.roles": "kernel_author",
-            "agents.llm.usd_per_mtok_input": 3, "agents.llm.usd_per_mtok_output": 15})
-        ag = {"orchestrator": EndFramework(), "critic_factory": RuleCritic, "robustness": RuleRobustness(),
-              **llm_agents(spec.agents.llm, d, None, lambda: {}, environ={"K": "k"})}
-        st = start(d, spec, budget_minutes=10, max_trials=3, adapter=ad, agents=ag, sweep=False,
-                   kernel_backend=VLLMPluginBackend())
-        assert not s.left()
-    entries = L.read_entries(d)
+    st, entries = _session(tmp_path, monkeypatch, UNTRACEABLE,
+                           {"pinned": {KO.PLUGIN_KNOB: "none"}, "serving.extra_args": server_args})
     gates = {e["gate"]: e for e in entries if e["kind"] == "kernel_gate" and e.get("author")}
     tried = [t for t in st.trials if t.agent == "llm-kernel-author"]
     if not server_args:
