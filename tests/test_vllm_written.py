@@ -172,3 +172,29 @@ def test_the_written_kernel_as_the_server_runs_it_is_what_its_gates_check(tmp_pa
                               kdir / "silu_mul.py")
     assert eager.op == "vLLM SiluAndMul (register_oot, vLLM's SiluAndMul; eager)" and correctness(eager, "cpu").passed
     assert written_as_served(work, "gate_up_silu", "x", kdir / "silu_mul.py") is None  # no vLLM op for it
+
+
+def test_the_author_of_a_vllm_rmsnorm_is_shown_the_decoders_residual():
+    """vLLM calls RMSNorm with the decoder's residual (the fused add) and, in the first layer, without: the author
+    is shown both, so a kernel can fuse the add (a transformers engine's RMSNorm takes no residual)."""
+    work = {"model": "llama-tiny", "batch": 4, "input_len": 8}
+    assert written.shown_shapes("add_rmsnorm", {**work, "framework": "vllm"}) == [
+        {"tokens": 4, "hidden": 256}, {"tokens": 32, "hidden": 256}, {"tokens": 4, "hidden": 256, "no_residual": 1}]
+    assert written.shown_shapes("add_rmsnorm", {**work, "framework": "transformers"}) == [
+        {"tokens": 4, "hidden": 256, "no_residual": 1}, {"tokens": 32, "hidden": 256, "no_residual": 1}]
+
+
+def test_the_generated_rmsnorm_forward_hands_the_residual_to_the_kernel(tmp_path):
+    """The kernel gets vLLM's residual (it may fuse the add), and the residual handed on is the one it wrote."""
+    from inferloom.workloads.vllm_written import replacement_of
+
+    src = tmp_path / "k.py"
+    src.write_text(NORM.replace("h = x if residual is None else x + residual",
+                                "h = x if residual is None else x + 2 * residual  # marks the kernel's add"))
+    fwd = replacement_forward(replacement_of("add_rmsnorm", "marked", src).source, "w_marked")
+    layer = type("L", (), {"weight": torch.ones(8), "variance_epsilon": 1e-6, "variance_size_override": None,
+                           "has_weight": True})()
+    x, r = torch.randn(3, 8), torch.randn(3, 8)
+    _, handed_on = fwd(layer, x, r)
+    assert torch.allclose(handed_on, x + 2 * r)
+    assert fwd(layer, x).shape == x.shape  # the first layer's call: no residual

@@ -38,8 +38,10 @@ category it is asked for, then the catalog entry whose signature it takes):
   ``silu(gu[:, :I]) * gu[:, I:]``; every MLP becomes
   ``down_proj(kernel(F.linear(x2d, W)))`` (one GEMM over the fused weight).
 
-* ``normalization`` -> ``add_rmsnorm`` (as a plain RMSNorm: the shapes it is
-  shown and checked at carry ``no_residual=1``): ``kernel(x, residual, weight,
+* ``normalization`` -> ``add_rmsnorm`` (in an in-process engine as a plain
+  RMSNorm: the shapes it is shown and checked at carry ``no_residual=1``; in a
+  vLLM server with the decoder's residual, and once without, as vLLM's
+  ``RMSNorm(x, residual)`` is called): ``kernel(x, residual, weight,
   eps, *, out)`` writes ``(norm(x + residual) * weight, x + residual)`` into
   the pair ``out`` (``residual`` None: ``x`` itself); every Llama-style
   RMSNorm module (``weight`` and ``variance_epsilon``, as ``rmsnorm_impl``
@@ -260,6 +262,14 @@ def lookup(value: str) -> tuple[str, Path]:
     return _REGISTRY[value]
 
 
+def _fused_add(workload: Mapping[str, Any]) -> bool:
+    """Whether the workload's engine calls its RMSNorm with the decoder's residual (the fused add): a server that
+    runs written kernels itself (its descriptor's ``written_ops``: vLLM's ``RMSNorm(x, residual)``), not
+    transformers' modules, whose residual adds are outside the norm."""
+    fw = FRAMEWORKS.get(str(workload.get("framework")))
+    return fw is not None and dict(fw.written_ops).get("normalization") == "add_rmsnorm"
+
+
 def shown_shapes(entry: str, workload: Mapping[str, Any]) -> list[dict[str, int]]:
     """The shapes the author is shown: the decode step's and a prefill chunk's (at most 256 tokens)."""
     d = workload.get("diffusion") or {}
@@ -272,6 +282,9 @@ def shown_shapes(entry: str, workload: Mapping[str, Any]) -> list[dict[str, int]
     cfg = model_config(str(workload["model"]))
     batch = int(workload["batch"])
     prefill = min(batch * int(workload["input_len"]), 256)
+    if entry == "add_rmsnorm" and _fused_add(workload):  # a server's RMSNorm adds the decoder's residual itself
+        norm = {"hidden": int(cfg["hidden_size"])}
+        return [{"tokens": batch, **norm}, {"tokens": prefill, **norm}, {"tokens": batch, **norm, "no_residual": 1}]
     if entry == "add_rmsnorm":  # the model's RMSNorms take no residual
         norm = {"hidden": int(cfg["hidden_size"]), "no_residual": 1}
         return [{"tokens": batch, **norm}, {"tokens": prefill, **norm}]

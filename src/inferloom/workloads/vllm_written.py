@@ -9,11 +9,12 @@ written kernel becomes a replacement: the author's module as written, then a ``f
 
 * ``silu_mul`` replaces ``SiluAndMul``: ``kernel(gu, *, out)`` on the rows ``[tokens, 2d]``, into a fresh
   ``[tokens, d]``;
-* ``add_rmsnorm`` replaces ``RMSNorm`` as a plain RMSNorm (the shapes its author was shown and the gates
-  checked carry ``no_residual``): ``kernel(h, None, weight, eps, out=(normed, h))``. vLLM's decoder layers
-  call RMSNorm with a residual (its fused add): the add ``h = x + residual`` runs in torch first, rounded to
-  the activations' dtype as Hugging Face's layers round it, and ``h`` is the residual handed on; a layer the
-  kernel does not cover (``variance_size_override``, no weight) runs vLLM's own forward.
+* ``add_rmsnorm`` replaces ``RMSNorm`` with the fused add vLLM's decoder layers call it with:
+  ``kernel(x, residual, weight, eps, out=(normed, residual_out))``, ``residual_out`` (``x + residual``) the
+  residual handed on; the first layer's call has no residual (``kernel(x, None, ...)``). The author is shown,
+  and the gates check, both (``written.shown_shapes``: the decode and prefill shapes with the residual, the
+  decode one without). A layer the kernel does not cover (``variance_size_override``, no weight) runs vLLM's
+  own forward.
 
 One plugin overlay per server carries every replacement: the ``kernel_plugin`` knob's and the written ones
 (``vllm_kernel_overlays`` builds it from both knobs). Two replacements of one op can't both load, so a
@@ -51,19 +52,19 @@ def forward(self, x):
 
 RMSNORM_FORWARD = '''
 
-# ---- inferloom (workloads/vllm_written.py): vLLM's RMSNorm over the written kernel above (a plain RMSNorm) ----
+# ---- inferloom (workloads/vllm_written.py): vLLM's RMSNorm (with its fused residual add) over the kernel above ----
 import torch as _inferloom_torch
 
 
 def forward(self, x, residual=None):
     if self.variance_size_override is not None or not self.has_weight:
         return self.stock_forward(x, residual)
-    h = x if residual is None else x + residual
-    rows = h.reshape(-1, h.shape[-1]).contiguous()
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    res = None if residual is None else residual.reshape(-1, residual.shape[-1]).contiguous()
     out = (_inferloom_torch.empty_like(rows), _inferloom_torch.empty_like(rows))
-    kernel(rows, None, self.weight, self.variance_epsilon, out=out)
-    normed = out[0].reshape(h.shape)
-    return normed if residual is None else (normed, h)
+    kernel(rows, res, self.weight, self.variance_epsilon, out=out)
+    normed = out[0].reshape(x.shape)
+    return normed if residual is None else (normed, out[1].reshape(x.shape))
 '''
 
 _FORWARD = {"silu_mul": SILU_MUL_FORWARD, "add_rmsnorm": RMSNORM_FORWARD}
