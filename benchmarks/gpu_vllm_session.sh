@@ -30,6 +30,8 @@
 #                    triton_decode, static_loop; 6,437 tok/s on 2026-11-30), an A/A of 3 pairs through
 #                    `inferloom bench` (examples/llama-3.1-8b-h200.yaml); /tmp/sessions/NAME/NAME.json
 #     tfbg NAME      the same, detached (it needs no vLLM: it runs on the GPU while the bundle calls carry)
+#     gates          issue 33: the vLLM plugin backend's gates on the 8B shape, each replacement raced as delivered and
+#                    through out= (benchmarks/gpu_plugin_gates.py; needs only .whl/py, no vLLM; ~2-3 min)
 #     smollm2        issue 31: the real SmolLM2-135M-Instruct. Copies the GGUF part(s) this call carries
 #                    (.whl/gguf/cN) into /tmp/gg; once every part and SHA256 are there: cat, sha256sum -c,
 #                    installs the carried gguf wheel into /tmp/site, and converts it once into $INFERLOOM_CACHE
@@ -267,6 +269,15 @@ chain() {  # the jobs of $CHAIN, detached, back to back with no gap at a call's 
   detach "$name" bash "$0" chainrun "$name"
 }
 
+gates() {  # the plugin backend's gates on the 8B shape, raced both ways (benchmarks/gpu_plugin_gates.py; no vLLM
+  # needed: stock's op is vLLM's native composition under inductor): $OUT/plugin-gates-{compiled,eager}.json (~2-3 min)
+  pywheels || return 1
+  PYTHONPATH=$PWD/src:/tmp/site timeout "$(left_s 240)" python3 benchmarks/gpu_plugin_gates.py \
+    --out "$OUT/plugin-gates-compiled.json" 2>&1 | grep -v Warning
+  PYTHONPATH=$PWD/src:/tmp/site timeout "$(left_s 120)" python3 benchmarks/gpu_plugin_gates.py --eager \
+    --out "$OUT/plugin-gates-eager.json" 2>&1 | grep -v Warning
+}
+
 [ $# -gt 0 ] || { sed -n '2,30p' "$0"; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -283,7 +294,8 @@ while [ $# -gt 0 ]; do
     chain) chain "${2:-}" || exit 1; shift 2;;
     chainrun) chainrun "${2:-}"; exit $?;;
     follow) follow "${2:-}" || exit 1; shift 2;;
-    *) echo "unknown step '$1': expected bundle, wheels, model, smollm2, session NAME, start NAME, follow NAME, profile NAME," \
-            "goodput NAME, tf NAME, tfbg NAME or chain NAME"; exit 2;;
+    gates) gates || exit 1; shift;;
+    *) echo "unknown step '$1': expected bundle, wheels, model, smollm2, gates, session NAME, start NAME, follow NAME," \
+            "profile NAME, goodput NAME, tf NAME, tfbg NAME or chain NAME"; exit 2;;
   esac
 done
