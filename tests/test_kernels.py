@@ -251,6 +251,27 @@ def test_framework_leaves_the_kernel_phase_its_share_of_the_budget(tmp_path, one
     assert not any(t.agent.startswith("kernel:") for t in st.trials)
 
 
+def test_a_cycle_whose_framework_was_cut_for_the_kernel_share_has_not_converged(tmp_path, one_thread):
+    """The H100 8B session (2026-12-06): PRELUDE used FRAMEWORK's part, KERNEL kept nothing, and the session closed
+    "converged" with most of its budget left and no configuration tried. Now the configuration search gets the
+    rest in one more cycle."""
+    from tests.test_session import SPEC, agents
+
+    spec = SPEC.model_copy(update={"kernels": SPEC.kernels.model_copy(update={"budget_share": 0.8})})
+    ad = SyntheticAdapter(effects={"fast_path": {True: 1.2}}, numerics={}, knobs=KNOBS, noise_sd=0.03,
+                          profile={"normalization": 0.4, "gemm": 0.3, "idle": 0.3})  # no kernel gains anything
+    st = start(tmp_path / "s", spec, budget_minutes=10, max_trials=4, adapter=ad, agents=agents(),
+               kernel_backend=ScriptedBackend())
+    phases = [e for e in L.read_entries(tmp_path / "s") if e["kind"] == L.PHASE and e.get("to")]
+    assert [p["to"] for p in phases[:2]] == ["FRAMEWORK", "KERNEL"]  # FRAMEWORK's part (0 of 4 trials) was used
+    assert "FRAMEWORK's part" in phases[1]["why"] or "trials used" in phases[1]["why"]
+    assert not any(t.kept for t in st.trials if t.agent.startswith("kernel:"))
+    again = [p for p in phases if p["to"] == "FRAMEWORK" and "ended early to leave the KERNEL phase" in p["why"]]
+    assert len(again) == 1 and st.cycle >= 2
+    assert [t for t in st.trials if t.cycle == 2 and not t.agent.startswith("kernel:")]  # the rest was searched
+    assert not st.stop_reason.startswith("converged: cycle 1")
+
+
 def test_amdahl_share_counts_the_categories_the_replaced_op_covers():
     from inferloom.phases.kernel import _share
     from inferloom.session.state_models import KernelTarget

@@ -38,8 +38,8 @@ def kernel_reserve(ctx: SessionContext, st: SessionState) -> str | None:
     minutes = st.budget.minutes * (1.0 - share)
     trials = st.budget.trials - math.ceil(st.budget.trials * share)
     if st.used.elapsed_s >= minutes * 60:
-        return (f"budget: {minutes:.1f} of {st.budget.minutes:g} minutes used; the rest "
-                f"({share * 100:.0f}%, spec.kernels.budget_share) is the KERNEL phase's")
+        return (f"budget: {st.used.elapsed_s / 60:.1f} of {st.budget.minutes:g} minutes used, FRAMEWORK's part "
+                f"{minutes:.1f}; the rest ({share * 100:.0f}%, spec.kernels.budget_share) is the KERNEL phase's")
     if st.used.trials >= trials:
         return (f"budget: {st.used.trials} of {st.budget.trials} trials used; the rest "
                 f"({share * 100:.0f}%, spec.kernels.budget_share) is the KERNEL phase's")
@@ -56,6 +56,7 @@ def leave_kernel_share(search: Step) -> Step:
         reserved = None if pending else kernel_reserve(ctx, st)
         if reserved:
             st.extra.proposals = []
+            st.extra.framework_cut = st.cycle  # SWEEP's convergence check: this cycle's search was cut short
             ctx.enter_phase(st, Phase.KERNEL, reserved)
             return
         search(ctx, st)

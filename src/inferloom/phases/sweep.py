@@ -110,6 +110,9 @@ def _next(ctx: SessionContext, st: SessionState, kept_now: bool) -> None:
     if reason:
         st.stop_reason = reason
         ctx.enter_phase(st, Phase.CLOSE, reason)
+    elif not kept_now and st.extra.framework_cut == st.cycle and st.cycle < ctx.options.cycle_ceiling:
+        _another_cycle(ctx, st, f"cycle {st.cycle} kept nothing, but its FRAMEWORK search ended early to leave the "
+                                "KERNEL phase its share: the rest of the budget is the configuration search's")
     elif not kept_now:
         st.stop_reason = f"converged: cycle {st.cycle} kept nothing"
         ctx.enter_phase(st, Phase.CLOSE, st.stop_reason)
@@ -121,7 +124,11 @@ def _next(ctx: SessionContext, st: SessionState, kept_now: bool) -> None:
         st.stop_reason = f"cycle ceiling ({ctx.options.cycle_ceiling}) reached"
         ctx.enter_phase(st, Phase.CLOSE, st.stop_reason)
     else:
-        st.cycle += 1
-        st.extra.proposals = []
-        st.extra.cycle_started_at = ctx.clock()
-        ctx.enter_phase(st, Phase.FRAMEWORK, f"cycle {st.cycle - 1} kept something; another cycle from the established stack")
+        _another_cycle(ctx, st, f"cycle {st.cycle} kept something; another cycle from the established stack")
+
+
+def _another_cycle(ctx: SessionContext, st: SessionState, why: str) -> None:
+    st.cycle += 1
+    st.extra.proposals = []
+    st.extra.cycle_started_at = ctx.clock()
+    ctx.enter_phase(st, Phase.FRAMEWORK, why)

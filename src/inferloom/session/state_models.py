@@ -327,6 +327,9 @@ class SessionExtra(StateModel):
     stock_runs: dict[str, dict[str, Any]] | None = None
     source: SourceState | None = None
     kernel_had_turn: int | None = None  # the cycle the KERNEL phase had its turn in
+    # the cycle whose FRAMEWORK ended early to leave the KERNEL phase its share (phases/budget.py): a cycle that
+    # then keeps nothing has not converged, its FRAMEWORK gets the rest of the budget in one more cycle
+    framework_cut: int | None = None
     kernel: KernelProgress | None = None
     kernel_decided: dict[str, str] | None = None  # candidate id -> how it was decided
     sweep: dict[str, list[SweepPoint]] | None = None  # cycle (as a JSON key) -> its points
