@@ -69,6 +69,14 @@ CASES = [
     ("aten::argmax", "elementwise"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel>", "elementwise"),
     ("triton_poi_fused__to_copy_mul_silu_1", "elementwise"),
+    # MoE layers: the experts' GEMMs and their routing (vLLM 0.26's kernels; "softmax" is not attention here)
+    ("fused_moe_kernel", "gemm"),
+    ("void vllm::moe::topkGatingSoftmax<float, 8, 64, 4, 16, int>", "elementwise"),
+    ("void vllm::moe::moeSoftmax<256>", "elementwise"),
+    ("void vllm::moe::moeTopK<256>", "elementwise"),
+    ("void vllm::moe::moe_align_block_size_kernel<int>", "elementwise"),
+    ("void vllm::moe::moe_sum_kernel<c10::BFloat16, 8>", "elementwise"),
+    ("vllm::moe::count_and_sort_expert_tokens_kernel", "elementwise"),
     # communication
     ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "communication"),
     ("c10d::allreduce_", "communication"),

@@ -69,6 +69,12 @@ CATEGORY_PATTERNS: list[tuple[str, tuple[str, ...]]] = [
             r"c10d::", r"gloo", r"\bbroadcast_", r"rccl",
         ),
     ),
+    # MoE layers (vLLM's Triton ``fused_moe_kernel``, grouped GEMMs): the experts' matrix products; their routing
+    # (``topkGatingSoftmax``, ``moe_align_block_size``, ``moe_sum``) is pointwise / reduction work. Both before
+    # attention, whose "softmax" would take the gating kernel.
+    ("gemm", (r"fused_moe", r"moe_?gemm", r"grouped_?gemm", r"moe_?mm")),
+    ("elementwise", (r"topk_?gating", r"topk_?softmax", r"moe_?softmax", r"moe_?top_?k", r"moe_?align", r"moe_?sum",
+                     r"sort_?expert", r"expert_?tokens")),
     (
         "attention",
         (
