@@ -334,7 +334,9 @@ def server_candidate(op: str, source: str, name: str, workload: Mapping[str, Any
     w = int(cfg[field])
     implementation, timed = impl(source, name, compiled)
     return KernelCandidate(
-        id=id, target=target, op=f"vLLM {op} (register_oot, {stock}; {'compiled' if compiled else 'eager'})",
+        id=id, target=target,
+        op=(f"vLLM {op} (register_oot; stock: vLLM's native composition under inductor, as the server compiles it; "
+            "compiled)" if compiled else f"vLLM {op} (register_oot, {stock}; eager)"),
         implementation=implementation, timed=timed, baseline=_compiled(base) if compiled else base, reference=ref,
         make_inputs=_inputs_at(tensors, inputs), shapes=({"tokens": b, width: w}, {"tokens": prefill, width: w}),
         dtype=dtype, claimed_speedup=claimed_speedup, config_changes=dict(config_changes),
