@@ -34,7 +34,9 @@ The framework descriptor names it (``Framework.kernel_backend``); ``spec.kernels
   ``forward`` with its stand-in layer), so the microbenchmark races what the server would run, not an eager
   op the server never runs, and a replacement torch.compile can't trace fails here (``kernel_crashed``)
   rather than at its server's start. An eager stack gets the eager gates. The candidate's ``op`` and
-  ``notes`` say which.
+  ``notes`` say which. (An eager CUDA server enables vLLM's custom ops, its ``_C`` kernels, which the inferloom
+  process can't import: there the eager gate races vLLM's native composition, which flatters a replacement; the
+  end-to-end pairs judge it. The GPU examples compile.)
 """
 
 from __future__ import annotations
