@@ -5,8 +5,8 @@ For each picked target whose category has a written-kernel switch in the
 engine (:data:`inferloom.kernels.written.WRITABLE`: ``gemm`` ->
 ``gate_up_silu``, ``elementwise`` -> ``silu_mul``, ``normalization`` ->
 ``add_rmsnorm`` (a plain RMSNorm in-process; in a vLLM server with its fused
-residual add), ``attention`` -> ``decode_attention`` (not asked, ``kernel_unsupported``, when the stack's ``attn_implementation``
-isn't ``sdpa``: :data:`~inferloom.kernels.written.NEEDS`); the diffusers engine:
+residual add), ``attention`` -> ``decode_attention`` (not asked,
+``kernel_unsupported``, when the stack's ``attn_implementation`` isn't ``sdpa``: :data:`~inferloom.kernels.written.NEEDS`); the diffusers engine:
 :func:`~inferloom.kernels.written.writable`, ``normalization`` only), hottest
 first, once per session:
 
