@@ -6,7 +6,8 @@ engine (:data:`inferloom.kernels.written.WRITABLE`: ``gemm`` ->
 ``gate_up_silu``, ``elementwise`` -> ``silu_mul``, ``normalization`` ->
 ``add_rmsnorm`` (a plain RMSNorm in-process; in a vLLM server with its fused
 residual add), ``attention`` -> ``decode_attention`` (not asked,
-``kernel_unsupported``, when the stack's ``attn_implementation`` isn't ``sdpa``: :data:`~inferloom.kernels.written.NEEDS`); the diffusers engine:
+``kernel_unsupported``, when the stack's ``attn_implementation`` isn't ``sdpa``:
+:data:`~inferloom.kernels.written.NEEDS`); the diffusers engine:
 :func:`~inferloom.kernels.written.writable`, ``normalization`` only), hottest
 first, once per session:
 
