@@ -26,7 +26,8 @@ __all__ = ["config_json", "moe_only_refusal", "drop_moe_only", "VENDOR_ONLY", "g
 
 #: the experts' backends only one vendor's GPUs run: FlashInfer's kernels are NVIDIA's (CUDA), AITER is AMD's (ROCm)
 VENDOR_ONLY = {"flashinfer_cutlass": "nvidia", "flashinfer_trtllm": "nvidia", "aiter": "amd"}
-_VENDOR_PROBE = "import torch; print('amd' if getattr(torch.version, 'hip', None) else 'nvidia' if torch.version.cuda else '')"
+_VENDOR_PROBE = ("import torch; print('amd' if getattr(torch.version, 'hip', None) "
+                 "else 'nvidia' if torch.version.cuda else '')")
 
 
 def config_json(model_dir: str | Path) -> dict[str, Any] | None:
@@ -70,8 +71,8 @@ def gpu_vendor(python: str, env: Mapping[str, str] | None = None) -> tuple[str |
 
 
 def narrow_to_vendor(knob: Knob, vendor: str, how: str) -> tuple[Knob, str]:
-    """``knob`` (an experts' backend knob) without the values another vendor's GPUs run, and the note saying so ("" when
-    nothing was dropped)."""
+    """``knob`` (an experts' backend knob) without the values another vendor's GPUs run, and the note saying so
+    ("" when nothing was dropped)."""
     lost = [str(c) for c in knob.choices or () if VENDOR_ONLY.get(str(c), vendor) != vendor]
     if not lost:
         return knob, ""

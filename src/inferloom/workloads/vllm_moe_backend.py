@@ -63,4 +63,3 @@ def _said(m: re.Match[str]) -> str:
 
 #: what the server's log says its MoE layers run (``vllm_startup.says``)
 SAYS = (MOE_BACKEND_KNOB, re.compile(r"Using ([\w ]+?) Unquantized MoE backend"), _said)
-
