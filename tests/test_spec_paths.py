@@ -308,6 +308,8 @@ RENDERED = {
     "olmoe-h100-2026-12-05/session": ("0be04cefce4ad7ff", "28d84df6ce47f71a", "b5c74deb9828a967"),
     # published 2026-12-06 (docs/benchmarks.md §27: the 8B shape's KERNEL phase through vLLM's plugin, one H100)
     "llama8b-h100-vllm-kernels-2026-12-06/session": ("c2d69889cf65dc63", "326d9bf90816f058", "59f9bb20aee04045"),
+    # published 2026-12-06 (docs/benchmarks.md §28: OLMoE on vLLM, one H100: the graph-timed tuning pass, moe_backend)
+    "olmoe-h100-vllm-2026-12-06/session": ("bb9487e0ae0b3bb6", "de8b27c03b5bf22b", "d105247f4a0ba05f"),
 }
 
 
