@@ -54,7 +54,8 @@ EXPECTED = {
     "transformers": {"GreedyLogprobs", "CrossKnobRules"},
     "custom": {"OwnQualityGate", "OwnObjective", "SourceTrees"},
     "vllm": {"ServerLogs", "RejectedFlags", "RecoveryOptions", "ApproximateScores", "ServerReuse", "BatchedProbes",
-             "AAQuality", "CrossKnobRules", "ServerRuns", "EnginePatches", "EngineTables", "SourceRungs"},
+             "AAQuality", "CrossKnobRules", "ServerRuns", "EnginePatches", "EngineTables", "SourceRungs",
+             "BudgetedStarts"},
     "diffusers": {"OwnObjective", "ImageOutputs", "CrossKnobRules"},
 }
 
@@ -80,7 +81,7 @@ def test_an_adapter_with_any_member_of_a_hook_satisfies_the_hook(make, tmp_path,
 
 
 def test_every_hook_is_a_runtime_checkable_protocol_with_a_contract():
-    assert len(OPTIONAL_HOOKS) == 18
+    assert len(OPTIONAL_HOOKS) == 19
     for hook in OPTIONAL_HOOKS:
         assert getattr(hook, "_is_runtime_protocol", False), hook
         assert hook.__doc__ and len(hook.__doc__) > 40, hook

@@ -159,9 +159,9 @@ def normalize_failures(items: Any, session_id: str, now: float) -> list[dict[str
 
 def failures_from_breakdown(b: Mapping[str, Any], session_id: str, now: float,
                             final_code: str | None = None, final_why: str | None = None) -> list[dict[str, Any]]:
-    """Rejected trials (rule = their outcome), refusals (rule = the refusal's rule),
-    and the final stack itself when its final comparison ran but failed."""
-    items: list[dict[str, Any]] = [dict(r) for r in b.get("rejected") or []]
+    """Rejected trials (rule = their outcome; not those whose server start the budget cut), refusals (rule =
+    the refusal's rule), and the final stack itself when its final comparison ran but failed."""
+    items: list[dict[str, Any]] = [dict(r) for r in b.get("rejected") or [] if r.get("error_kind") != "budget"]
     items += [{"changes": {}, "rule": r.get("rule"), "outcome": "refused", "why": r.get("why")}
               for r in b.get("refusals") or []]
     f = b.get("final") if isinstance(b.get("final"), Mapping) else {}

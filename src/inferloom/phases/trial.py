@@ -19,7 +19,8 @@ views of it.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping
 
 from inferloom.measure.keep_rule import aa_floor, decide
 from inferloom.measure.protocol import with_prior
@@ -33,7 +34,7 @@ from inferloom.phases.roofline import kept_roofline
 from inferloom.session import ledger as L
 from inferloom.session.state import PendingAction, SessionState
 from inferloom.session.state_models import Trial
-from inferloom.workloads.base import config_key
+from inferloom.workloads.base import BudgetedStarts, config_key
 
 __all__ = ["Guard", "noise_floor_gain", "propose", "begin", "run_trial", "execute_trial", "trial_record",
            "verdict_entry", "patch_critic"]
@@ -94,12 +95,13 @@ def execute_trial(ctx: SessionContext, st: SessionState, proposal: Mapping[str, 
                  f"(best so far x{_best(st):.3f} vs stock; {max(0.0, left) / 60:.1f} min left)")
     refs = stock_references(ctx.adapter, ctx.spec, st.stock_config, reference_sets(ctx.adapter, ("eval",)), ctx.refs,
                             ctx.progress)
-    entry, mseq = ctx.measured(key + ":measurement", L.MEASUREMENT, lambda: {
-        "action": "try_config", "trial": n, "cycle": st.cycle, "changes": changes, **compare(
-            ctx.adapter, ctx.spec, base, cand, settings=with_prior(ctx.settings, st.noise_floor),
-            seed_base=seed_base(ctx.spec.seed, n), refs=refs,
-            quality_sets=("eval",), progress=ctx.progress, labels=("stack", "candidate"),
-            quality_floor=(st.noise_floor or {}).get("quality")).as_dict()})
+    with budgeted_starts(ctx, st):  # a server start the budget cuts fails with kind "budget"
+        entry, mseq = ctx.measured(key + ":measurement", L.MEASUREMENT, lambda: {
+            "action": "try_config", "trial": n, "cycle": st.cycle, "changes": changes, **compare(
+                ctx.adapter, ctx.spec, base, cand, settings=with_prior(ctx.settings, st.noise_floor),
+                seed_base=seed_base(ctx.spec.seed, n), refs=refs,
+                quality_sets=("eval",), progress=ctx.progress, labels=("stack", "candidate"),
+                quality_floor=(st.noise_floor or {}).get("quality")).as_dict()})
     res = Comparison.from_dict(entry)  # the ledger's entry: this measurement's, or a resumed session's
     evidence = Evidence.of(res, changes=changes, noise_floor=noise_floor_gain(st), min_gain=ctx.settings.min_gain)
     critic = ctx.agents.critic_factory()  # fresh for every decision: no memory of earlier turns
@@ -182,3 +184,17 @@ def patch_critic(ctx: SessionContext, cand: Any, parsed: Any, key: str) -> None:
     if not isinstance(ruling, Mapping) or ruling.get("decision") != "sign_off":
         rule = ruling.get("rule") if isinstance(ruling, Mapping) and ruling.get("rule") else "critic_refused"
         raise PatchRefusal(str(rule), str(ruling.get("why") if isinstance(ruling, Mapping) else ruling))
+
+
+@contextmanager
+def budgeted_starts(ctx: SessionContext, st: SessionState) -> Iterator[None]:
+    """Within it, an adapter that starts servers (:class:`~inferloom.workloads.base.BudgetedStarts`) bounds
+    each start by the seconds the session's budget has left (``workloads.server_start.budgeted_timeout``)."""
+    if not isinstance(ctx.adapter, BudgetedStarts):
+        yield
+        return
+    ctx.adapter.start_budget = lambda: st.budget.minutes * 60 - ctx.elapsed_s(st)
+    try:
+        yield
+    finally:
+        ctx.adapter.start_budget = None

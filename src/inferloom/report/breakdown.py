@@ -5,7 +5,7 @@ record of a session are all re-derived from the ledger alone."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from inferloom.report.platform import platform_breakdown, run_extras
 from inferloom.report.server_jit import jit_runs
@@ -77,7 +77,8 @@ def breakdown_from_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
                           for v in verdicts if v.get("kept")]
     out["rejected"] = [{"trial": v["trial"], "changes": v["changes"], "outcome": v["outcome"], "ratio": v.get("ratio"),
                         "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high"), "lesson": v.get("lesson"),
-                        "ledger_seq": v["seq"]} for v in verdicts if not v.get("kept")]
+                        "ledger_seq": v["seq"], **_budget_cut(by_seq.get(v.get("measurement_seq")))}
+                       for v in verdicts if not v.get("kept")]
     out["refusals"] = [{"rule": r["rule"], "why": r["why"], "agent": r.get("agent"), "ledger_seq": r["seq"]} for r in refusals]
     out["unscored_keep_count"] = sum(1 for v in verdicts if v.get("kept") and v.get("quality_passed") is None)
     out["predicted_vs_measured"] = [{"trial": v["trial"], "changes": v["changes"],
@@ -196,6 +197,12 @@ def server_starts(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
                       "compile_cache_warm": w, "failed": bool(e.get("failed")), "ledger_seq": e["seq"],
                       **({"split": e["startup_split"]["parts"]} if (e.get("startup_split") or {}).get("parts") else {})}
                      for e, w in zip(starts, warm)], **extra}
+
+
+def _budget_cut(m: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``{"error_kind": "budget"}`` for a trial whose server start the session's budget cut (not a verdict on
+    its configuration: the KB does not learn it as a failure); nothing otherwise (older ledgers unchanged)."""
+    return {"error_kind": "budget"} if (m or {}).get("error_kind") == "budget" else {}
 
 
 def stock_never_ran(entries: list[dict[str, Any]]) -> dict[str, Any] | None:

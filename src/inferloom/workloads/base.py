@@ -36,14 +36,14 @@ from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_
 
 from inferloom.errors import EXIT_RUN_FAILED, InferloomError
 from inferloom.workloads.image_hooks import ImageOutputs  # the image generator's hook, listed here too
-from inferloom.workloads.engine_hooks import EnginePatches, EngineTables, SourceRungs  # an engine's own files' hooks, too
+from inferloom.workloads.engine_hooks import BudgetedStarts, EnginePatches, EngineTables, SourceRungs  # server engines' hooks
 from inferloom.workloads.quality_hooks import AAQuality, BatchedProbes  # the quality contract's hooks, too
 
 __all__ = [
     "AdapterError", "ConfigError", "Knob", "RunRecord", "WorkloadAdapter", "resolve_config", "config_key",
     "ServerLogs", "RejectedFlags", "RecoveryOptions", "DeclaredProfile", "OwnQualityGate", "OwnObjective",
     "GreedyLogprobs", "ApproximateScores", "SourceTrees", "ServerReuse", "ImageOutputs", "BatchedProbes", "OPTIONAL_HOOKS",
-    "CrossKnobRules", "ServerRuns", "AAQuality", "EnginePatches", "EngineTables", "SourceRungs"
+    "CrossKnobRules", "ServerRuns", "AAQuality", "EnginePatches", "EngineTables", "SourceRungs", "BudgetedStarts"
 ]
 
 Platform = Literal["cpu", "cuda", "rocm"]
@@ -396,4 +396,5 @@ class CrossKnobRules(Protocol):
 
 OPTIONAL_HOOKS: tuple[type, ...] = (ServerLogs, RejectedFlags, RecoveryOptions, DeclaredProfile, OwnQualityGate,
                                     OwnObjective, GreedyLogprobs, ApproximateScores, SourceTrees, ServerReuse,
-                                    CrossKnobRules, ServerRuns, ImageOutputs, BatchedProbes, AAQuality, EnginePatches, EngineTables, SourceRungs)
+                                    CrossKnobRules, ServerRuns, ImageOutputs, BatchedProbes, AAQuality, EnginePatches, EngineTables, SourceRungs,
+                                    BudgetedStarts)

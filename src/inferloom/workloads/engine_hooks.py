@@ -1,12 +1,23 @@
 """The optional adapter hooks for what a server engine runs beyond its flags, listed with the others in
 :data:`inferloom.workloads.base.OPTIONAL_HOOKS`: engine source patches (``serving.engine_patches``), the
-enablement ladder's source rungs, and engine tables a KB recipe keeps (tuned fused-MoE configs)."""
+enablement ladder's source rungs, engine tables a KB recipe keeps (tuned fused-MoE configs), and server starts
+bounded by a session's budget."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
-__all__ = ["EnginePatches", "SourceRungs", "EngineTables"]
+__all__ = ["EnginePatches", "SourceRungs", "EngineTables", "BudgetedStarts"]
+
+
+@runtime_checkable
+class BudgetedStarts(Protocol):
+    """An adapter whose configurations start servers, and which bounds each start by ``start_budget()``: the
+    seconds a session has left (None: unbounded; ``workloads.server_start.budgeted_timeout``). A session sets it
+    for a trial's measurement and clears it after; a start the budget cuts fails with kind ``budget``, not a
+    verdict on the configuration. Without it, a start waits ``serving.startup_timeout_s`` whatever is left."""
+
+    start_budget: Callable[[], float | None] | None
 
 
 @runtime_checkable

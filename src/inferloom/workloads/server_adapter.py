@@ -76,6 +76,7 @@ class ServerAdapter:
     probe_score: Callable[..., Any]
     score_note: str  # how the probe's scores approximate the full distribution (score_approximation)
     recovery_table: Callable[..., list[dict[str, Any]]]
+    start_budget: Callable[[], float | None] | None = None  # BudgetedStarts: a session trial's seconds left
 
     def __init__(self, spec: WorkloadSpec, log_dir: str | Path | None = None,
                  progress: Callable[[str], None] | None = None) -> None:
@@ -164,8 +165,7 @@ class ServerAdapter:
         return self._vocab
 
     # --------------------------------------------------------------- knobs
-    def server_flags(self) -> ServerFlags:
-        """The installed server's flags (read once)."""
+    def server_flags(self) -> ServerFlags:  # the installed server's flags, read once
         if self._flags is None:
             self._flags = self.probe_flags()
         return self._flags
@@ -259,7 +259,7 @@ class ServerAdapter:
         h, record = start_server(hid, cfg, cid, self.ladder.launch(cfg, *self.launch_argv(cfg, port), not self.launches_overlays), port,
                                  self.log_dir() / f"{hid}.log",
                                  self.spec.serving.startup_timeout_s, self.progress, self.rejected_flags, reason,
-                                 self._memory.get(), hooks=self.start_hooks)
+                                 self._memory.get(), hooks=self.start_hooks, budget=self.start_budget)
         self._handles[hid] = h
         record["server_runs"] = self._runs[cid] = knob_values(record.pop("says", None) or {}, self._knobs)
         self.after_start(h, record)

@@ -8,6 +8,13 @@ first start, so that every server of a pair gets the same share).
 The framework-specific parts come in a :class:`StartHooks` (``vllm_servers``,
 ``sglang_servers``). Used by ``server_adapter``, whose ``handle_pool`` decides
 when a server starts.
+
+Inside a session's trial the start-up timeout is also bounded by the budget
+(``budget``: the seconds the session has left; :func:`budgeted_timeout`): a
+start the budget cuts fails with kind ``budget``, which says nothing about the
+configuration. On one H100 (2026-12-06) a trial begun with 1.9 minutes left
+spent the 600 s ``serving.startup_timeout_s`` in one server start, and the
+12-minute session took 20.4.
 """
 
 from __future__ import annotations
@@ -25,7 +32,10 @@ from inferloom.workloads.server_says import nothing_said
 if TYPE_CHECKING:
     from inferloom.spec import WorkloadSpec
 
-__all__ = ["ServerHandle", "StartHooks", "MemoryShareOnce", "start_server"]
+__all__ = ["ServerHandle", "StartHooks", "MemoryShareOnce", "start_server", "budgeted_timeout", "START_FLOOR_S"]
+
+#: the least a start gets when a session's budget bounds it: normal starts fit (58-186 s seen on an H100)
+START_FLOOR_S = 120.0
 
 MemoryArgs = Callable[..., "tuple[list[str], dict[str, str], dict[str, str]]"]
 
@@ -117,21 +127,29 @@ class MemoryShareOnce:
 def start_server(hid: str, cfg: dict[str, Any], cid: str, launch: tuple[list[str], dict[str, str], dict[str, Any]],
                  port: int, log_path: Path, timeout_s: float, progress: Callable[[str], None],
                  rejected_flags: dict[str, dict[str, Any]], reason: str = "new", share: MemoryShare | None = None,
-                 *, hooks: StartHooks) -> tuple[ServerHandle, dict[str, Any]]:
+                 *, hooks: StartHooks, budget: Callable[[], float | None] | None = None) -> tuple[ServerHandle, dict[str, Any]]:
     """Start one server and wait for ``/health``: ``(handle, record)``. A
     failed launch is AdapterError with its kind; a flag the server rejected is
-    learned into ``rejected_flags``. ``share``: the memory share, recorded."""
+    learned into ``rejected_flags``. ``share``: the memory share, recorded.
+    ``budget``: the seconds a session has left (:func:`budgeted_timeout`)."""
     argv, env, origin = launch
     label = hooks.label
     cache0 = hooks.cache_before(env)
     server = ServerProcess(argv, env, port, log_path)
+    wait, cut = budgeted_timeout(timeout_s, budget)
     progress(f"starting {label} server {hid} on port {port} (log {server.log_path})"
-             + ("" if reason == "new" else f" ({reason})"))
+             + ("" if reason == "new" else f" ({reason})")
+             + (f" (start-up cut at {wait:.0f} s: the session's budget is nearly used)" if cut else ""))
     try:
-        startup = server.start(timeout_s, progress)
+        startup = server.start(wait, progress)
     except LaunchError as exc:
         if exc.kind == "unsupported_flag" and exc.flag:
             rejected_flags[exc.flag] = rejected_flag_info(exc, origin)
+        if cut and exc.kind == "startup_timeout":
+            raise AdapterError(f"{label} server for {hid} was not healthy within the {wait:.0f} s the session's budget "
+                               f"left its start (serving.startup_timeout_s: {timeout_s:g} s): cut by the budget, not a "
+                               f"verdict on the configuration; a session with more minutes measures it. Log "
+                               f"{server.log_path}\n{exc.log_tail[-1500:]}", kind="budget") from None
         raise AdapterError(f"{label} server for {hid} failed to start: {exc}\n{exc.log_tail[-1500:]}",
                            kind=exc.kind) from None
     cache = hooks.cache_after(env, cache0, cfg, argv)
@@ -151,3 +169,13 @@ def start_server(hid: str, cfg: dict[str, Any], cid: str, launch: tuple[list[str
                "log": server.log_path.name, "port": port, "says": {k: list(v) for k, v in says.items()},
                **({"overlays": origin["overlays"]} if origin.get("overlays") else {}),
                **({"engine_env": origin["engine_env"]} if origin.get("engine_env") else {})}
+
+
+def budgeted_timeout(timeout_s: float, budget: Callable[[], float | None] | None) -> tuple[float, bool]:
+    """A start's timeout under a session's budget: ``(seconds, cut)``. ``budget()`` gives the seconds the
+    session has left (None: unbounded); the start gets the spec's ``timeout_s`` or that time, whichever is
+    less, but at least :data:`START_FLOOR_S`; ``cut`` when the budget shortened it."""
+    left = budget() if budget is not None else None
+    if left is None or max(float(left), START_FLOOR_S) >= timeout_s:
+        return timeout_s, False
+    return max(float(left), START_FLOOR_S), True
