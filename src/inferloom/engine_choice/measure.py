@@ -11,7 +11,8 @@ budget capped by ``max_pairs``, with the noisier of the two sessions' A/A as the
 (:func:`inferloom.measure.protocol.with_prior`).
 
 Every pair's raw records are appended, as they complete, to ``OUT/engines_pairs.jsonl`` (fsync'd, one JSON object
-a line: a ``setup`` line, one ``pair`` line per pair with both runs' raw records and the look's decision, and a
+a line: a ``setup`` line, one ``pair`` line per pair with both runs' raw records and the look's decision, a
+``remeasured`` line per pair measured again because a server JIT-compiled during it, in no decision, and a
 ``result`` line), so that the decision can be re-derived from the file alone
 (:func:`inferloom.measure.protocol.decision_at` over the pairs' ``log_ratio``).
 """
@@ -198,11 +199,13 @@ def measure_engines(a: EngineSession, b: EngineSession, out: Path, *, max_pairs:
             timings[f"warmup_{label}"] = warmup(ad, made[i][1], settings.warmup_runs, seed_base - 1, label, progress)
 
         def on_pair(pair: Any, decision: Any) -> None:
-            lines.write("pair", {**pair.to_dict(), "decision": decision.to_dict() if decision else None})
+            # a pair measured again (a server's JIT compile during it: the protocol's contract) is in no decision
+            lines.write("remeasured" if getattr(pair, "remeasure", 0) else "pair",
+                        {**pair.to_dict(), "decision": decision.to_dict() if decision else None})
 
         pres = timed_pairs(_TwoEngines(made), [made[0][1], made[1][1]], settings, seed_base, labels, progress,
                            on_pair, True, metric=get_metric(a.spec.objective), unit=res["unit"])
-        timings["timed_runs_s"] = sum(p.a.wall_s + p.b.wall_s for p in pres.pairs)
+        timings["timed_runs_s"] = sum(p.a.wall_s + p.b.wall_s for p in pres.pairs + pres.remeasured)
         prot = pres.to_dict()
         prot.pop("pairs")  # each is in the pairs file, with its raw records
         res.update({"protocol": prot, "verdict": pres.verdict, "error": pres.error, "n_pairs": len(pres.pairs),

@@ -44,6 +44,27 @@ Warm-up is NOT done here: the caller warms each prepared handle
 records compile / warm-up time separately. ``run_a`` / ``run_b`` must only
 perform timed runs.
 
+A compile is warm-up. A pair in which either run's record has a non-empty
+``extra['server_jit']`` (its server's own log said it JIT-compiled a kernel
+during the timed requests: :mod:`inferloom.workloads.server_jit`) does not
+enter the decision: it is kept in ``ProtocolResult.remeasured`` with its
+``reason``, no look and no harm stop is taken on it, and its slot (index,
+order) runs again on fresh prompts (:mod:`inferloom.measure.protocol_remeasure`),
+at most ``settings.jit_remeasures`` times per protocol run (0: never). Once
+they are used, such a pair counts like any other: the compile recurs, and is
+part of the configuration's cost. The A/A follows the same rule. Why the
+calibration (docs/protocol.md: the false keep at most ``(1 - confidence) / 2``,
+the power at ``target_gain``) still holds: it rests on the counted pairs being
+independent draws of the steady-state paired ratio, taken at the planned
+looks. Whether a pair is voided depends on the server's log line alone, never
+on a measured value, and on either arm's compile alike: no pair is chosen by
+its outcome (dropping slow pairs would bias the estimate and raise the false
+keep), the counted pairs are the slots' compile-free attempts, each an
+independent draw, and the looks, the budget and the harm stop see the same
+number of them as before. What they estimate is the steady state the protocol
+always claimed (warm-up excluded); the bound keeps a compile that recurs in the
+data.
+
 An A/A run (two independently prepared stock handles through
 :func:`run_paired` with ``stop_early=False``: every pair runs, the budget is
 ``max_pairs``) measures the noise floor; :func:`noise_floor` reports it.
@@ -61,6 +82,7 @@ from scipy import stats
 from inferloom.measure.keep_rule import aa_floor
 from inferloom.measure.metrics import Metric, output_tokens_per_s
 from inferloom.measure.protocol_bootstrap import decide
+from inferloom.measure.protocol_remeasure import pair_jit, remeasure_reason, remeasure_seed
 from inferloom.measure.protocol_types import Decision, ProtocolSettings, Verdict, planned_looks
 from inferloom.measure.sequential import HARM_MIN_PAIRS, SeqLook, harm_look, sequential_look
 from inferloom.workloads.base import RunRecord
@@ -149,7 +171,9 @@ def first_harm_stop(log_ratios: Sequence[float], settings: ProtocolSettings) -> 
 
 @dataclass
 class Pair:
-    """One completed pair: both runs on prompt seed ``seed``, in ``order``."""
+    """One completed pair: both runs on prompt seed ``seed``, in ``order``. ``remeasure`` > 0: the
+    ``remeasure``-th pair of its protocol run that was measured again (a server JIT-compiled during one of
+    its runs), not in the decision, ``reason`` says why; 0 (and no such keys in :meth:`to_dict`): counted."""
 
     index: int
     seed: int
@@ -159,18 +183,23 @@ class Pair:
     value_a: float
     value_b: float
     log_ratio: float
+    remeasure: int = 0
+    reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**{k: getattr(self, k) for k in ("index", "seed", "order", "value_a",
                                                 "value_b", "log_ratio")},
-                "a": self.a.to_dict(), "b": self.b.to_dict()}
+                "a": self.a.to_dict(), "b": self.b.to_dict(),
+                **({"remeasure": self.remeasure, "reason": self.reason} if self.remeasure else {})}
 
 
 @dataclass
 class ProtocolResult:
     """Everything one protocol run produced. ``decision`` is the last look
     (``None`` when it failed before the first look); ``incomplete`` holds the
-    raw records of a pair cut short by a failure, as ``(arm, record)``."""
+    raw records of a pair cut short by a failure, as ``(arm, record)``;
+    ``remeasured`` the pairs measured again (a server JIT compile), in order,
+    none of them in ``pairs`` or in any look."""
 
     verdict: Verdict
     pairs: list[Pair]
@@ -180,6 +209,7 @@ class ProtocolResult:
     looks: list[Decision] = field(default_factory=list)
     error: str | None = None
     incomplete: list[tuple[str, RunRecord]] = field(default_factory=list)
+    remeasured: list[Pair] = field(default_factory=list)
 
     @property
     def log_ratios(self) -> list[float]:
@@ -194,6 +224,7 @@ class ProtocolResult:
             "decision": self.decision.to_dict() if self.decision else None,
             "looks": [lk.to_dict() for lk in self.looks],
             "pairs": [p.to_dict() for p in self.pairs],
+            "remeasured": [p.to_dict() for p in self.remeasured],
             "incomplete": [{"arm": arm, "record": rec.to_dict()} for arm, rec in self.incomplete],
         }
 
@@ -224,9 +255,12 @@ def run_paired(
 
     ``run_a(seed)`` / ``run_b(seed)`` perform ONE timed run each on prompts
     drawn from ``seed`` (already warmed up by the caller). Pair ``i`` uses
-    seed ``seed_base + i`` for both; order is AB for even ``i``, BA for odd.
+    seed ``seed_base + i`` for both (its repeat after the ``k``-th pair measured
+    again: ``seed_base + max_pairs + k - 1``); order is AB for even ``i``, BA for odd.
     ``on_pair(pair, decision)`` is called after each pair, with the look's
-    decision when a look happened at that pair, else ``None``.
+    decision when a look happened at that pair, else ``None``; also after a
+    pair measured again (``pair.remeasure`` > 0, decision ``None``), before
+    its slot runs again (the module's contract, "A compile is warm-up").
     ``stop_early=False`` (for A/A noise-floor runs) records every look but
     always runs ``max_pairs`` pairs; the verdict is then the last look's.
     Before the first look (sequential design) every pair from the second asks
@@ -234,6 +268,7 @@ def run_paired(
     """
     looks_at = planned_looks(settings)
     pairs: list[Pair] = []
+    remeasured: list[Pair] = []
     looks: list[Decision] = []
     settings_d = settings.to_dict()
     runners = {"A": run_a, "B": run_b}
@@ -241,23 +276,32 @@ def run_paired(
     for i in range(settings.max_pairs):
         seed = seed_base + i
         order: Literal["AB", "BA"] = "AB" if i % 2 == 0 else "BA"
-        recs: dict[str, RunRecord] = {}
-        vals: dict[str, float] = {}
-        for arm in order:
-            rec = runners[arm](seed)
-            recs[arm] = rec
-            val, err = _value_or_error(rec, metric)
-            if err is not None:
-                return ProtocolResult(
-                    verdict="failed", pairs=pairs, decision=looks[-1] if looks else None,
-                    settings=settings_d, seed_base=seed_base, looks=looks,
-                    error=f"run {arm} of pair {i} (seed {seed}, config {rec.config_id!r}): {err}",
-                    incomplete=[(a, recs[a]) for a in order if a in recs],
-                )
-            vals[arm] = val  # type: ignore[assignment]
-        pair = Pair(index=i, seed=seed, order=order, a=recs["A"], b=recs["B"],
-                    value_a=vals["A"], value_b=vals["B"],
-                    log_ratio=math.log(vals["B"] / vals["A"]))
+        while True:
+            recs: dict[str, RunRecord] = {}
+            vals: dict[str, float] = {}
+            for arm in order:
+                rec = runners[arm](seed)
+                recs[arm] = rec
+                val, err = _value_or_error(rec, metric)
+                if err is not None:
+                    return ProtocolResult(
+                        verdict="failed", pairs=pairs, decision=looks[-1] if looks else None,
+                        settings=settings_d, seed_base=seed_base, looks=looks,
+                        error=f"run {arm} of pair {i} (seed {seed}, config {rec.config_id!r}): {err}",
+                        incomplete=[(a, recs[a]) for a in order if a in recs], remeasured=remeasured,
+                    )
+                vals[arm] = val  # type: ignore[assignment]
+            pair = Pair(index=i, seed=seed, order=order, a=recs["A"], b=recs["B"],
+                        value_a=vals["A"], value_b=vals["B"],
+                        log_ratio=math.log(vals["B"] / vals["A"]))
+            jit = pair_jit(recs)  # the server's log line alone decides, never the values
+            if not jit or len(remeasured) >= settings.jit_remeasures:
+                break
+            pair.remeasure, pair.reason = len(remeasured) + 1, remeasure_reason(jit)
+            remeasured.append(pair)
+            if on_pair is not None:
+                on_pair(pair, None)
+            seed = remeasure_seed(seed_base, settings.max_pairs, len(remeasured))
         pairs.append(pair)
         decision: Decision | None = None
         if len(pairs) in looks_at:
@@ -272,7 +316,7 @@ def run_paired(
         if decision is not None and decision.verdict != "continue":
             if stop_early or decision.final:
                 return ProtocolResult(verdict=decision.verdict, pairs=pairs, decision=decision,
-                                      settings=settings_d, seed_base=seed_base, looks=looks)
+                                      settings=settings_d, seed_base=seed_base, looks=looks, remeasured=remeasured)
     raise AssertionError("unreachable: the last planned look is max_pairs and is final")
 
 

@@ -32,7 +32,10 @@ class ProtocolSettings:
     :class:`~inferloom.spec.ProtocolSpec` declares every default and bound
     once; direct construction (tests, benchmarks) takes the same defaults and
     is checked against the same bounds. ``min_gain`` reaches the protocol only
-    through these settings."""
+    through these settings. ``jit_remeasures``: the pairs a comparison measures
+    again because a server JIT-compiled during one of their runs
+    (:mod:`inferloom.measure.protocol_remeasure`); results written before it
+    have no such key and re-measured nothing."""
 
     design: str = _spec("design")
     min_gain: float = _spec("min_gain")
@@ -46,6 +49,7 @@ class ProtocolSettings:
     trim: float = _spec("trim")
     harm_ratio: float = _spec("harm_ratio")
     spending_power: float = _spec("spending_power")
+    jit_remeasures: int = _spec("jit_remeasures")
     warmup_runs: int = _spec("warmup_runs")
     bootstrap_resamples: int = _spec("bootstrap_resamples")
     bootstrap_seed: int = _spec("bootstrap_seed")

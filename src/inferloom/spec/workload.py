@@ -111,6 +111,8 @@ class ProtocolSpec(_Strict):
                               "so far (2 at least) is below this ratio and far below 1 for the A/A's noise (harm stop; "
                               "it never keeps; 0 disables)")
     spending_power: float = _n(4.0, 0.5, 10.0, "sequential: error spent by information fraction t is t^this")
+    jit_remeasures: int = _n(2, 0, 10, "pairs measured again, per comparison, because a server's log said it "
+                             "JIT-compiled during one of their runs (warm-up; then every pair counts; 0: off)")
     warmup_runs: int = _n(1, 1, 100, "untimed runs per configuration first")
     bootstrap_resamples: int = _n(4999, 199, 100_000, "bootstrap resamples of the interval (bonferroni design)")
     bootstrap_seed: int = _n(12345, 0, 2**32 - 1, "seed of the bootstrap (bonferroni design)")

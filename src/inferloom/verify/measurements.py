@@ -2,7 +2,9 @@
 the log-ratios, the last look's point estimate, interval and verdict, the stop rule, and (for the A/A)
 the noise block. A result names its design in ``settings.design``; one without (written before the
 sequential design) is ``bonferroni``. Statistics: :mod:`inferloom.verify.stats` (bonferroni: t and
-bootstrap intervals), :mod:`inferloom.verify.sequential` (sequential: trimmed-t, budget, boundaries)."""
+bootstrap intervals), :mod:`inferloom.verify.sequential` (sequential: trimmed-t, budget, boundaries). The
+decision is re-derived from ``pairs`` alone; the pairs measured again (``remeasured``: a server's JIT compile)
+are checked against their rule (:mod:`inferloom.verify.remeasured`)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any, Mapping
 from inferloom.verify import sequential as Q
 from inferloom.verify import stats as S
 from inferloom.verify.record import Findings
+from inferloom.verify.remeasured import check_remeasured
 
 __all__ = ["check_measurement", "decision_of", "median_of"]
 
@@ -90,7 +93,8 @@ def check_measurement(f: Findings, m: Mapping[str, Any], group: str) -> None:
     proto = m.get("protocol") or {}
     dec = decision_of(m)
     st = proto["settings"]
-    pairs = list(proto.get("pairs") or [])
+    pairs = list(proto.get("pairs") or [])  # the counted pairs: a pair measured again is in none of the looks
+    check_remeasured(f, proto, seq)  # written before the rule (no ``remeasured``): nothing checked, as before
     if proto.get("verdict") == "failed" and isinstance(dec.get("n_pairs"), int):
         pairs = pairs[:dec["n_pairs"]]  # a run failed after the last look: that look saw only these pairs
     for i, p in enumerate(pairs):

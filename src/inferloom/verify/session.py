@@ -6,7 +6,8 @@ Independent by construction: this package imports nothing of inferloom but the l
 the error base (:mod:`inferloom.errors`); ``tests/test_verify.py`` enforces it. Checked:
 
 * every measurement: each pair's log-ratio, the last look's ratio, t and bootstrap intervals (see
-  :mod:`inferloom.verify.stats` for the Monte-Carlo tolerance), its verdict by the rule, the stop rule;
+  :mod:`inferloom.verify.stats` for the Monte-Carlo tolerance), its verdict by the rule, the stop rule,
+  and each pair measured again instead of deciding (a server's JIT compile: :mod:`inferloom.verify.remeasured`);
 * the stock median (both arms of ``measure_stock``) and the A/A noise block;
 * each trial's verdict entry against its measurement (``measurement_seq``) and the keep rule: kept iff
   the protocol kept, quality passed and the lower bound clears ``(1 + min_gain)(1 + floor)``, the A/A floor

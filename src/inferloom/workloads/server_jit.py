@@ -7,8 +7,13 @@ which logs every one). A run that paid for a compile measured the compile too: o
 docs/benchmarks.md section 26) two candidate runs came out 19-25% slow beside a server whose log had said
 so once. :func:`log_offset` before the timed requests and :func:`jit_events` after them give the kernels
 compiled meanwhile; ``serving_run`` records them as ``extra['server_jit']``, the pair's progress line says
-so, and the report lists such runs (``report/server_jit.py``). Nothing is dropped or re-run for it: the
-protocol decides on every pair it measured, and the record says which ones a compile touched.
+so, and the report lists such runs (``report/server_jit.py``). A compile is warm-up (Triton caches the kernel
+on disk; a deployed server pays it once): the protocol measures such a pair again, on fresh prompts, instead
+of deciding on it, at most ``protocol.jit_remeasures`` times per comparison, then counts it like any other
+(``measure/protocol.py``'s contract; ``measure/protocol_remeasure.py``). The log line alone decides, never
+the run's value; the voided pairs stay in the record (``remeasured``), with their raw records. On 2026-12-06
+one such pair (a candidate at 7,201 tok/s beside 8,191, the next two pairs +0.7% and +0.9%) had reverted a
+trial for futility on its own.
 """
 
 from __future__ import annotations
