@@ -96,14 +96,20 @@ class _Starts(SyntheticAdapter):
         return super().prepare(config)
 
 
-def test_a_sessions_trials_bound_their_starts_and_prelude_and_close_do_not(tmp_path):
+def _one_trial_session(d: Path, cls: type) -> SyntheticAdapter:
+    """A synthetic session of one trial (``fast_path=True``) with the adapter ``cls``; returns the adapter."""
     spec = load_spec(None, {"model": "llama-tiny", "framework": "synthetic", "device": "cpu",
                             "quality.eval_prompts": 4, "quality.heldout_prompts": 4,
                             "quality.prompt_len": 8, "quality.continuation_len": 8})
-    a = _Starts(effects={"fast_path": {True: 1.2}}, numerics={}, knobs=[Knob("fast_path", "bool", False, "+20%")],
-                noise_sd=0.02)
+    a = cls(effects={"fast_path": {True: 1.2}}, numerics={}, knobs=[Knob("fast_path", "bool", False, "+20%")],
+            noise_sd=0.02)
     agents = {"orchestrator": RuleOrchestrator(seed=0), "critic_factory": RuleCritic, "robustness": RuleRobustness()}
-    start(tmp_path / "s", spec, budget_minutes=10, max_trials=1, adapter=a, agents=agents)
+    start(d, spec, budget_minutes=10, max_trials=1, adapter=a, agents=agents)
+    return a
+
+
+def test_a_sessions_trials_bound_their_starts_and_prelude_and_close_do_not(tmp_path):
+    a = _one_trial_session(tmp_path / "s", _Starts)
     bounded = [s for s in a.seen if s is not None]
     assert bounded, a.seen  # the trial's prepares saw the budget left
     assert all(0 < s <= 600 for s in bounded), bounded
@@ -138,13 +144,7 @@ class _Cut(SyntheticAdapter):
 def test_a_trial_the_budget_cut_is_failed_in_the_report_and_not_learned_as_a_failure(tmp_path):
     from inferloom.kb.recipe import failures_from_breakdown
 
-    spec = load_spec(None, {"model": "llama-tiny", "framework": "synthetic", "device": "cpu",
-                            "quality.eval_prompts": 4, "quality.heldout_prompts": 4,
-                            "quality.prompt_len": 8, "quality.continuation_len": 8})
-    a = _Cut(effects={"fast_path": {True: 1.2}}, numerics={}, knobs=[Knob("fast_path", "bool", False, "+20%")],
-             noise_sd=0.02)
-    agents = {"orchestrator": RuleOrchestrator(seed=0), "critic_factory": RuleCritic, "robustness": RuleRobustness()}
-    start(tmp_path / "s", spec, budget_minutes=10, max_trials=1, adapter=a, agents=agents)
+    _one_trial_session(tmp_path / "s", _Cut)
     b = json.loads((tmp_path / "s" / "session_breakdown.json").read_text())
     [rej] = b["rejected"]
     assert rej["changes"] == {"fast_path": True} and rej["outcome"] == "failed" and rej["error_kind"] == "budget"
