@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from inferloom.frameworks import framework
 from inferloom.measure import protocol as proto
+from inferloom.measure.protocol_remeasure import jit_kernels
 from inferloom.measure.batched_quality import batched_guard
 from inferloom.measure import quality as Q
 from inferloom.measure import quality_floor as QF
@@ -147,8 +148,7 @@ def timed_pairs(adapter: Any, handles: list[Any], settings: Any, seed_base: int,
         vb = f"{pair.value_b:,.1f}" if pair.value_b is not None else "failed"
         tail = (f" -> {decision.verdict}, ratio {decision.ratio:.4f} "
                 f"[{decision.ci_low:.4f}, {decision.ci_high:.4f}]") if decision else ""
-        jit = [f"{lab} {', '.join(sorted(set(r.extra['server_jit'])))}" for lab, r in zip(labels, (pair.a, pair.b))
-               if r.extra.get("server_jit")]
+        jit = [f"{lab} {', '.join(sorted(set(ks)))}" for lab, r in zip(labels, (pair.a, pair.b)) if (ks := jit_kernels(r))]
         said = f" (its server's log: JIT compile during the run: {'; '.join(jit)}; {_jit_fate(pair, settings)})" \
             if jit else ""
         progress(f"pair {pair.index + 1}/{settings.max_pairs} ({pair.order}): {labels[0]} {va} vs {labels[1]} {vb} "

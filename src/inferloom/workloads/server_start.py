@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ServerHandle", "StartHooks", "MemoryShareOnce", "start_server", "budgeted_timeout", "START_FLOOR_S"]
 
-#: the least a start gets when a session's budget bounds it: normal starts fit (58-186 s seen on an H100)
+#: the least a start gets when a session's budget bounds it: normal starts fit (56-93 s to healthy on an H100, 2026-12-06)
 START_FLOOR_S = 120.0
 
 MemoryArgs = Callable[..., "tuple[list[str], dict[str, str], dict[str, str]]"]
